@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Idempotent bootstrap, sourced by scripts/run.sh and scripts/test.sh:
+#  - creates .venv if missing (PRIMUS_OPTUNA_VENV overrides the location);
+#  - keeps an already-installed torch, otherwise installs ${PRIMUS_OPTUNA_TORCH:-torch==2.13.0}
+#    (GPU users: PRIMUS_OPTUNA_TORCH='torch==2.x.y' with their index, or pre-install torch in the venv);
+#  - installs the project (editable) with its dev extras; re-installs only when pyproject.toml changed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PRIMUS_OPTUNA_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+
+_pip() {  # pip, quiet, without this machine's local-index warnings; returns pip's own exit status
+  local rc=0 log
+  log="$(mktemp)"
+  "$VENV/bin/python" -m pip install -q "$@" >"$log" 2>&1 || rc=$?
+  grep -v -e "^WARNING: Location" -e "BuildBackendWarning" "$log" >&2 || true
+  rm -f "$log"
+  return "$rc"
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[bootstrap] creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+  _pip --upgrade pip
+fi
+stamp="$VENV/.primus-optuna-installed"
+want="$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+    spec="${PRIMUS_OPTUNA_TORCH:-torch==2.13.0}"
+    echo "[bootstrap] installing $spec" >&2
+    _pip "$spec"
+  fi
+  echo "[bootstrap] installing primus-optuna and its dependencies" >&2
+  _pip -e "$ROOT[dev]"
+  echo "$want" > "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"
+export LITELLM_LOCAL_MODEL_COST_MAP=True
+export LITELLM_OFFLINE_MODE=true

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install what is missing (idempotent), then lint and run the whole test suite.
+#   scripts/test.sh [pytest args...]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+source scripts/bootstrap.sh
+echo "[test] ruff check + format check"
+ruff check src tests scripts
+ruff format --check src tests scripts
+if [ -f scripts/services.sh ]; then source scripts/services.sh; fi
+echo "[test] pytest"
+python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,46 @@
+"""The ``primus-optuna`` command line: a thin layer over the library.
+
+Subcommands are imported lazily (``LazyGroup``) so ``primus-optuna space`` never pays for Optuna, DSPy or
+torch. Every user error ends as one message on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+# name -> "module:attribute" (relative to primus_optuna.cli)
+COMMANDS: dict[str, str] = {
+    "space": "space_cmd:space",
+    "check": "space_cmd:check",
+    "estimate": "estimate_cmd:estimate",
+    "plan": "plan_cmd:plan",
+    "run": "run_cmd:run",
+    "report": "report_cmd:report",
+    "dashboard": "report_cmd:dashboard",
+    "export": "report_cmd:export",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="primus-optuna")
+def cli() -> None:
+    """Find the fastest distributed-training configuration for an LLM on a GPU cluster (an Optuna study)."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    return cli.main(args=argv, prog_name="primus-optuna")

@@ -1,0 +1,55 @@
+"""Helpers shared by the subcommands: loading a study, parsing ``--config``, printing, error handling."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import SpecError
+from ..space import Space, TrainingConfig, parse_config_string
+from ..spec import StudySpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+study_argument = click.argument("study", type=click.Path(dir_okay=False))
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+config_option = click.option(
+    "--config",
+    "config_text",
+    default="",
+    metavar="KEY=VALUE,...",
+    help="Axes to set, e.g. tp=1,pp=4,vpp=2,ep=8,mbs=2; missing axes come from the study's baseline.",
+)
+
+
+def user_errors(fn: F) -> F:
+    """Turn :class:`SpecError` into one message on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_study(path: str) -> tuple[StudySpec, Space]:
+    spec = StudySpec.from_yaml(path)
+    return spec, Space(spec)
+
+
+def config_from_option(space: Space, text: str) -> TrainingConfig:
+    """The baseline with the ``--config`` axes applied, derived (not canonicalised)."""
+    return space.make(**parse_config_string(text))
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))

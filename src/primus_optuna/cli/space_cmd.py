@@ -1,0 +1,82 @@
+"""``space`` and ``check``: the legal values of each axis, and the legality of one configuration."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ._common import (
+    config_from_option,
+    config_option,
+    emit_json,
+    json_option,
+    load_study,
+    study_argument,
+    user_errors,
+)
+
+
+@click.command()
+@study_argument
+@json_option
+@user_errors
+def space(study: str, as_json: bool) -> None:
+    """Show the legal values per axis, the number of legal configurations and the baseline's legality."""
+    spec, sp = load_study(study)
+    t0 = time.perf_counter()
+    summary = sp.summary()
+    elapsed = time.perf_counter() - t0
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(
+        f"study      {spec.name}: {spec.model.name} on {spec.cluster.nodes}x{spec.cluster.gpus_per_node} "
+        f"{spec.cluster.gpu.name} ({spec.world} GPUs), seq {spec.workload.seq_length}, "
+        f"GBS {spec.workload.global_batch_size}, {spec.workload.precision}"
+    )
+    click.echo("legal values per axis:")
+    for axis, values in summary["axes"].items():
+        click.echo(f"  {axis:<15} {', '.join(str(v) for v in values)}")
+    click.echo(f"legal configurations: {summary['legal_configs']} (enumerated in {elapsed * 1000:.0f} ms)")
+    base = summary["baseline"]
+    click.echo(f"baseline   {sp.baseline}: {'legal' if base['legal'] else 'ILLEGAL'}")
+    for reason in base["reasons"]:
+        click.echo(f"  - {reason}")
+
+
+@click.command()
+@study_argument
+@config_option
+@json_option
+@user_errors
+def check(study: str, config_text: str, as_json: bool) -> None:
+    """Say whether one configuration is legal, with every reason when it is not (exit 1 when illegal)."""
+    _, sp = load_study(study)
+    config = config_from_option(sp, config_text)
+    reasons = sp.check(config)
+    canonical = sp.canonical(config)
+    canonical_reasons = sp.check(canonical) if canonical != config else reasons
+    if as_json:
+        emit_json(
+            {
+                "config": config.to_dict(),
+                "legal": not reasons,
+                "reasons": reasons,
+                "canonical": {
+                    "config": canonical.to_dict(),
+                    "legal": not canonical_reasons,
+                    "reasons": canonical_reasons,
+                },
+            }
+        )
+        raise SystemExit(1 if reasons else 0)
+    click.echo(f"{config}  dp={config.dp} micro-batches={config.num_microbatches}")
+    click.echo("legal" if not reasons else "illegal:")
+    for reason in reasons:
+        click.echo(f"  - {reason}")
+    if canonical != config:
+        state = "legal" if not canonical_reasons else "illegal"
+        click.echo(f"canonical form: {canonical} ({state})")
+    if reasons:
+        raise SystemExit(1)

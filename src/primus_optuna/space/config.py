@@ -1,0 +1,119 @@
+""":class:`TrainingConfig`: one point of the search space (frozen, hashable).
+
+The nine axes are the product's interface (Optuna parameter names, YAML keys, CLI flags). ``dp`` and
+``num_microbatches`` are derived from the cluster size and global batch and are not part of equality.
+
+Example::
+
+    c = TrainingConfig(tp=1, pp=4, ep=8, vpp=2, mbs=2, pp_schedule="interleaved").derive(world=64, gbs=512)
+    c.dp, c.num_microbatches  # (16, 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import SpecError
+from ..spec.study import AXES, CHOICES, INT_AXES
+
+Recompute = Literal["none", "selective", "full"]
+Dispatcher = Literal["alltoall", "deepep"]
+Schedule = Literal["1f1b", "interleaved", "zb1p", "zbv"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    """Parallel layout and training options of one trial."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    cp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    recompute: Recompute = "none"
+    moe_dispatcher: Dispatcher = "alltoall"
+    pp_schedule: Schedule = "1f1b"
+    dp: int = field(default=0, compare=False, repr=False)
+    """data-parallel size = world / (tp·cp·pp); 0 when not derived or not whole"""
+    num_microbatches: int = field(default=0, compare=False, repr=False)
+    """m = GBS / (mbs·dp); 0 when not derived or not whole"""
+
+    def derive(self, world: int, gbs: int) -> TrainingConfig:
+        """Return a copy with ``dp`` and ``num_microbatches`` filled (0 where the division is not whole)."""
+        inner = self.tp * self.cp * self.pp
+        dp = world // inner if world % inner == 0 else 0
+        m = gbs // (self.mbs * dp) if dp and gbs % (self.mbs * dp) == 0 else 0
+        return dataclasses.replace(self, dp=dp, num_microbatches=m)
+
+    def replace(self, **changes: Any) -> TrainingConfig:
+        """A copy with some axes changed (derived fields must be re-derived)."""
+        return dataclasses.replace(self, dp=0, num_microbatches=0, **changes)
+
+    def to_params(self) -> dict[str, Any]:
+        """The nine axes as a dict (Optuna parameter names)."""
+        return {a: getattr(self, a) for a in AXES}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Axes plus the derived ``dp`` and ``num_microbatches``."""
+        return {**self.to_params(), "dp": self.dp, "num_microbatches": self.num_microbatches}
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> TrainingConfig:
+        """Build from a dict of axes, validating names and types (``dp``/``num_microbatches`` are ignored)."""
+        kwargs: dict[str, Any] = {}
+        for key, value in params.items():
+            if key in ("dp", "num_microbatches"):
+                continue
+            if key not in AXES:
+                raise SpecError(f"unknown axis {key!r}; axes are {', '.join(AXES)}")
+            if key in INT_AXES:
+                try:
+                    iv = int(value)
+                except (TypeError, ValueError):
+                    raise SpecError(f"{key} must be a positive integer, got {value!r}") from None
+                if iv <= 0 or (isinstance(value, float) and value != iv):
+                    raise SpecError(f"{key} must be a positive integer, got {value!r}")
+                kwargs[key] = iv
+            else:
+                if value not in CHOICES[key]:
+                    raise SpecError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}")
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    def key(self) -> str:
+        """A short, stable, human-readable identifier, e.g. ``tp1-pp4-ep8-cp1-vpp2-mbs2-none-alltoall-interleaved``."""
+        return (
+            f"tp{self.tp}-pp{self.pp}-ep{self.ep}-cp{self.cp}-vpp{self.vpp}-mbs{self.mbs}-"
+            f"{self.recompute}-{self.moe_dispatcher}-{self.pp_schedule}"
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"TP{self.tp} PP{self.pp} VPP{self.vpp} EP{self.ep} CP{self.cp} MBS{self.mbs} "
+            f"recompute={self.recompute} dispatcher={self.moe_dispatcher} schedule={self.pp_schedule}"
+        )
+
+
+def parse_config_string(text: str) -> dict[str, Any]:
+    """Parse ``tp=1,pp=4,recompute=full`` into a dict of axes (values validated by :meth:`from_params`).
+
+    Example::
+
+        parse_config_string("tp=2, mbs=4")  # {'tp': 2, 'mbs': 4}
+    """
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise SpecError(f"--config: {part!r} is not KEY=VALUE; write e.g. --config tp=1,pp=4,mbs=2")
+        key, value = (s.strip() for s in part.split("=", 1))
+        if key not in AXES:
+            raise SpecError(f"--config: unknown axis {key!r}; axes are {', '.join(AXES)}")
+        out[key] = value
+    TrainingConfig.from_params(out)  # validates names and types
+    return {k: (int(v) if k in INT_AXES else v) for k, v in out.items()}

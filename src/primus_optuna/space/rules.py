@@ -1,0 +1,245 @@
+"""Megatron-Core legality rules, each returning a human reason or ``None``.
+
+Every rule names the axes it reads, so :class:`~primus_optuna.space.Space` can apply it as soon as those axes
+are fixed during enumeration (that is what makes whole-space enumeration fast) and :func:`check` can apply all
+of them to one configuration. Sources: Megatron-Core argument validation and parallel_state (see
+shared/reference/models.md); zero-bubble rules from Primus and Qi et al. 2024.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..spec.study import StudySpec
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """The numbers of a study that the rules read, precomputed once."""
+
+    world: int
+    max_tp: int
+    layers: int
+    heads: int
+    kv_groups: int
+    ffn: int
+    expert_ffn: int
+    experts: int
+    is_moe: bool
+    seq: int
+    gbs: int
+
+    @classmethod
+    def of(cls, spec: StudySpec) -> Facts:
+        m = spec.model
+        return cls(
+            world=spec.world,
+            max_tp=spec.max_tp,
+            layers=m.num_layers,
+            heads=m.num_attention_heads,
+            kv_groups=m.query_groups,
+            ffn=m.ffn_hidden_size,
+            expert_ffn=m.expert_ffn,
+            experts=m.experts,
+            is_moe=m.is_moe,
+            seq=spec.workload.seq_length,
+            gbs=spec.workload.global_batch_size,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    axes: tuple[str, ...]
+    """axes read; ``dp`` stands for (tp, cp, pp) and ``m`` for (tp, cp, pp, mbs)"""
+    text: str
+    fn: Callable[[Facts, Any], str | None]
+
+
+def _dp(f: Facts, c: Any) -> int:
+    inner = c.tp * c.cp * c.pp
+    return f.world // inner if f.world % inner == 0 else 0
+
+
+def _world(f: Facts, c: Any) -> str | None:
+    inner = c.tp * c.cp * c.pp
+    if f.world % inner:
+        return f"tp·cp·pp = {c.tp}·{c.cp}·{c.pp} = {inner} does not divide the {f.world} GPUs (world = tp·cp·pp·dp)"
+    return None
+
+
+def _tp_max(f: Facts, c: Any) -> str | None:
+    if c.tp > f.max_tp:
+        return f"tp={c.tp} exceeds max_tp={f.max_tp} (tensor parallelism stays inside a node; raise search.max_tp to allow it)"
+    return None
+
+
+def _tp_heads(f: Facts, c: Any) -> str | None:
+    if f.heads % c.tp:
+        return f"tp={c.tp} does not divide the {f.heads} attention heads"
+    return None
+
+
+def _tp_kv(f: Facts, c: Any) -> str | None:
+    if f.kv_groups % c.tp:
+        return f"tp={c.tp} does not divide the {f.kv_groups} KV groups (num_query_groups)"
+    return None
+
+
+def _tp_ffn(f: Facts, c: Any) -> str | None:
+    if f.ffn % c.tp:
+        return f"tp={c.tp} does not divide ffn_hidden_size={f.ffn}"
+    if f.is_moe and f.expert_ffn % c.tp:
+        return f"tp={c.tp} does not divide moe_ffn_hidden_size={f.expert_ffn}"
+    return None
+
+
+def _seq_cp(f: Facts, c: Any) -> str | None:
+    if c.cp > 1 and f.seq % (2 * c.cp):
+        return f"seq_length={f.seq} is not divisible by 2·cp={2 * c.cp} (load-balanced causal context split)"
+    return None
+
+
+def _seq_tp(f: Facts, c: Any) -> str | None:
+    if c.tp > 1 and f.seq % (c.tp * c.cp):
+        return (
+            f"seq_length={f.seq} is not divisible by tp·cp={c.tp * c.cp} (sequence parallelism splits each "
+            "context-parallel chunk over tp)"
+        )
+    return None
+
+
+def _pp_layers(f: Facts, c: Any) -> str | None:
+    if f.layers % c.pp:
+        return f"pp={c.pp} does not divide the {f.layers} layers"
+    return None
+
+
+def _pp1(f: Facts, c: Any) -> str | None:
+    if c.pp == 1 and (c.vpp != 1 or c.pp_schedule != "1f1b"):
+        return f"pp=1 has no pipeline: vpp must be 1 and pp_schedule 1f1b (got vpp={c.vpp}, {c.pp_schedule})"
+    return None
+
+
+def _vpp_layers(f: Facts, c: Any) -> str | None:
+    if c.vpp > 1 and f.layers % (c.pp * c.vpp):
+        return f"vpp={c.vpp} needs the {f.layers} layers divisible by pp·vpp={c.pp * c.vpp}"
+    return None
+
+
+def _schedule_vpp(f: Facts, c: Any) -> str | None:
+    s, v = c.pp_schedule, c.vpp
+    if s in ("1f1b", "zb1p") and v != 1:
+        return f"pp_schedule={s} needs vpp=1 (got vpp={v}); use interleaved or zbv for virtual stages"
+    if s == "interleaved" and v == 1:
+        return "pp_schedule=interleaved needs vpp>1 (with vpp=1 it is 1f1b)"
+    if s == "zbv" and v != 2:
+        return f"pp_schedule=zbv needs exactly vpp=2 (got vpp={v})"
+    return None
+
+
+def _mb_whole(f: Facts, c: Any) -> str | None:
+    dp = _dp(f, c)
+    if dp and f.gbs % (c.mbs * dp):
+        return f"global_batch_size={f.gbs} is not divisible by mbs·dp={c.mbs}·{dp}={c.mbs * dp}"
+    return None
+
+
+def _mb_pp(f: Facts, c: Any) -> str | None:
+    dp = _dp(f, c)
+    if not dp or f.gbs % (c.mbs * dp):
+        return None
+    m = f.gbs // (c.mbs * dp)
+    if c.pp > 1 and m < c.pp:
+        return f"{m} micro-batches per step < pp={c.pp}: the pipeline cannot fill (lower mbs or pp)"
+    return None
+
+
+def _mb_interleaved(f: Facts, c: Any) -> str | None:
+    dp = _dp(f, c)
+    if c.pp_schedule != "interleaved" or not dp or f.gbs % (c.mbs * dp):
+        return None
+    m = f.gbs // (c.mbs * dp)
+    if m % c.pp:
+        return f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp={c.pp}"
+    return None
+
+
+def _ep_moe(f: Facts, c: Any) -> str | None:
+    if c.ep > 1 and not f.is_moe:
+        return f"ep={c.ep} needs an MoE model (this model is dense; use ep=1)"
+    return None
+
+
+def _ep_experts(f: Facts, c: Any) -> str | None:
+    if f.is_moe and f.experts % c.ep:
+        return f"ep={c.ep} does not divide the {f.experts} experts"
+    return None
+
+
+def _ep_fold(f: Facts, c: Any) -> str | None:
+    if c.ep > 1 and (f.world % c.pp or (f.world // c.pp) % c.ep):
+        return (
+            f"ep={c.ep} does not divide world/pp={f.world}/{c.pp} (expert parallelism folds into the non-pipeline "
+            "ranks, expert_tensor_parallel_size=1)"
+        )
+    return None
+
+
+def _deepep_moe(f: Facts, c: Any) -> str | None:
+    if c.moe_dispatcher == "deepep" and not f.is_moe:
+        return "moe_dispatcher=deepep applies to MoE layers only (this model is dense; use alltoall)"
+    return None
+
+
+def _zb_recompute(f: Facts, c: Any) -> str | None:
+    if c.pp_schedule in ("zb1p", "zbv") and c.recompute != "none":
+        return f"pp_schedule={c.pp_schedule} (zero bubble) is incompatible with recompute={c.recompute}; use recompute=none"
+    return None
+
+
+_P = ("tp", "cp", "pp")
+RULES: tuple[Rule, ...] = (
+    Rule("tp_max", ("tp",), "tp ≤ max_tp", _tp_max),
+    Rule("tp_heads", ("tp",), "tp divides the attention heads", _tp_heads),
+    Rule("tp_kv_groups", ("tp",), "tp divides the KV groups", _tp_kv),
+    Rule("tp_ffn", ("tp",), "tp divides the FFN widths", _tp_ffn),
+    Rule("seq_cp", ("cp",), "seq_length divisible by 2·cp", _seq_cp),
+    Rule("seq_tp", ("tp", "cp"), "seq_length divisible by tp·cp when tp>1 (sequence parallel)", _seq_tp),
+    Rule("world", _P, "tp·cp·pp divides the world size", _world),
+    Rule("pp_layers", ("pp",), "pp divides the layers", _pp_layers),
+    Rule("ep_moe", ("ep",), "ep>1 only for MoE models", _ep_moe),
+    Rule("ep_experts", ("ep",), "ep divides the experts", _ep_experts),
+    Rule("ep_fold", ("pp", "ep"), "ep divides world/pp", _ep_fold),
+    Rule("vpp_layers", ("pp", "vpp"), "vpp>1 needs layers divisible by pp·vpp", _vpp_layers),
+    Rule(
+        "schedule_vpp",
+        ("vpp", "pp_schedule"),
+        "1f1b/zb1p need vpp=1, interleaved vpp>1, zbv vpp=2",
+        _schedule_vpp,
+    ),
+    Rule("pp1_no_pipeline", ("pp", "vpp", "pp_schedule"), "pp=1 means vpp=1 and 1f1b", _pp1),
+    Rule("mb_whole", (*_P, "mbs"), "GBS divisible by mbs·dp", _mb_whole),
+    Rule("mb_ge_pp", (*_P, "mbs"), "micro-batches ≥ pp", _mb_pp),
+    Rule(
+        "mb_interleaved",
+        (*_P, "mbs", "pp_schedule"),
+        "interleaved needs micro-batches a multiple of pp",
+        _mb_interleaved,
+    ),
+    Rule(
+        "zb_recompute",
+        ("pp_schedule", "recompute"),
+        "zero-bubble schedules need recompute=none",
+        _zb_recompute,
+    ),
+    Rule("deepep_moe", ("moe_dispatcher",), "deepep only for MoE models", _deepep_moe),
+)
+RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
+
+
+def check(facts: Facts, config: Any) -> list[str]:
+    """Every violated rule's reason (empty = legal)."""
+    return [r for r in (rule.fn(facts, config) for rule in RULES) if r]

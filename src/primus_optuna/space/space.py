@@ -1,0 +1,208 @@
+""":class:`Space`: the candidate values of each axis, legality, canonical forms and fast enumeration.
+
+Example::
+
+    space = Space(StudySpec.from_yaml("studies/mixtral-8x22b-mi355x-fp8.yaml"))
+    space.check(space.baseline)   # [] -> legal
+    len(space.configs())          # every legal canonical configuration
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any
+
+from ..errors import SpecError
+from ..spec.study import AXES, CHOICES, StudySpec
+from .config import TrainingConfig
+from .rules import RULES, Facts, Rule
+
+# Enumeration order: the axes that prune most come first.
+ENUM_ORDER: tuple[str, ...] = (
+    "tp",
+    "cp",
+    "pp",
+    "ep",
+    "vpp",
+    "pp_schedule",
+    "mbs",
+    "recompute",
+    "moe_dispatcher",
+)
+DEFAULT_MBS = (1, 2, 4, 8)
+MAX_DEFAULT_VPP = 8
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class _Partial:
+    """Mutable stand-in for a configuration while enumerating (rules read attributes only)."""
+
+    __slots__ = AXES
+
+
+class Space:
+    """The legal, canonical configurations of a study."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self.facts = Facts.of(spec)
+        self.candidates: dict[str, list[Any]] = {a: self._default_candidates(a) for a in AXES}
+        for axis, values in spec.search.axes.items():
+            self.candidates[axis] = sorted(values) if axis not in CHOICES else list(values)
+
+    # --- candidates and canonical form ---------------------------------------------------------------------
+    def _default_candidates(self, axis: str) -> list[Any]:
+        f, spec = self.facts, self.spec
+        gpn = spec.cluster.gpus_per_node
+        if axis == "tp":
+            return [d for d in _divisors(f.world) if d <= f.max_tp]
+        if axis == "pp":
+            return [d for d in _divisors(f.world) if d <= f.layers]
+        if axis == "cp":
+            return [d for d in _divisors(f.world) if d <= gpn]
+        if axis == "ep":
+            return _divisors(f.experts) if f.is_moe else [1]
+        if axis == "vpp":
+            return [d for d in _divisors(f.layers) if d <= MAX_DEFAULT_VPP]
+        if axis == "mbs":
+            return [b for b in DEFAULT_MBS if b <= f.gbs]
+        if axis == "moe_dispatcher":
+            return list(CHOICES[axis]) if f.is_moe else ["alltoall"]
+        return list(CHOICES[axis])
+
+    def canonical(self, config: TrainingConfig) -> TrainingConfig:
+        """One representation per physical configuration, with ``dp``/``num_microbatches`` derived.
+
+        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1 and alltoall.
+        """
+        changes: dict[str, Any] = {}
+        if config.pp == 1:
+            changes.update(vpp=1, pp_schedule="1f1b")
+        elif config.pp_schedule == "interleaved" and config.vpp == 1:
+            changes["pp_schedule"] = "1f1b"
+        if not self.facts.is_moe:
+            changes.update(ep=1, moe_dispatcher="alltoall")
+        c = config.replace(**changes) if changes else config
+        return c.derive(self.facts.world, self.facts.gbs)
+
+    def make(self, **axes: Any) -> TrainingConfig:
+        """A derived (not canonicalised) configuration from axis values; missing axes come from the baseline."""
+        return (
+            self.baseline_raw.replace(**axes).derive(self.facts.world, self.facts.gbs)
+            if axes
+            else self.baseline
+        )
+
+    @cached_property
+    def baseline_raw(self) -> TrainingConfig:
+        return TrainingConfig.from_params(self.spec.search.baseline.model_dump())
+
+    @cached_property
+    def baseline(self) -> TrainingConfig:
+        """The study's baseline, derived but as written (it may be illegal: see :meth:`check`)."""
+        return self.baseline_raw.derive(self.facts.world, self.facts.gbs)
+
+    # --- legality -------------------------------------------------------------------------------------------
+    def check(self, config: TrainingConfig) -> list[str]:
+        """Every rule the configuration (as given) violates, as human reasons; empty means legal."""
+        return [r for r in (rule.fn(self.facts, config) for rule in RULES) if r]
+
+    def is_legal(self, config: TrainingConfig) -> bool:
+        return not self.check(config)
+
+    def __contains__(self, config: object) -> bool:
+        return isinstance(config, TrainingConfig) and config in self._config_set
+
+    # --- enumeration ----------------------------------------------------------------------------------------
+    def configs(self) -> list[TrainingConfig]:
+        """Every legal canonical configuration (cached). Raises :class:`SpecError` when there is none."""
+        configs = self._configs
+        if not configs:
+            raise SpecError(self.explain_empty())
+        return configs
+
+    @cached_property
+    def _configs(self) -> list[TrainingConfig]:
+        return list(self._enumerate())
+
+    @cached_property
+    def _config_set(self) -> frozenset[TrainingConfig]:
+        return frozenset(self._configs)
+
+    def _enumerate(self) -> Iterator[TrainingConfig]:
+        levels: list[list[Rule]] = [[] for _ in ENUM_ORDER]
+        for rule in RULES:
+            levels[max(ENUM_ORDER.index(a) for a in rule.axes)].append(rule)
+        cands = [self.candidates[a] for a in ENUM_ORDER]
+        facts, world, gbs = self.facts, self.facts.world, self.facts.gbs
+        p = _Partial()
+        n = len(ENUM_ORDER)
+
+        def rec(k: int) -> Iterator[TrainingConfig]:
+            axis, rules = ENUM_ORDER[k], levels[k]
+            for v in cands[k]:
+                setattr(p, axis, v)
+                if any(rule.fn(facts, p) for rule in rules):
+                    continue
+                if k + 1 < n:
+                    yield from rec(k + 1)
+                else:
+                    yield TrainingConfig(**{a: getattr(p, a) for a in AXES}).derive(world, gbs)
+
+        yield from rec(0)
+
+    def product(self) -> Iterator[TrainingConfig]:
+        """The raw Cartesian product of the candidate values (legal or not)."""
+        for values in itertools.product(*(self.candidates[a] for a in AXES)):
+            yield TrainingConfig(**dict(zip(AXES, values, strict=True)))
+
+    def legal_values(self) -> dict[str, list[Any]]:
+        """For each axis, the candidate values that appear in at least one legal configuration."""
+        seen: dict[str, set[Any]] = {a: set() for a in AXES}
+        for c in self._configs:
+            for a in AXES:
+                seen[a].add(getattr(c, a))
+        return {a: [v for v in self.candidates[a] if v in seen[a]] for a in AXES}
+
+    def elimination_counts(self, limit: int = 500_000) -> Counter[str]:
+        """How many points of the Cartesian product each rule rejects (for diagnostics)."""
+        counts: Counter[str] = Counter()
+        for c in itertools.islice(self.product(), limit):
+            for rule in RULES:
+                if rule.fn(self.facts, c):
+                    counts[rule.id] += 1
+        return counts
+
+    def explain_empty(self) -> str:
+        counts = self.elimination_counts()
+        total = 1
+        for a in AXES:
+            total *= len(self.candidates[a])
+        worst = counts.most_common(3)
+        detail = "; ".join(
+            f"{rid} ({next(r.text for r in RULES if r.id == rid)}) rejects {n} of {total}" for rid, n in worst
+        )
+        return (
+            f"study {self.spec.name!r} has no legal configuration among the {total} combinations of "
+            f"search.axes; the rule that eliminated the most: {detail}. Widen search.axes or change the "
+            "cluster/workload."
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The ``space --json`` document."""
+        base = self.baseline
+        return {
+            "axes": self.legal_values(),
+            "legal_configs": len(self.configs()),
+            "baseline": {
+                "config": base.to_params(),
+                "legal": not self.check(base),
+                "reasons": self.check(base),
+            },
+        }

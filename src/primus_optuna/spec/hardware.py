@@ -1,0 +1,151 @@
+"""GPU catalog and the :class:`GPUSpec` model.
+
+Figures are public datasheet values (shared/reference/hardware.md); every one of them can be overridden in a
+study file. Capacities are stored as the datasheet states them (decimal GB) and converted to GiB explicitly
+with :attr:`GPUSpec.hbm_gib`, so no estimate ever compares GiB with GB.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 2**30
+GB = 10**9
+
+
+class GPUSpec(BaseModel):
+    """One accelerator and the links it sees.
+
+    Example::
+
+        GPUSpec.catalog("mi355x").hbm_gib  # 268.2
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    vendor: Literal["amd", "nvidia", "other"] = "other"
+    bf16_tflops: float = Field(gt=0, description="dense BF16/FP16 peak, TFLOP/s")
+    fp8_tflops: float | None = Field(default=None, gt=0, description="dense FP8 peak, TFLOP/s; None = no FP8")
+    hbm_gb: float = Field(gt=0, description="HBM capacity in decimal GB, as datasheets state it")
+    hbm_bw_tbs: float = Field(gt=0, description="HBM bandwidth, TB/s")
+    intra_node_bw_gbs: float = Field(
+        gt=0, description="per-GPU one-direction bandwidth to the other GPUs of its node (aggregate), GB/s"
+    )
+    intra_node_links: int = Field(default=7, ge=1, description="peers a GPU links to directly (mesh only)")
+    intra_node_latency_us: float = Field(default=8.0, ge=0, description="fixed cost of an intra-node hop, us")
+    inter_node_bw_gbs: float = Field(gt=0, description="per-GPU one-direction network bandwidth, GB/s")
+    inter_node_latency_us: float = Field(
+        default=20.0, ge=0, description="fixed cost of an inter-node hop, us"
+    )
+    topology: Literal["switch", "mesh"] = Field(
+        description="intra-node fabric: NVSwitch-like (full bandwidth to any peer) or a full mesh of links"
+    )
+
+    @property
+    def hbm_gib(self) -> float:
+        """HBM capacity in GiB (2^30 bytes)."""
+        return self.hbm_gb * GB / GIB
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for ``bf16``/``fp16``/``fp8``; FP8 falls back to BF16 when the GPU has none."""
+        if precision == "fp8" and self.fp8_tflops is not None:
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+    @classmethod
+    def catalog(cls, name: str) -> GPUSpec:
+        return GPU_CATALOG[name]
+
+
+# Datasheet figures (shared/reference/hardware.md). Latencies are typical fixed costs of one collective hop
+# (NCCL/RCCL tests report ~5-10 us intra-node, ~15-30 us over RoCE/IB); they are overridable.
+_NET_400G = 50.0  # 400 Gb/s NIC per GPU = 50 GB/s one direction
+GPU_CATALOG: dict[str, GPUSpec] = {
+    "mi300x": GPUSpec(
+        name="mi300x",
+        vendor="amd",
+        bf16_tflops=1307,
+        fp8_tflops=2615,
+        hbm_gb=192,
+        hbm_bw_tbs=5.3,
+        intra_node_bw_gbs=448,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="mesh",
+    ),
+    "mi325x": GPUSpec(
+        name="mi325x",
+        vendor="amd",
+        bf16_tflops=1307,
+        fp8_tflops=2615,
+        hbm_gb=256,
+        hbm_bw_tbs=6.0,
+        intra_node_bw_gbs=448,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="mesh",
+    ),
+    "mi355x": GPUSpec(
+        name="mi355x",
+        vendor="amd",
+        bf16_tflops=2500,
+        fp8_tflops=5000,
+        hbm_gb=288,
+        hbm_bw_tbs=8.0,
+        intra_node_bw_gbs=537.6,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="mesh",
+    ),
+    "a100-80gb": GPUSpec(
+        name="a100-80gb",
+        vendor="nvidia",
+        bf16_tflops=312,
+        fp8_tflops=None,
+        hbm_gb=80,
+        hbm_bw_tbs=2.04,
+        intra_node_bw_gbs=300,
+        intra_node_links=7,
+        inter_node_bw_gbs=25.0,
+        topology="switch",
+    ),
+    "h100": GPUSpec(
+        name="h100",
+        vendor="nvidia",
+        bf16_tflops=989,
+        fp8_tflops=1979,
+        hbm_gb=80,
+        hbm_bw_tbs=3.35,
+        intra_node_bw_gbs=450,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="switch",
+    ),
+    "h200": GPUSpec(
+        name="h200",
+        vendor="nvidia",
+        bf16_tflops=989,
+        fp8_tflops=1979,
+        hbm_gb=141,
+        hbm_bw_tbs=4.8,
+        intra_node_bw_gbs=450,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="switch",
+    ),
+    "b200": GPUSpec(
+        name="b200",
+        vendor="nvidia",
+        bf16_tflops=2250,
+        fp8_tflops=4500,
+        hbm_gb=180,
+        hbm_bw_tbs=8.0,
+        intra_node_bw_gbs=900,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="switch",
+    ),
+}

@@ -1,0 +1,312 @@
+"""The study file: :class:`StudySpec` and its sections, loaded from YAML or a dict.
+
+Unknown keys are rejected everywhere; every error names the field and the fix and surfaces as one
+:class:`~primus_optuna.errors.SpecError`.
+
+Example::
+
+    spec = StudySpec.from_yaml("studies/mixtral-8x22b-mi355x-fp8.yaml")
+    spec.world, spec.model.num_experts  # (64, 8)
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ..errors import SpecError
+from .hardware import GPU_CATALOG, GPUSpec
+from .model import MODEL_CATALOG, ModelSpec
+
+AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs", "recompute", "moe_dispatcher", "pp_schedule")
+INT_AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs")
+RECOMPUTE = ("none", "selective", "full")
+DISPATCHERS = ("alltoall", "deepep")
+SCHEDULES = ("1f1b", "interleaved", "zb1p", "zbv")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "recompute": RECOMPUTE,
+    "moe_dispatcher": DISPATCHERS,
+    "pp_schedule": SCHEDULES,
+}
+OBJECTIVES = ("tokens_per_s_per_gpu", "peak_memory_gib")
+RUNNER_KINDS = ("analytical", "profile", "command", "local", "primus", "megatron", "slurm")
+
+
+def _unknown(kind: str, name: str, known: list[str]) -> ValueError:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return ValueError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class ClusterSpec(_Strict):
+    """``cluster``: the GPU (catalog name, catalog name plus overrides, or inline), nodes and GPUs per node."""
+
+    gpu: GPUSpec
+    nodes: int = Field(gt=0)
+    gpus_per_node: int = Field(default=8, gt=0)
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _resolve_gpu(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v not in GPU_CATALOG:
+                raise _unknown("GPU", v, sorted(GPU_CATALOG))
+            return GPU_CATALOG[v]
+        if isinstance(v, dict) and "catalog" in v:
+            name = v["catalog"]
+            if name not in GPU_CATALOG:
+                raise _unknown("GPU", str(name), sorted(GPU_CATALOG))
+            overrides = {k: val for k, val in v.items() if k != "catalog"}
+            return {**GPU_CATALOG[name].model_dump(), **overrides}
+        return v
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class WorkloadSpec(_Strict):
+    """``workload``: what one optimizer step processes."""
+
+    seq_length: int = Field(gt=0)
+    global_batch_size: int = Field(gt=0)
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    distributed_optimizer: bool = True
+
+
+class BaselineSpec(_Strict):
+    """A configuration written in a study file; omitted axes take Megatron's defaults."""
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)
+    mbs: int = Field(default=1, gt=0)
+    recompute: Literal["none", "selective", "full"] = "none"
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    pp_schedule: Literal["1f1b", "interleaved", "zb1p", "zbv"] = "1f1b"
+
+
+class SearchSpec(_Strict):
+    """``search``: objective, memory margin, baseline, axis restrictions and budget."""
+
+    objective: str | list[str] = "tokens_per_s_per_gpu"
+    memory_safety_margin: float = Field(default=0.10, ge=0.0, lt=1.0)
+    baseline: BaselineSpec = Field(default_factory=BaselineSpec)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    sweep_order: list[str] | None = None
+    n_trials: int = Field(default=30, gt=0)
+    seed: int = 0
+    max_tp: int | None = Field(default=None, gt=0)
+
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, v: str | list[str]) -> str | list[str]:
+        names = [v] if isinstance(v, str) else v
+        if not names or names[0] != "tokens_per_s_per_gpu":
+            raise ValueError("the first objective must be 'tokens_per_s_per_gpu'")
+        for n in names:
+            if n not in OBJECTIVES:
+                raise _unknown("objective", n, list(OBJECTIVES))
+        if len(set(names)) != len(names):
+            raise ValueError("objectives are listed twice")
+        return v
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for axis, values in v.items():
+            if axis not in AXES:
+                raise _unknown("axis", axis, list(AXES))
+            if not values:
+                raise ValueError(f"axes.{axis} is empty; list at least one value or remove the key")
+            if axis in INT_AXES:
+                if any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values):
+                    raise ValueError(f"axes.{axis} must be positive integers, got {values}")
+            else:
+                for x in values:
+                    if x not in CHOICES[axis]:
+                        raise _unknown(f"{axis} value", str(x), list(CHOICES[axis]))
+            out[axis] = list(dict.fromkeys(values))
+        return out
+
+    @field_validator("sweep_order")
+    @classmethod
+    def _order(cls, v: list[str] | None) -> list[str] | None:
+        for axis in v or []:
+            if axis not in AXES:
+                raise _unknown("axis in sweep_order", axis, list(AXES))
+        return v
+
+    @property
+    def objectives(self) -> list[str]:
+        return [self.objective] if isinstance(self.objective, str) else list(self.objective)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+
+class LLMSpec(_Strict):
+    """``llm``: the planner's model as a LiteLLM string. Keys come from the environment, never the file."""
+
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = Field(default=None, description="name of the env var holding the key")
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=4000, gt=0)
+    max_calls: int = Field(default=8, ge=0)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    num_retries: int = Field(default=2, ge=0)
+    proposals_per_round: int = Field(default=4, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keys(cls, v: Any) -> Any:
+        if isinstance(v, dict) and any(k in v for k in ("api_key", "key", "token")):
+            raise ValueError(
+                "API keys are never written in a study file; export the key (e.g. OPENAI_API_KEY) and, if its "
+                "name is unusual, set llm.api_key_env to that variable's name"
+            )
+        return v
+
+
+class RunnerSpec(_Strict):
+    """``runner``: which runner measures a configuration, and its options."""
+
+    kind: str = "analytical"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in RUNNER_KINDS:
+            raise _unknown("runner kind", v, list(RUNNER_KINDS))
+        return v
+
+
+class StudySpec(_Strict):
+    """A whole study file. Build with :meth:`from_yaml` or :meth:`from_dict`."""
+
+    name: str = Field(min_length=1)
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: WorkloadSpec
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    llm: LLMSpec = Field(default_factory=LLMSpec)
+    runner: RunnerSpec = Field(default_factory=RunnerSpec)
+    storage: str | None = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _resolve_model(cls, v: Any, info: ValidationInfo) -> Any:
+        if not isinstance(v, dict):
+            return v
+        if "catalog" in v:
+            name = v["catalog"]
+            if name not in MODEL_CATALOG:
+                raise _unknown("model", str(name), sorted(MODEL_CATALOG))
+            overrides = {k: val for k, val in v.items() if k != "catalog"}
+            return {**MODEL_CATALOG[name].model_dump(), **overrides}
+        if "hf_config" in v:
+            base = Path((info.context or {}).get("base_dir", "."))
+            path = Path(v["hf_config"])
+            if not path.is_absolute():
+                path = base / path
+            overrides = {k: val for k, val in v.items() if k != "hf_config"}
+            try:
+                return ModelSpec.from_hf_config(path, **overrides).model_dump()
+            except SpecError as exc:
+                raise ValueError(str(exc).removeprefix("model.hf_config: ")) from None
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> StudySpec:
+        gpu = self.cluster.gpu
+        if self.workload.precision == "fp8" and gpu.fp8_tflops is None:
+            raise ValueError(
+                f"workload.precision is fp8 but {gpu.name} has no FP8 peak; use bf16 or set cluster.gpu.fp8_tflops"
+            )
+        if self.search.max_tp is not None and self.search.max_tp > self.world:
+            raise ValueError(
+                f"search.max_tp={self.search.max_tp} exceeds the {self.world} GPUs of the cluster"
+            )
+        return self
+
+    # --- derived -------------------------------------------------------------------------------------------
+    @property
+    def world(self) -> int:
+        return self.cluster.world
+
+    @property
+    def max_tp(self) -> int:
+        return self.search.max_tp or self.cluster.gpus_per_node
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.workload.seq_length * self.workload.global_batch_size
+
+    # --- loading -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(
+        cls, data: dict[str, Any], *, source: str = "study", base_dir: str | Path = "."
+    ) -> StudySpec:
+        """Validate a study given as a dict (what the YAML file holds)."""
+        if not isinstance(data, dict):
+            raise SpecError(
+                f"{source}: a study must be a mapping with name, model, cluster, workload sections"
+            )
+        try:
+            return cls.model_validate(data, context={"base_dir": str(base_dir)})
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc, source)) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> StudySpec:
+        """Load and validate a study file."""
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(f"study file {str(p)!r} not found; pass the path of a YAML study (see studies/)")
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{p}: not valid YAML: {exc}") from None
+        return cls.from_dict(data, source=str(p), base_dir=p.parent)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain-data form (resolved catalogs) that :meth:`from_dict` accepts again."""
+        return self.model_dump(mode="json")
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One message, one line per problem, each naming the field path and what to do."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check its spelling against the study-file reference in README.md"
+        elif err["type"] == "missing":
+            msg = "required; add it"
+        lines.append(f"{loc}: {msg}")
+    head = f"{source}: invalid study file"
+    return head + ("\n  " + "\n  ".join(lines) if len(lines) > 1 else f": {lines[0]}")
