@@ -184,7 +184,7 @@ class LLMSpec(_Strict):
     def _no_keys(cls, v: Any) -> Any:
         if isinstance(v, dict) and any(k in v for k in ("api_key", "key", "token")):
             raise ValueError(
-                "API keys are never written in a study file; export the key (e.g. OPENAI_API_KEY) and, if its "
+                "API keys are never written in a study file; export the key in an environment variable (e.g. OPENAI_API_KEY) and, if its "
                 "name is unusual, set llm.api_key_env to that variable's name"
             )
         return v

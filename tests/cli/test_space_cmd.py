@@ -1,0 +1,66 @@
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from primus_optuna.cli import cli
+from tests.conftest import FLAGSHIP, small_moe_study
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_space_json_is_stable():
+    r = invoke("space", FLAGSHIP, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert list(doc) == ["axes", "legal_configs", "baseline"]
+    assert doc["legal_configs"] > 1000
+    assert doc["baseline"] == {
+        "config": {"tp": 1, "pp": 4, "ep": 8, "cp": 1, "vpp": 2, "mbs": 2, "recompute": "none",
+                   "moe_dispatcher": "alltoall", "pp_schedule": "interleaved"},
+        "legal": True, "reasons": [],
+    }
+    assert 3 not in doc["axes"]["tp"]
+
+
+def test_space_text():
+    r = invoke("space", FLAGSHIP)
+    assert r.exit_code == 0 and "legal configurations:" in r.output and "baseline" in r.output
+
+
+def test_check_legal_and_illegal():
+    r = invoke("check", FLAGSHIP, "--config", "tp=2,mbs=1")
+    assert r.exit_code == 0 and r.output.splitlines()[1] == "legal"
+    r = invoke("check", FLAGSHIP, "--config", "tp=3", "--json")
+    assert r.exit_code == 1
+    doc = json.loads(r.output)
+    assert doc["legal"] is False and any("KV groups" in x for x in doc["reasons"])
+    assert doc["config"]["pp"] == 4  # missing keys come from the baseline
+
+
+def test_check_reports_canonical_form():
+    r = invoke("check", FLAGSHIP, "--config", "pp=1,ep=8")
+    assert r.exit_code == 1 and "canonical form:" in r.output
+
+
+def test_user_errors_exit_2_with_one_message(tmp_path):
+    bad = small_moe_study()
+    bad["cluster"]["gpu"] = "mi350x"
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(bad))
+    for args in (["space", p], ["check", FLAGSHIP, "--config", "tp=abc"], ["space", tmp_path / "missing.yaml"],
+                 ["check", FLAGSHIP, "--config", "foo=1"]):
+        r = invoke(*args)
+        assert r.exit_code == 2, (args, r.output)
+        assert r.output.startswith("error: ") and r.output.count("error:") == 1
+    r = invoke("space", p)
+    assert "did you mean 'mi355x'" in r.output
+
+
+def test_empty_space_exit_2(tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text(yaml.safe_dump(small_moe_study(axes={"tp": [3]})))
+    r = invoke("space", p)
+    assert r.exit_code == 2 and "eliminated the most" in r.output

@@ -1,0 +1,105 @@
+"""Every legality rule has a passing and a failing case."""
+
+import pytest
+
+from primus_optuna import Space, StudySpec, TrainingConfig
+from primus_optuna.space import RULES
+from tests.conftest import FLAGSHIP, small_dense_study
+
+
+@pytest.fixture(scope="module")
+def moe() -> Space:
+    return Space(StudySpec.from_yaml(FLAGSHIP))  # Mixtral 8x22B, 64 MI355X, seq 8192, GBS 512
+
+
+@pytest.fixture(scope="module")
+def dense() -> Space:
+    return Space(StudySpec.from_dict(small_dense_study()))  # Llama 3.1 8B, 8 H100, seq 4096, GBS 64
+
+
+def reasons(space: Space, **axes) -> list[str]:
+    return space.check(space.make(**axes))
+
+
+BASE_OK = dict(tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=2, recompute="none", moe_dispatcher="alltoall", pp_schedule="interleaved")
+
+# rule id -> (passing axes, failing axes, substring of the failing reason), all on the flagship study
+CASES = {
+    "tp_max": ({"tp": 8}, {"tp": 16, "pp": 1, "vpp": 1, "pp_schedule": "1f1b"}, "max_tp"),
+    "tp_heads": ({"tp": 8}, {"tp": 32, "pp": 1, "vpp": 1, "pp_schedule": "1f1b"}, "attention heads"),
+    "tp_kv_groups": ({"tp": 4}, {"tp": 3}, "KV groups"),
+    "tp_ffn": ({"tp": 2}, {"tp": 6}, "ffn_hidden_size"),
+    "seq_cp": ({"cp": 8}, {"cp": 3}, "2·cp"),
+    "seq_tp": ({"tp": 2}, {"tp": 3}, "tp·cp"),
+    "world": ({"tp": 2, "cp": 2}, {"tp": 1, "cp": 1, "pp": 7, "vpp": 1, "pp_schedule": "1f1b"}, "does not divide the 64 GPUs"),
+    "pp_layers": ({"pp": 8}, {"pp": 16, "vpp": 1, "pp_schedule": "1f1b"}, "layers"),
+    "ep_experts": ({"ep": 4}, {"ep": 16}, "experts"),
+    "ep_fold": ({"ep": 8, "pp": 8}, {"ep": 8, "pp": 16, "vpp": 1, "pp_schedule": "1f1b"}, "world/pp"),
+    "vpp_layers": ({"vpp": 7}, {"vpp": 3}, "pp·vpp"),
+    "schedule_vpp": ({"vpp": 2, "pp_schedule": "zbv"}, {"vpp": 4, "pp_schedule": "zbv"}, "exactly vpp=2"),
+    "pp1_no_pipeline": ({"pp": 1, "vpp": 1, "pp_schedule": "1f1b"}, {"pp": 1}, "no pipeline"),
+    "mb_whole": ({"mbs": 2}, {"mbs": 3}, "not divisible by mbs·dp"),
+    "zb_recompute": ({"pp_schedule": "zbv", "recompute": "none"}, {"pp_schedule": "zbv", "recompute": "full"}, "zero bubble"),
+}
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_pass_and_fail(moe, rule_id):
+    ok, bad, needle = CASES[rule_id]
+    rule = next(r for r in RULES if r.id == rule_id)
+    good_cfg = moe.make(**{**BASE_OK, **ok})
+    bad_cfg = moe.make(**{**BASE_OK, **bad})
+    assert rule.fn(moe.facts, good_cfg) is None
+    reason = rule.fn(moe.facts, bad_cfg)
+    assert reason and needle in reason
+
+
+def test_microbatch_rules():
+    # Llama 3.1 8B on 8 GPUs with GBS 40: pp=4, tp=1 -> dp=2
+    data = small_dense_study()
+    data["workload"]["global_batch_size"] = 40
+    sp = Space(StudySpec.from_dict(data))
+    ge = next(r for r in RULES if r.id == "mb_ge_pp")
+    inter = next(r for r in RULES if r.id == "mb_interleaved")
+    base = dict(tp=1, pp=4, vpp=2, pp_schedule="interleaved")
+    assert ge.fn(sp.facts, sp.make(**base, mbs=5)) is None  # m = 4
+    assert "cannot fill" in ge.fn(sp.facts, sp.make(**base, mbs=10))  # m = 2 < 4
+    assert inter.fn(sp.facts, sp.make(**base, mbs=5)) is None  # m = 4
+    assert "multiple of pp" in inter.fn(sp.facts, sp.make(**base, mbs=4))  # m = 5
+    assert inter.fn(sp.facts, sp.make(tp=1, pp=4, mbs=4, vpp=1, pp_schedule="1f1b")) is None  # 1f1b: no multiple
+
+
+def test_dense_only_rules(dense):
+    for rule_id, good, bad, needle in [
+        ("ep_moe", {"ep": 1}, {"ep": 2}, "MoE"),
+        ("deepep_moe", {"moe_dispatcher": "alltoall"}, {"moe_dispatcher": "deepep"}, "MoE layers only"),
+    ]:
+        rule = next(r for r in RULES if r.id == rule_id)
+        assert rule.fn(dense.facts, dense.make(**good)) is None
+        assert needle in rule.fn(dense.facts, dense.make(**bad))
+
+
+def test_every_rule_is_covered():
+    assert set(CASES) | {"ep_moe", "deepep_moe", "mb_ge_pp", "mb_interleaved"} == {r.id for r in RULES}
+
+
+def test_schedule_vpp_other_branches(moe):
+    assert "needs vpp=1" in " ".join(reasons(moe, **{**BASE_OK, "pp_schedule": "1f1b", "vpp": 2}))
+    assert "needs vpp=1" in " ".join(reasons(moe, **{**BASE_OK, "pp_schedule": "zb1p", "vpp": 2}))
+    assert "needs vpp>1" in " ".join(reasons(moe, **{**BASE_OK, "pp_schedule": "interleaved", "vpp": 1}))
+
+
+def test_mixtral_rejects_tp3_and_tp6(moe):
+    for tp in (3, 6):
+        r = reasons(moe, **{**BASE_OK, "tp": tp})
+        assert any("KV groups" in x for x in r), r
+        assert TrainingConfig(tp=tp) not in moe
+    assert 3 not in moe.legal_values()["tp"] and 6 not in moe.legal_values()["tp"]
+
+
+def test_moe_dp_and_microbatches_are_derived(moe):
+    c = moe.make(**BASE_OK)
+    assert (c.dp, c.num_microbatches) == (16, 16)
+    assert moe.check(c) == []
+    # expert data parallel = world / (pp * ep) must be whole: ep folds into tp*cp*dp = 16 ranks per stage
+    assert moe.check(moe.make(**{**BASE_OK, "ep": 8, "tp": 2, "cp": 2})) == []

@@ -1,0 +1,83 @@
+import pytest
+
+from primus_optuna import Space, SpecError, StudySpec, TrainingConfig
+from primus_optuna.space import parse_config_string
+from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+
+
+def test_enumeration_equals_brute_force_filter_moe():
+    space = Space(StudySpec.from_dict(small_moe_study()))
+    brute = {c for c in space.product() if not space.check(c)}
+    fast = space.configs()
+    assert len(fast) == len(set(fast)) == len(brute) > 100
+    assert set(fast) == brute
+
+
+def test_enumeration_equals_brute_force_filter_dense_with_restricted_axes():
+    spec = StudySpec.from_dict(small_dense_study(axes={"tp": [1, 2, 4], "mbs": [1, 2], "recompute": ["none", "full"]}))
+    space = Space(spec)
+    brute = {c for c in space.product() if not space.check(c)}
+    assert set(space.configs()) == brute
+    assert {c.tp for c in brute} <= {1, 2, 4} and {c.recompute for c in brute} == {"none", "full"}
+
+
+def test_legal_configs_are_canonical_and_derived():
+    space = Space(StudySpec.from_yaml(FLAGSHIP))
+    for c in space.configs()[::97]:
+        assert space.canonical(c) == c
+        assert c.dp * c.tp * c.cp * c.pp == 64
+        assert c.num_microbatches * c.mbs * c.dp == 512
+
+
+def test_canonicalisation():
+    moe = Space(StudySpec.from_yaml(FLAGSHIP))
+    c = moe.canonical(TrainingConfig(pp=1, vpp=2, pp_schedule="zbv", ep=8))
+    assert (c.vpp, c.pp_schedule) == (1, "1f1b")
+    assert moe.canonical(TrainingConfig(pp=4, vpp=1, pp_schedule="interleaved")).pp_schedule == "1f1b"
+    # canonical forms are equal; different physical configs are not
+    assert moe.canonical(TrainingConfig(pp=1, vpp=2)) == moe.canonical(TrainingConfig(pp=1, vpp=1))
+    assert moe.canonical(TrainingConfig(pp=2)) != moe.canonical(TrainingConfig(pp=4))
+    dense = Space(StudySpec.from_dict(small_dense_study()))
+    d = dense.canonical(TrainingConfig(ep=8, moe_dispatcher="deepep"))
+    assert (d.ep, d.moe_dispatcher) == (1, "alltoall")
+    assert dense.check(d) == []  # tp1 pp1 on 8 GPUs
+
+
+def test_config_is_hashable_and_ignores_derived_fields():
+    a = TrainingConfig(tp=2).derive(64, 512)
+    b = TrainingConfig(tp=2)
+    assert a == b and hash(a) == hash(b) and a.dp == 32 and b.dp == 0
+    assert TrainingConfig.from_params(a.to_params()) == a
+    assert a.key() == "tp2-pp1-ep1-cp1-vpp1-mbs1-none-alltoall-1f1b"
+
+
+def test_parse_config_string():
+    assert parse_config_string("tp=2, pp=4,recompute=full") == {"tp": 2, "pp": 4, "recompute": "full"}
+    for bad, needle in [("tp", "KEY=VALUE"), ("tq=1", "unknown axis"), ("tp=0", "positive"), ("recompute=some", "one of")]:
+        with pytest.raises(SpecError, match=needle):
+            parse_config_string(bad)
+
+
+def test_baseline_missing_axes_default_and_legality():
+    space = Space(StudySpec.from_yaml(FLAGSHIP))
+    assert space.baseline == TrainingConfig(tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=2, pp_schedule="interleaved")
+    assert space.check(space.baseline) == []
+    assert space.baseline in space
+
+
+def test_empty_space_names_the_worst_rule():
+    spec = StudySpec.from_dict(small_moe_study(axes={"tp": [3]}))
+    with pytest.raises(SpecError) as e:
+        Space(spec).configs()
+    msg = str(e.value)
+    assert "no legal configuration" in msg and "Widen search.axes" in msg
+    worst = msg.split("eliminated the most: ")[1].split(" ")[0]
+    assert worst in {"tp_heads", "tp_kv_groups", "tp_ffn", "seq_tp", "world"}  # every point fails these for tp=3
+    assert "rejects 18432 of 18432" in msg
+
+
+def test_summary_shape():
+    s = Space(StudySpec.from_dict(small_moe_study())).summary()
+    assert set(s) == {"axes", "legal_configs", "baseline"}
+    assert set(s["baseline"]) == {"config", "legal", "reasons"}
+    assert list(s["axes"]) == ["tp", "pp", "ep", "cp", "vpp", "mbs", "recompute", "moe_dispatcher", "pp_schedule"]

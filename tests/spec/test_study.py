@@ -1,0 +1,162 @@
+import json
+
+import pytest
+import yaml
+
+from primus_optuna import GPUSpec, ModelSpec, SpecError, StudySpec
+from tests.conftest import STUDIES, small_dense_study, small_moe_study
+
+
+@pytest.mark.parametrize("path", sorted(STUDIES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_loads(path):
+    spec = StudySpec.from_yaml(path)
+    assert spec.world == spec.cluster.nodes * spec.cluster.gpus_per_node
+    assert spec.name
+
+
+def test_flagship_resolves_catalogs(flagship_path):
+    spec = StudySpec.from_yaml(flagship_path)
+    assert spec.model.num_layers == 56 and spec.model.num_experts == 8 and spec.model.query_groups == 8
+    assert spec.cluster.gpu.name == "mi355x" and spec.cluster.gpu.topology == "mesh"
+    assert spec.world == 64 and spec.max_tp == 8
+    assert spec.search.baseline.pp_schedule == "interleaved"
+    # 288 GB datasheet capacity converted to GiB, never compared as GB
+    assert spec.cluster.gpu.hbm_gib == pytest.approx(288e9 / 2**30)
+
+
+def test_dict_and_yaml_agree(tmp_path):
+    data = small_moe_study()
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    assert StudySpec.from_yaml(p) == StudySpec.from_dict(data)
+    # to_dict round-trips (resolved catalogs are inline fields)
+    spec = StudySpec.from_dict(data)
+    assert StudySpec.from_dict(spec.to_dict()) == spec
+
+
+def test_unknown_key_rejected_with_field_name():
+    data = small_moe_study()
+    data["workload"]["seq_len"] = 4096
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload.seq_len" in str(e.value) and "unknown key" in str(e.value)
+
+
+def test_unknown_catalog_names_suggest():
+    data = small_moe_study()
+    data["cluster"]["gpu"] = "mi350x"
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "cluster.gpu" in str(e.value) and "mi355x" in str(e.value)
+    data = small_moe_study()
+    data["model"] = {"catalog": "mixtral-8x23b"}
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "did you mean" in str(e.value) and "mixtral-8x22b" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "section,key,value",
+    [("cluster", "nodes", 0), ("cluster", "gpus_per_node", -8), ("workload", "global_batch_size", 0)],
+)
+def test_non_positive_sizes_rejected(section, key, value):
+    data = small_moe_study()
+    data[section][key] = value
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert f"{section}.{key}" in str(e.value)
+
+
+def test_gpu_overrides_and_inline_gpu():
+    data = small_moe_study()
+    data["cluster"]["gpu"] = {"catalog": "mi300x", "hbm_gb": 150, "inter_node_bw_gbs": 25}
+    spec = StudySpec.from_dict(data)
+    assert spec.cluster.gpu.hbm_gb == 150 and spec.cluster.gpu.bf16_tflops == 1307
+    inline = GPUSpec.catalog("h100").model_dump() | {"name": "my-gpu"}
+    data["cluster"]["gpu"] = inline
+    assert StudySpec.from_dict(data).cluster.gpu.name == "my-gpu"
+
+
+def test_model_overrides_and_inline_model():
+    data = small_dense_study()
+    data["model"] = {"catalog": "llama3.1-8b", "num_layers": 8}
+    assert StudySpec.from_dict(data).model.num_layers == 8
+    data["model"] = {
+        "num_layers": 4, "hidden_size": 512, "ffn_hidden_size": 2048, "num_attention_heads": 8,
+        "vocab_size": 1000,
+    }
+    m = StudySpec.from_dict(data).model
+    assert m.head_dim == 64 and m.query_groups == 8 and not m.is_moe
+
+
+def test_hf_config_import(tmp_path):
+    cfg = {
+        "num_hidden_layers": 56, "hidden_size": 6144, "intermediate_size": 16384, "num_attention_heads": 48,
+        "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "tie_word_embeddings": False, "hidden_act": "silu", "model_type": "mixtral",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    data = small_moe_study()
+    data["model"] = {"hf_config": "config.json"}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    m = StudySpec.from_yaml(p).model
+    ref = ModelSpec.catalog("mixtral-8x22b")
+    for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "num_experts", "moe_router_topk"):
+        assert getattr(m, field) == getattr(ref, field)
+    assert m.query_groups == 8 and m.expert_ffn == 16384 and m.untie_embeddings_and_output_weights
+
+
+def test_hf_config_missing_file_is_clear(tmp_path):
+    data = small_moe_study()
+    data["model"] = {"hf_config": "nope.json"}
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data, base_dir=tmp_path)
+    assert "model" in str(e.value) and "not found" in str(e.value)
+
+
+def test_api_key_in_study_file_is_refused():
+    data = small_moe_study()
+    data["llm"] = {"model": "openai/gpt-4o", "api_key": "sk-secret"}
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "environment" in str(e.value) and "sk-secret" not in str(e.value)
+
+
+def test_fp8_needs_fp8_hardware():
+    data = small_dense_study()
+    data["cluster"]["gpu"] = "a100-80gb"
+    data["workload"]["precision"] = "fp8"
+    with pytest.raises(SpecError, match="fp8"):
+        StudySpec.from_dict(data)
+
+
+def test_search_section_validation():
+    with pytest.raises(SpecError, match="axis"):
+        StudySpec.from_dict(small_moe_study(axes={"tensor": [1]}))
+    with pytest.raises(SpecError, match="recompute"):
+        StudySpec.from_dict(small_moe_study(axes={"recompute": ["partial"]}))
+    with pytest.raises(SpecError, match="positive integers"):
+        StudySpec.from_dict(small_moe_study(axes={"tp": [0, 1]}))
+    with pytest.raises(SpecError, match="objective"):
+        StudySpec.from_dict(small_moe_study(objective="mfu"))
+    spec = StudySpec.from_dict(small_moe_study(objective=["tokens_per_s_per_gpu", "peak_memory_gib"]))
+    assert spec.search.multi_objective
+
+
+def test_missing_section_is_named():
+    data = small_moe_study()
+    del data["workload"]
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload" in str(e.value) and "required" in str(e.value)
+
+
+def test_not_a_mapping_and_bad_yaml(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        StudySpec.from_yaml(p)
+    p.write_text("- a\n- b\n")
+    with pytest.raises(SpecError, match="mapping"):
+        StudySpec.from_yaml(p)
