@@ -1,0 +1,347 @@
+"""Export a configuration in the format a launcher reads, and parse each format back.
+
+Formats (``FORMATS``):
+
+- ``primus``: a Primus experiment overlay (``modules.pre_trainer.overrides``) with Megatron argument names;
+- ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations;
+- ``env``: ``export PRIMUS_TP=1`` lines for launch scripts;
+- ``json``: the nine axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
+
+Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text describes, so
+``parse_export(export_config(spec, c, fmt), fmt, spec) == c`` for every format (the round-trip test).
+
+Megatron/Primus names: ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
+``expert_model_parallel_size``, ``context_parallel_size``, ``num_virtual_stages_per_pipeline_rank``,
+``micro_batch_size``, ``global_batch_size``, ``recompute_granularity/method/num_layers``,
+``moe_token_dispatcher_type`` (DeepEP: ``flex`` + ``moe_enable_deepep`` and Primus-Turbo's
+``use_turbo_deepep``), the zero-bubble switches of Primus (``patch_zero_bubble``, ``enable_zero_bubble``,
+``zero_bubble_v_schedule``, ``zero_bubble_v_schedule_mem_setup``) and ``fp8: hybrid``.
+
+Example::
+
+    text = export_config(spec, config, "megatron")
+    parse_export(text, "megatron", spec) == config  # True
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import yaml
+
+from ..errors import SpecError
+from ..space import TrainingConfig
+from ..spec import StudySpec
+
+FORMATS: tuple[str, ...] = ("primus", "megatron", "env", "json")
+
+ENV_NAMES: dict[str, str] = {
+    "tp": "PRIMUS_TP",
+    "pp": "PRIMUS_PP",
+    "ep": "PRIMUS_EP",
+    "cp": "PRIMUS_CP",
+    "vpp": "PRIMUS_VPP",
+    "mbs": "PRIMUS_MBS",
+    "recompute": "PRIMUS_RECOMPUTE",
+    "moe_dispatcher": "PRIMUS_MOE_DISPATCHER",
+    "pp_schedule": "PRIMUS_PP_SCHEDULE",
+}
+"""``env`` format: one variable per axis (plus ``PRIMUS_GBS``/``PRIMUS_DP``/``PRIMUS_SEQ_LENGTH``)."""
+
+
+def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
+    """The Megatron/Primus arguments (underscore names) that select ``config`` for ``spec``'s workload."""
+    c = config
+    out: dict[str, Any] = {
+        "tensor_model_parallel_size": c.tp,
+        "pipeline_model_parallel_size": c.pp,
+        "expert_model_parallel_size": c.ep,
+        "context_parallel_size": c.cp,
+        "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 else None,
+        "sequence_parallel": c.tp > 1,
+        "micro_batch_size": c.mbs,
+        "global_batch_size": spec.workload.global_batch_size,
+        "seq_length": spec.workload.seq_length,
+        "use_distributed_optimizer": spec.workload.distributed_optimizer,
+    }
+    if c.recompute == "none":
+        out.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None)
+    elif c.recompute == "full":
+        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    else:
+        out.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None)
+    if spec.model.is_moe:
+        deepep = c.moe_dispatcher == "deepep"
+        out.update(
+            moe_token_dispatcher_type="flex" if deepep else "alltoall",
+            moe_enable_deepep=deepep,
+            use_turbo_deepep=deepep,
+        )
+        if deepep:
+            out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
+    zb = c.pp_schedule in ("zb1p", "zbv")
+    out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
+    if c.pp_schedule == "zbv":
+        out["zero_bubble_v_schedule_mem_setup"] = "zb"
+    if zb:  # required by Primus's zero-bubble pipeline (Primus docs: zero-bubble required args)
+        out.update(overlap_grad_reduce=False, overlap_param_gather=False)
+    precision = spec.workload.precision
+    out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
+    out["fp8"] = "hybrid" if precision == "fp8" else None
+    return out
+
+
+def config_from_overrides(values: dict[str, Any], spec: StudySpec | None = None) -> TrainingConfig:
+    """The :class:`TrainingConfig` that a dict of Megatron/Primus arguments selects (inverse of
+    :func:`megatron_overrides`; absent arguments take Megatron's defaults)."""
+
+    def get(name: str, default: Any = None) -> Any:
+        v = values.get(name, default)
+        return default if v is None else v
+
+    vpp = int(get("num_virtual_stages_per_pipeline_rank", get("virtual_pipeline_model_parallel_size", 1)))
+    if _truthy(get("zero_bubble_v_schedule", False)):
+        schedule = "zbv"
+    elif _truthy(get("enable_zero_bubble", False)) or _truthy(get("patch_zero_bubble", False)):
+        schedule = "zb1p"
+    elif vpp > 1:
+        schedule = "interleaved"
+    else:
+        schedule = "1f1b"
+    granularity = get("recompute_granularity")
+    recompute = granularity if granularity in ("full", "selective") else "none"
+    deepep = (
+        get("moe_token_dispatcher_type") == "flex"
+        or _truthy(get("moe_enable_deepep", False))
+        or _truthy(get("use_turbo_deepep", False))
+    )
+    config = TrainingConfig.from_params(
+        {
+            "tp": get("tensor_model_parallel_size", 1),
+            "pp": get("pipeline_model_parallel_size", 1),
+            "ep": get("expert_model_parallel_size", 1),
+            "cp": get("context_parallel_size", 1),
+            "vpp": vpp,
+            "mbs": get("micro_batch_size", 1),
+            "recompute": recompute,
+            "moe_dispatcher": "deepep" if deepep else "alltoall",
+            "pp_schedule": schedule,
+        }
+    )
+    return _derive(config, spec)
+
+
+def _truthy(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(v)
+
+
+def _derive(config: TrainingConfig, spec: StudySpec | None) -> TrainingConfig:
+    return config.derive(spec.world, spec.workload.global_batch_size) if spec is not None else config
+
+
+# --- writers ------------------------------------------------------------------------------------------------
+
+
+def to_primus_yaml(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
+    """A Primus experiment overlay: ``modules.pre_trainer.overrides`` holds the Megatron arguments."""
+    doc = {"modules": {"pre_trainer": {"overrides": megatron_overrides(spec, config)}}}
+    return _comment(header) + yaml.safe_dump(doc, sort_keys=False)
+
+
+def megatron_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
+    """Megatron-LM command-line arguments (booleans as bare flags, unset arguments omitted)."""
+    args: list[str] = []
+    for name, value in megatron_overrides(spec, config).items():
+        flag = "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
+    """:func:`megatron_args` one per line, joined with shell continuations."""
+    args = megatron_args(spec, config)
+    lines: list[str] = []
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"{args[i]} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            lines.append(args[i])
+            i += 1
+    return _comment(header) + " \\\n".join(lines) + "\n"
+
+
+def to_env(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
+    """``export NAME=value`` lines: the nine axes, derived DP, GBS and sequence length."""
+    c = config.derive(spec.world, spec.workload.global_batch_size)
+    pairs = [(ENV_NAMES[a], v) for a, v in c.to_params().items()]
+    pairs += [
+        ("PRIMUS_DP", c.dp),
+        ("PRIMUS_GBS", spec.workload.global_batch_size),
+        ("PRIMUS_SEQ_LENGTH", spec.workload.seq_length),
+    ]
+    return _comment(header) + "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in pairs)
+
+
+def to_json(spec: StudySpec, config: TrainingConfig, extra: dict[str, Any] | None = None) -> str:
+    """JSON: ``config`` (axes + derived), ``megatron`` (the overrides) and any ``extra`` fields."""
+    c = config.derive(spec.world, spec.workload.global_batch_size)
+    doc = {**(extra or {}), "config": c.to_dict(), "megatron": megatron_overrides(spec, c)}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def export_config(
+    spec: StudySpec,
+    config: TrainingConfig,
+    fmt: str,
+    *,
+    header: str = "",
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """``config`` as text in format ``fmt`` (one of :data:`FORMATS`); ``header`` becomes comment lines."""
+    if fmt == "primus":
+        return to_primus_yaml(spec, config, header)
+    if fmt == "megatron":
+        return to_megatron(spec, config, header)
+    if fmt == "env":
+        return to_env(spec, config, header)
+    if fmt == "json":
+        return to_json(spec, config, {"comment": header, **(extra or {})} if header else extra)
+    raise SpecError(f"--format: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _comment(header: str) -> str:
+    return "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+
+
+# --- parsers ------------------------------------------------------------------------------------------------
+
+
+def parse_primus_yaml(text: str, spec: StudySpec | None = None) -> TrainingConfig:
+    """Parse a Primus overlay (nested ``modules.pre_trainer.overrides`` or a flat mapping)."""
+    doc = yaml.safe_load(text) or {}
+    if not isinstance(doc, dict):
+        raise SpecError("primus overlay: expected a YAML mapping")
+    overrides = (
+        doc.get("modules", {}).get("pre_trainer", {}).get("overrides", doc) if "modules" in doc else doc
+    )
+    return config_from_overrides(overrides, spec)
+
+
+def parse_megatron_args(text: str | list[str], spec: StudySpec | None = None) -> TrainingConfig:
+    """Parse Megatron command-line arguments (a string with continuations, or an argv list)."""
+    if isinstance(text, str):
+        body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+        argv = shlex.split(body.replace("\\\n", " "))
+    else:
+        argv = list(text)
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if not tok.startswith("--"):
+            i += 1
+            continue
+        name = tok[2:].replace("-", "_")
+        if "=" in name:
+            name, value = name.split("=", 1)
+            values[name] = value
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            values[name] = argv[i + 1]
+            i += 2
+        else:
+            values[name] = True
+            i += 1
+    return config_from_overrides(values, spec)
+
+
+def parse_env(text: str, spec: StudySpec | None = None) -> TrainingConfig:
+    """Parse ``export NAME=value`` lines written by :func:`to_env`."""
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        if "=" in line:
+            k, v = line.split("=", 1)
+            env[k.strip()] = shlex.split(v)[0] if v.strip() else ""
+    params = {axis: env[name] for axis, name in ENV_NAMES.items() if name in env}
+    return _derive(TrainingConfig.from_params(params), spec)
+
+
+def parse_json(text: str, spec: StudySpec | None = None) -> TrainingConfig:
+    """Parse the JSON written by :func:`to_json` (or a bare dict of axes)."""
+    doc = json.loads(text)
+    params = doc.get("config", doc) if isinstance(doc, dict) else None
+    if not isinstance(params, dict):
+        raise SpecError("json export: expected an object with a 'config' mapping")
+    return _derive(TrainingConfig.from_params(params), spec)
+
+
+PARSERS = {
+    "primus": parse_primus_yaml,
+    "megatron": parse_megatron_args,
+    "env": parse_env,
+    "json": parse_json,
+}
+
+
+def parse_export(text: str, fmt: str, spec: StudySpec | None = None) -> TrainingConfig:
+    """Inverse of :func:`export_config`."""
+    if fmt not in PARSERS:
+        raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return PARSERS[fmt](text, spec)
+
+
+# --- studies ------------------------------------------------------------------------------------------------
+
+
+def study_spec(study: Any) -> StudySpec:
+    """The :class:`StudySpec` a primus-optuna study stored in its ``primus_spec`` user attr."""
+    data = study.user_attrs.get("primus_spec")
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"study {study.study_name!r} was not created by primus-optuna (no 'primus_spec' study user attr)"
+        )
+    return StudySpec.from_dict(data, source=f"study {study.study_name!r}")
+
+
+def trial_config(trial: Any, spec: StudySpec) -> TrainingConfig:
+    """The configuration of a trial (its Optuna params are the axes), derived for ``spec``."""
+    from ..spec.study import AXES
+
+    params = {k: v for k, v in trial.params.items() if k in AXES}
+    return _derive(TrainingConfig.from_params(params), spec)
+
+
+def select_trial(study: Any, number: int | None = None) -> Any:
+    """Trial ``number``, or the best one (for a Pareto study: the highest tokens/s on the front)."""
+    import optuna
+
+    if number is not None:
+        for t in study.get_trials(deepcopy=False):
+            if t.number == number:
+                if not t.params:
+                    raise SpecError(f"--trial {number}: the trial has no parameters yet ({t.state.name})")
+                return t
+        raise SpecError(f"--trial {number}: study {study.study_name!r} has no trial with that number")
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not done:
+        raise SpecError(
+            f"study {study.study_name!r} has no completed trial yet; pass --trial N or run it longer"
+        )
+    if len(study.directions) > 1:
+        return max(study.best_trials, key=lambda t: t.values[0])
+    return study.best_trial

@@ -1,0 +1,85 @@
+"""Every export format round-trips to the same TrainingConfig."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from primus_optuna.record.export import (
+    FORMATS,
+    export_config,
+    megatron_args,
+    parse_export,
+    parse_megatron_args,
+)
+from primus_optuna.space import Space, TrainingConfig
+from primus_optuna.spec import StudySpec
+
+
+@pytest.fixture(scope="module")
+def flagship() -> StudySpec:
+    return StudySpec.from_yaml("studies/mixtral-8x22b-mi355x-fp8.yaml")
+
+
+def _sample(space: Space) -> list[TrainingConfig]:
+    configs = space.configs()
+    picked = {c.pp_schedule + c.recompute + c.moe_dispatcher: c for c in configs}  # every combination
+    return list(picked.values()) + configs[:: max(1, len(configs) // 40)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_round_trip_flagship(flagship: StudySpec, fmt: str) -> None:
+    space = Space(flagship)
+    configs = _sample(space)
+    assert {c.pp_schedule for c in configs} == {"1f1b", "interleaved", "zb1p", "zbv"}
+    for c in configs:
+        text = export_config(flagship, c, fmt, header="trial 3 of study x")
+        back = parse_export(text, fmt, flagship)
+        assert back == c, (fmt, text)
+        assert (back.dp, back.num_microbatches) == (c.dp, c.num_microbatches)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_round_trip_dense(fmt: str) -> None:
+    spec = StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml")
+    for c in Space(spec).configs()[::97]:
+        assert parse_export(export_config(spec, c, fmt), fmt, spec) == c
+
+
+def test_primus_overlay_uses_megatron_names(flagship: StudySpec) -> None:
+    c = Space(flagship).make(
+        tp=2, pp=4, vpp=2, ep=8, mbs=1, recompute="full", moe_dispatcher="deepep", pp_schedule="zbv"
+    )
+    doc = yaml.safe_load(export_config(flagship, c, "primus"))
+    o = doc["modules"]["pre_trainer"]["overrides"]
+    assert o["tensor_model_parallel_size"] == 2
+    assert o["pipeline_model_parallel_size"] == 4
+    assert o["expert_model_parallel_size"] == 8
+    assert o["context_parallel_size"] == 1
+    assert o["num_virtual_stages_per_pipeline_rank"] == 2
+    assert o["micro_batch_size"] == 1 and o["global_batch_size"] == 512
+    assert (o["recompute_granularity"], o["recompute_method"], o["recompute_num_layers"]) == (
+        "full",
+        "uniform",
+        1,
+    )
+    assert o["moe_token_dispatcher_type"] == "flex" and o["use_turbo_deepep"] is True
+    assert o["patch_zero_bubble"] and o["zero_bubble_v_schedule"]
+    assert o["fp8"] == "hybrid" and o["sequence_parallel"] is True
+
+
+def test_megatron_args_are_flags(flagship: StudySpec) -> None:
+    c = Space(flagship).baseline
+    argv = megatron_args(flagship, c)
+    assert argv[:2] == ["--tensor-model-parallel-size", "1"]
+    assert "--num-virtual-stages-per-pipeline-rank" in argv and "--recompute-granularity" not in argv
+    assert parse_megatron_args(argv, flagship) == c
+
+
+def test_json_carries_derived_and_extra(flagship: StudySpec) -> None:
+    c = Space(flagship).baseline
+    doc = json.loads(export_config(flagship, c, "json", extra={"trial": 0}))
+    assert doc["trial"] == 0
+    assert doc["config"]["dp"] == c.dp == 16 and doc["config"]["num_microbatches"] == c.num_microbatches
