@@ -1,6 +1,6 @@
 """Benchmark: size of each shipped study's legal space and the time to enumerate it.
 
-    python scripts/bench_space.py [--repeat 5]
+python scripts/bench_space.py [--repeat 5]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    print(f"{'study':<34} {'product':>9} {'legal':>7} {'enumerate ms (median of %d)' % args.repeat:>28}")
+    print(f"{'study':<34} {'product':>9} {'legal':>7} {f'enumerate ms (median of {args.repeat})':>28}")
     for path in sorted((ROOT / "studies").glob("*.yaml")):
         spec = StudySpec.from_yaml(path)
         times, n = [], 0

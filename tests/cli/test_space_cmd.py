@@ -2,9 +2,9 @@ import json
 
 import yaml
 from click.testing import CliRunner
+from tests.conftest import FLAGSHIP, small_moe_study
 
 from primus_optuna.cli import cli
-from tests.conftest import FLAGSHIP, small_moe_study
 
 
 def invoke(*args):
@@ -18,9 +18,19 @@ def test_space_json_is_stable():
     assert list(doc) == ["axes", "legal_configs", "baseline"]
     assert doc["legal_configs"] > 1000
     assert doc["baseline"] == {
-        "config": {"tp": 1, "pp": 4, "ep": 8, "cp": 1, "vpp": 2, "mbs": 2, "recompute": "none",
-                   "moe_dispatcher": "alltoall", "pp_schedule": "interleaved"},
-        "legal": True, "reasons": [],
+        "config": {
+            "tp": 1,
+            "pp": 4,
+            "ep": 8,
+            "cp": 1,
+            "vpp": 2,
+            "mbs": 2,
+            "recompute": "none",
+            "moe_dispatcher": "alltoall",
+            "pp_schedule": "interleaved",
+        },
+        "legal": True,
+        "reasons": [],
     }
     assert 3 not in doc["axes"]["tp"]
 
@@ -50,8 +60,12 @@ def test_user_errors_exit_2_with_one_message(tmp_path):
     bad["cluster"]["gpu"] = "mi350x"
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(bad))
-    for args in (["space", p], ["check", FLAGSHIP, "--config", "tp=abc"], ["space", tmp_path / "missing.yaml"],
-                 ["check", FLAGSHIP, "--config", "foo=1"]):
+    for args in (
+        ["space", p],
+        ["check", FLAGSHIP, "--config", "tp=abc"],
+        ["space", tmp_path / "missing.yaml"],
+        ["check", FLAGSHIP, "--config", "foo=1"],
+    ):
         r = invoke(*args)
         assert r.exit_code == 2, (args, r.output)
         assert r.output.startswith("error: ") and r.output.count("error:") == 1

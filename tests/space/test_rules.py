@@ -1,10 +1,10 @@
 """Every legality rule has a passing and a failing case."""
 
 import pytest
+from tests.conftest import FLAGSHIP, small_dense_study
 
 from primus_optuna import Space, StudySpec, TrainingConfig
 from primus_optuna.space import RULES
-from tests.conftest import FLAGSHIP, small_dense_study
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,17 @@ def reasons(space: Space, **axes) -> list[str]:
     return space.check(space.make(**axes))
 
 
-BASE_OK = dict(tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=2, recompute="none", moe_dispatcher="alltoall", pp_schedule="interleaved")
+BASE_OK = dict(
+    tp=1,
+    pp=4,
+    vpp=2,
+    ep=8,
+    cp=1,
+    mbs=2,
+    recompute="none",
+    moe_dispatcher="alltoall",
+    pp_schedule="interleaved",
+)
 
 # rule id -> (passing axes, failing axes, substring of the failing reason), all on the flagship study
 CASES = {
@@ -31,7 +41,11 @@ CASES = {
     "tp_ffn": ({"tp": 2}, {"tp": 6}, "ffn_hidden_size"),
     "seq_cp": ({"cp": 8}, {"cp": 3}, "2·cp"),
     "seq_tp": ({"tp": 2}, {"tp": 3}, "tp·cp"),
-    "world": ({"tp": 2, "cp": 2}, {"tp": 1, "cp": 1, "pp": 7, "vpp": 1, "pp_schedule": "1f1b"}, "does not divide the 64 GPUs"),
+    "world": (
+        {"tp": 2, "cp": 2},
+        {"tp": 1, "cp": 1, "pp": 7, "vpp": 1, "pp_schedule": "1f1b"},
+        "does not divide the 64 GPUs",
+    ),
     "pp_layers": ({"pp": 8}, {"pp": 16, "vpp": 1, "pp_schedule": "1f1b"}, "layers"),
     "ep_experts": ({"ep": 4}, {"ep": 16}, "experts"),
     "ep_fold": ({"ep": 8, "pp": 8}, {"ep": 8, "pp": 16, "vpp": 1, "pp_schedule": "1f1b"}, "world/pp"),
@@ -39,7 +53,11 @@ CASES = {
     "schedule_vpp": ({"vpp": 2, "pp_schedule": "zbv"}, {"vpp": 4, "pp_schedule": "zbv"}, "exactly vpp=2"),
     "pp1_no_pipeline": ({"pp": 1, "vpp": 1, "pp_schedule": "1f1b"}, {"pp": 1}, "no pipeline"),
     "mb_whole": ({"mbs": 2}, {"mbs": 3}, "not divisible by mbs·dp"),
-    "zb_recompute": ({"pp_schedule": "zbv", "recompute": "none"}, {"pp_schedule": "zbv", "recompute": "full"}, "zero bubble"),
+    "zb_recompute": (
+        {"pp_schedule": "zbv", "recompute": "none"},
+        {"pp_schedule": "zbv", "recompute": "full"},
+        "zero bubble",
+    ),
 }
 
 
@@ -66,7 +84,9 @@ def test_microbatch_rules():
     assert "cannot fill" in ge.fn(sp.facts, sp.make(**base, mbs=10))  # m = 2 < 4
     assert inter.fn(sp.facts, sp.make(**base, mbs=5)) is None  # m = 4
     assert "multiple of pp" in inter.fn(sp.facts, sp.make(**base, mbs=4))  # m = 5
-    assert inter.fn(sp.facts, sp.make(tp=1, pp=4, mbs=4, vpp=1, pp_schedule="1f1b")) is None  # 1f1b: no multiple
+    assert (
+        inter.fn(sp.facts, sp.make(tp=1, pp=4, mbs=4, vpp=1, pp_schedule="1f1b")) is None
+    )  # 1f1b: no multiple
 
 
 def test_dense_only_rules(dense):

@@ -1,8 +1,8 @@
 import pytest
+from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
 
 from primus_optuna import Space, SpecError, StudySpec, TrainingConfig
 from primus_optuna.space import parse_config_string
-from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
 
 
 def test_enumeration_equals_brute_force_filter_moe():
@@ -14,7 +14,9 @@ def test_enumeration_equals_brute_force_filter_moe():
 
 
 def test_enumeration_equals_brute_force_filter_dense_with_restricted_axes():
-    spec = StudySpec.from_dict(small_dense_study(axes={"tp": [1, 2, 4], "mbs": [1, 2], "recompute": ["none", "full"]}))
+    spec = StudySpec.from_dict(
+        small_dense_study(axes={"tp": [1, 2, 4], "mbs": [1, 2], "recompute": ["none", "full"]})
+    )
     space = Space(spec)
     brute = {c for c in space.product() if not space.check(c)}
     assert set(space.configs()) == brute
@@ -53,7 +55,12 @@ def test_config_is_hashable_and_ignores_derived_fields():
 
 def test_parse_config_string():
     assert parse_config_string("tp=2, pp=4,recompute=full") == {"tp": 2, "pp": 4, "recompute": "full"}
-    for bad, needle in [("tp", "KEY=VALUE"), ("tq=1", "unknown axis"), ("tp=0", "positive"), ("recompute=some", "one of")]:
+    for bad, needle in [
+        ("tp", "KEY=VALUE"),
+        ("tq=1", "unknown axis"),
+        ("tp=0", "positive"),
+        ("recompute=some", "one of"),
+    ]:
         with pytest.raises(SpecError, match=needle):
             parse_config_string(bad)
 
@@ -72,7 +79,13 @@ def test_empty_space_names_the_worst_rule():
     msg = str(e.value)
     assert "no legal configuration" in msg and "Widen search.axes" in msg
     worst = msg.split("eliminated the most: ")[1].split(" ")[0]
-    assert worst in {"tp_heads", "tp_kv_groups", "tp_ffn", "seq_tp", "world"}  # every point fails these for tp=3
+    assert worst in {
+        "tp_heads",
+        "tp_kv_groups",
+        "tp_ffn",
+        "seq_tp",
+        "world",
+    }  # every point fails these for tp=3
     assert "rejects 18432 of 18432" in msg
 
 
@@ -80,4 +93,14 @@ def test_summary_shape():
     s = Space(StudySpec.from_dict(small_moe_study())).summary()
     assert set(s) == {"axes", "legal_configs", "baseline"}
     assert set(s["baseline"]) == {"config", "legal", "reasons"}
-    assert list(s["axes"]) == ["tp", "pp", "ep", "cp", "vpp", "mbs", "recompute", "moe_dispatcher", "pp_schedule"]
+    assert list(s["axes"]) == [
+        "tp",
+        "pp",
+        "ep",
+        "cp",
+        "vpp",
+        "mbs",
+        "recompute",
+        "moe_dispatcher",
+        "pp_schedule",
+    ]

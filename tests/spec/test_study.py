@@ -2,9 +2,9 @@ import json
 
 import pytest
 import yaml
+from tests.conftest import STUDIES, small_dense_study, small_moe_study
 
 from primus_optuna import GPUSpec, ModelSpec, SpecError, StudySpec
-from tests.conftest import STUDIES, small_dense_study, small_moe_study
 
 
 @pytest.mark.parametrize("path", sorted(STUDIES.glob("*.yaml")), ids=lambda p: p.name)
@@ -82,7 +82,10 @@ def test_model_overrides_and_inline_model():
     data["model"] = {"catalog": "llama3.1-8b", "num_layers": 8}
     assert StudySpec.from_dict(data).model.num_layers == 8
     data["model"] = {
-        "num_layers": 4, "hidden_size": 512, "ffn_hidden_size": 2048, "num_attention_heads": 8,
+        "num_layers": 4,
+        "hidden_size": 512,
+        "ffn_hidden_size": 2048,
+        "num_attention_heads": 8,
         "vocab_size": 1000,
     }
     m = StudySpec.from_dict(data).model
@@ -91,9 +94,17 @@ def test_model_overrides_and_inline_model():
 
 def test_hf_config_import(tmp_path):
     cfg = {
-        "num_hidden_layers": 56, "hidden_size": 6144, "intermediate_size": 16384, "num_attention_heads": 48,
-        "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
-        "tie_word_embeddings": False, "hidden_act": "silu", "model_type": "mixtral",
+        "num_hidden_layers": 56,
+        "hidden_size": 6144,
+        "intermediate_size": 16384,
+        "num_attention_heads": 48,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "model_type": "mixtral",
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     data = small_moe_study()
@@ -102,7 +113,14 @@ def test_hf_config_import(tmp_path):
     p.write_text(yaml.safe_dump(data))
     m = StudySpec.from_yaml(p).model
     ref = ModelSpec.catalog("mixtral-8x22b")
-    for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "num_experts", "moe_router_topk"):
+    for field in (
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "vocab_size",
+        "num_experts",
+        "moe_router_topk",
+    ):
         assert getattr(m, field) == getattr(ref, field)
     assert m.query_groups == 8 and m.expert_ffn == 16384 and m.untie_embeddings_and_output_weights
 
