@@ -1,0 +1,299 @@
+"""Per-GPU memory of a configuration, stage by stage: :func:`estimate_memory`.
+
+Pure Python and fast (every legal configuration of a study in well under a second): the quantities that
+depend only on the study are computed once per spec (:func:`_context`), sub-results that depend on a few axes
+are memoised there, and the per-configuration path is a handful of multiplications per pipeline stage.
+
+What is counted (breakdown keys, GiB per GPU):
+
+- ``weights_gib``: the bf16/fp16 parameters (2 bytes) plus, under FP8, Transformer Engine's cached FP8 copy of
+  every GEMM weight and its transpose (+2 bytes per GEMM parameter; embeddings, norms, router and output
+  layer stay in bf16).
+- ``gradients_gib``: Megatron's fp32 main-grad buffer, 4 bytes per parameter (gradients accumulate in fp32
+  across micro-batches; Megatron forces this for bf16, and Korthikanti et al.'s 18 bytes/parameter for fp16
+  in Fig. 1 imply it too). The distributed optimizer reduce-scatters into this buffer; it is not sharded.
+- ``optimizer_gib``: fp32 master weights (4) + Adam moments (4 + 4) = 12 bytes per parameter, divided by
+  the distributed optimizer's shard group: dp·cp for dense parameters, the expert-data-parallel group
+  world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param).
+- ``activations_gib``: what the micro-batches in flight keep for backward
+  (:func:`~primus_optuna.physics.shapes.layer_activation_bytes` × :func:`layers_in_flight`); with full
+  recompute the layers keep their inputs and one layer is rebuilt during backward; the last stage adds the
+  output layer's logits (bf16 GEMM output + the fp32 copy the vocab-parallel cross entropy keeps).
+- ``comm_buffers_gib``: NCCL/RCCL communicator buffers, :data:`CCL_GIB_PER_GROUP` per parallel group with
+  more than one rank, plus :data:`CCL_BASE_GIB`.
+- ``dispatcher_buffers_gib``: DeepEP's NVLink (and, when the EP group spans nodes, RDMA) buffers.
+- ``overhead_gib``: device context and library workspaces (:data:`CONTEXT_GIB`) plus allocator
+  fragmentation (:data:`FRAGMENTATION` of everything allocated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spec.hardware import GIB
+from ..spec.study import StudySpec
+from .shapes import (
+    ACT_BYTES,
+    FP32,
+    LayerShape,
+    embedding_params,
+    layer_activation_bytes,
+    layer_params,
+    layers_in_flight,
+    output_params,
+    stage_ends,
+)
+
+# --- documented constants ------------------------------------------------------------------------------------
+WEIGHT_BYTES = 2
+"""bf16/fp16 model weights."""
+FP8_EXTRA_WEIGHT_BYTES = 2
+"""Transformer Engine keeps an FP8 copy of each GEMM weight and of its transpose (1 + 1 byte), cached across
+micro-batches (TE ``is_first_microbatch`` weight caching)."""
+GRAD_BYTES = 4
+"""fp32 main-grad buffer (Megatron DDP, ``accumulate_allreduce_grads_in_fp32``)."""
+OPTIMIZER_BYTES = 12
+"""fp32 master copy + Adam exp_avg + exp_avg_sq."""
+CCL_BASE_GIB = 0.25
+"""NCCL/RCCL bootstrap, proxy and the global/embedding communicators."""
+CCL_GIB_PER_GROUP = 0.25
+"""NCCL_BUFFSIZE (4 MiB) per channel and peer connection, times the 16-32 channels NCCL/RCCL open on 8-GPU
+nodes for ring + tree: ~128-256 MiB per communicator (NCCL environment docs); the upper value is taken."""
+DEEPEP_NVL_GIB = 1.0
+"""DeepEP intranode (NVLink/xGMI) buffer per rank at hidden 7168: the order of DeepEP's ``Buffer`` size hints
+(``get_nvl_buffer_size_hint``) used by Megatron's ``get_buffer``; scaled linearly with hidden bytes."""
+DEEPEP_RDMA_GIB = 2.0
+"""DeepEP internode RDMA buffer per rank at hidden 7168 when the EP group spans nodes (same source)."""
+DEEPEP_REF_HIDDEN = 7168
+CONTEXT_GIB = 1.0
+"""CUDA/HIP context, cuBLAS/hipBLASLt and TE workspaces, kernels of the loaded libraries: typically
+0.5-1 GiB per process; not visible to ``torch.cuda.max_memory_allocated`` but taken from HBM."""
+FRAGMENTATION = 0.05
+"""PyTorch caching allocator: reserved exceeds allocated by a few percent for training steady state."""
+
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "weights_gib",
+    "gradients_gib",
+    "optimizer_gib",
+    "activations_gib",
+    "comm_buffers_gib",
+    "dispatcher_buffers_gib",
+    "overhead_gib",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """One pipeline stage's per-GPU memory."""
+
+    stage: int
+    total_gib: float
+    breakdown: dict[str, float]
+    params: int = 0
+    """parameters this GPU holds (all, including embedding/output)"""
+    layer_params: int = 0
+    """of which transformer-layer parameters"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "total_gib": round(self.total_gib, 3),
+            "breakdown": {k: round(v, 3) for k, v in self.breakdown.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Per-stage memory of one configuration and whether it fits."""
+
+    stages: list[StageMemory]
+    capacity_gib: float
+    usable_gib: float
+    peak_gib: float = field(init=False)
+    peak_stage: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        peak = max(self.stages, key=lambda s: s.total_gib)
+        object.__setattr__(self, "peak_gib", peak.total_gib)
+        object.__setattr__(self, "peak_stage", peak.stage)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_gib <= self.usable_gib
+
+    def reason(self) -> str:
+        """E.g. ``memory: 301.2 GiB on stage 3 > 259.2 GiB usable``."""
+        op = ">" if not self.fits else "<="
+        return f"memory: {self.peak_gib:.1f} GiB on stage {self.peak_stage} {op} {self.usable_gib:.1f} GiB usable"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_gib": round(self.peak_gib, 3),
+            "usable_gib": round(self.usable_gib, 3),
+            "capacity_gib": round(self.capacity_gib, 3),
+            "fits": self.fits,
+            "peak_stage": self.peak_stage,
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+# --- per-spec context ------------------------------------------------------------------------------------------
+class _Context:
+    """Study-level constants and memo tables (valid for one spec object)."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        m, w = spec.model, spec.workload
+        self.spec = spec
+        self.layers = m.num_layers
+        self.world = spec.world
+        self.gpn = spec.cluster.gpus_per_node
+        self.hidden = m.hidden_size
+        self.vocab = m.vocab_size
+        self.seq = w.seq_length
+        self.fp8 = w.precision == "fp8"
+        self.dist_opt = w.distributed_optimizer
+        self.layernorm = m.normalization == "LayerNorm"
+        self.is_moe = m.is_moe
+        self.capacity_gib = spec.cluster.gpu.hbm_gib
+        self.usable_gib = self.capacity_gib * (1.0 - spec.search.memory_safety_margin)
+        self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
+        self.acts: dict[tuple[int, int, int, str], tuple[float, float, float]] = {}
+        self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
+
+    def shape(self, tp: int, cp: int, ep: int, mbs: int) -> LayerShape:
+        key = (tp, cp, ep, mbs)
+        s = self.shapes.get(key)
+        if s is None:
+            cfg = _Axes(tp=tp, cp=cp, ep=ep, mbs=mbs)
+            s = self.shapes[key] = LayerShape.from_config(self.spec, cfg)
+        return s
+
+    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> tuple[float, float, float]:
+        """(kept per layer, one layer with no recompute, logits + final norm of the last stage), bytes."""
+        key = (tp, cp, mbs, recompute)
+        a = self.acts.get(key)
+        if a is None:
+            s = self.shape(tp, cp, 1, mbs)
+            tokens = s.tokens
+            stats = (2 if self.layernorm else 1) * FP32 * s.local_tokens
+            # bf16 logits from the output GEMM + the fp32 copy the vocab-parallel cross entropy keeps,
+            # for the one micro-batch whose loss is being computed; final norm input + output-layer input.
+            out = (
+                (ACT_BYTES + FP32) * tokens * self.vocab / tp
+                + 2 * ACT_BYTES * s.local_tokens * s.hidden
+                + stats
+            )
+            a = self.acts[key] = (
+                float(layer_activation_bytes(s, recompute)),
+                float(layer_activation_bytes(s, "none")),
+                float(out),
+            )
+        return a
+
+    def stage_params(
+        self, tp: int, pp: int, ep: int, vpp: int, schedule: str
+    ) -> list[tuple[int, int, int, int]]:
+        """Per stage: (dense params, expert params, FP8-copied GEMM params, layer params)."""
+        key = (tp, pp, ep, vpp, "zbv" if schedule == "zbv" else "")
+        rows = self.params.get(key)
+        if rows is None:
+            lp = layer_params(self.shape(tp, 1, ep, 1))
+            n = self.layers // pp
+            emb = embedding_params(self.spec, tp)
+            out = output_params(self.spec, tp, pp)
+            rows = []
+            for has_emb, has_out in stage_ends(pp, vpp, schedule):
+                dense = n * lp.dense + (emb if has_emb else 0) + (out if has_out else 0)
+                rows.append((dense, n * lp.expert, n * lp.gemm, n * lp.total))
+            self.params[key] = rows
+        return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Axes:
+    tp: int
+    cp: int
+    ep: int
+    mbs: int
+
+
+_CONTEXTS: dict[int, _Context] = {}
+
+
+def _context(spec: StudySpec) -> _Context:
+    ctx = _CONTEXTS.get(id(spec))
+    if ctx is None or ctx.spec is not spec:
+        if len(_CONTEXTS) > 64:
+            _CONTEXTS.clear()
+        ctx = _CONTEXTS[id(spec)] = _Context(spec)
+    return ctx
+
+
+# --- the estimate ---------------------------------------------------------------------------------------------
+def _groups(ctx: _Context, c: Any, dp: int) -> int:
+    """Parallel groups with more than one rank (each has its own communicator and buffers)."""
+    n = 0
+    for size in (c.tp, c.cp, dp * c.cp, c.pp, c.ep, ctx.world // (c.pp * c.ep) if ctx.is_moe else 1):
+        if size > 1:
+            n += 1
+    return n
+
+
+def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
+    """Per-stage per-GPU memory of ``config`` (a :class:`~primus_optuna.space.TrainingConfig`).
+
+    ``dp`` and ``num_microbatches`` are derived from the study when the config does not carry them. The
+    config should be legal (see :meth:`Space.check`); an illegal one is estimated as far as the divisions
+    allow (layers per stage round down).
+    """
+    ctx = _context(spec)
+    tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
+    schedule = config.pp_schedule if pp > 1 else "1f1b"
+    vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
+    dp = config.dp or max(1, ctx.world // (tp * cp * pp))
+    m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
+    recompute = config.recompute
+
+    keep, one_layer, logits = ctx.activations(tp, cp, mbs, recompute)
+    rows = ctx.stage_params(tp, pp, ep, vpp, schedule)
+    ends = stage_ends(pp, vpp, schedule)
+
+    dense_shard = dp * cp if ctx.dist_opt else 1
+    expert_shard = max(1, ctx.world // (pp * ep)) if ctx.dist_opt else 1
+    fp8_extra = FP8_EXTRA_WEIGHT_BYTES if ctx.fp8 else 0
+    comm = CCL_BASE_GIB + CCL_GIB_PER_GROUP * _groups(ctx, config, dp)
+    disp = 0.0
+    if ctx.is_moe and config.moe_dispatcher == "deepep":
+        scale = ctx.hidden / DEEPEP_REF_HIDDEN
+        disp = DEEPEP_NVL_GIB * scale + (DEEPEP_RDMA_GIB * scale if ep > ctx.gpn else 0.0)
+
+    stages: list[StageMemory] = []
+    for i in range(pp):
+        dense, expert, gemm, lparams = rows[i]
+        params = dense + expert
+        weights = (WEIGHT_BYTES * params + fp8_extra * gemm) / GIB
+        grads = GRAD_BYTES * params / GIB
+        optim = OPTIMIZER_BYTES * (dense / dense_shard + expert / expert_shard) / GIB
+        n = layers_in_flight(ctx.layers, pp, vpp, m, schedule, i)
+        if recompute == "full":
+            act = (n - 1) * keep + one_layer
+        else:
+            act = n * keep
+        if ends[i][1]:
+            act += logits
+        act /= GIB
+        allocated = weights + grads + optim + act
+        overhead = CONTEXT_GIB + FRAGMENTATION * allocated
+        breakdown = {
+            "weights_gib": weights,
+            "gradients_gib": grads,
+            "optimizer_gib": optim,
+            "activations_gib": act,
+            "comm_buffers_gib": comm,
+            "dispatcher_buffers_gib": disp,
+            "overhead_gib": overhead,
+        }
+        total = allocated + comm + disp + overhead
+        stages.append(StageMemory(i, total, breakdown, params, lparams))
+    return MemoryEstimate(stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib)

@@ -1,0 +1,316 @@
+"""Per-GPU shapes of one configuration: parameter counts, pipeline-stage layouts, micro-batches in flight and
+the per-layer activation bytes that Megatron keeps for backward.
+
+Pure Python (no torch): the memory model evaluates these for every configuration of a study, and the torch
+layer of :mod:`primus_optuna.workloads.layer` is built from the same :class:`LayerShape`, so the analytical
+per-layer activation function and the real execution can be compared byte for byte.
+
+Megatron-Core conventions assumed throughout (shared/reference/models.md):
+
+- tensor parallelism (TP = t) splits attention heads, KV groups and FFN widths; t > 1 implies sequence
+  parallelism, so everything outside the TP-split GEMMs (norms, dropout, residual) holds ``tokens / t``;
+- context parallelism (CP = c) divides the sequence: each rank holds ``seq / c`` tokens;
+- experts are split by expert parallelism only (``expert_tensor_parallel_size = 1``): an expert is never TP
+  split, and each rank computes the ``tokens_local · top-k`` token copies it receives (balanced routing);
+- GPT-3-style models (LayerNorm + learned absolute positions) use Megatron's argument defaults: linear biases
+  and dropout 0.1 (Korthikanti et al. 2022 count the dropout masks); Llama/Mixtral/Qwen-style models
+  (RMSNorm, RoPE) are trained without biases or dropout, as their recipes set. If :class:`ModelSpec` gains
+  ``add_bias_linear`` / ``hidden_dropout`` fields, those are used instead of this rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..spec.study import StudySpec
+
+ACT_BYTES = 2
+"""bf16/fp16 activation element (Megatron mixed precision)."""
+FP32 = 4
+INDEX_BYTES = 8
+"""int64 routing indices (torch.topk / argsort return int64)."""
+
+
+def gpt_style(model: Any) -> bool:
+    """True for GPT-3-style models (LayerNorm + learned positions): Megatron defaults of bias and dropout."""
+    return model.normalization == "LayerNorm" and model.position_embedding_type == "learned_absolute"
+
+
+def has_bias(model: Any) -> bool:
+    """Linear biases (Megatron ``--add-bias-linear``, default on; Llama-style recipes disable it)."""
+    explicit = getattr(model, "add_bias_linear", None)
+    return bool(explicit) if explicit is not None else gpt_style(model)
+
+
+def dropout_rate(model: Any) -> float:
+    """Hidden dropout (Megatron default 0.1 for GPT; 0 in Llama/Mixtral/Qwen recipes)."""
+    explicit = getattr(model, "hidden_dropout", None)
+    return float(explicit) if explicit is not None else (0.1 if gpt_style(model) else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerShape:
+    """One transformer layer as one GPU sees it (already sliced by tp/cp/ep).
+
+    ``seq`` is the sequence length on this CP rank (``seq_length / cp``); the attention and the TP-split
+    GEMMs see ``seq · mbs`` tokens, the sequence-parallel parts ``seq · mbs / tp``.
+
+    Example::
+
+        shape = LayerShape.from_config(spec, config)
+        layer_activation_bytes(shape, "selective")
+    """
+
+    hidden: int
+    heads: int
+    """attention heads on this rank (heads / tp)"""
+    groups: int
+    """KV groups on this rank (query_groups / tp)"""
+    head_dim: int
+    ffn: int
+    """dense MLP width on this rank (ffn / tp); unused by an MoE layer"""
+    seq: int
+    mbs: int
+    tp: int = 1
+    """sequence-parallel divisor of the non-GEMM parts (1 = no sequence parallelism)"""
+    moe: bool = False
+    experts: int = 1
+    """experts of the model (router width)"""
+    local_experts: int = 1
+    """experts on this rank (experts / ep)"""
+    topk: int = 1
+    expert_ffn: int = 0
+    swiglu: bool = True
+    layernorm: bool = False
+    """LayerNorm (mean + rstd statistics) instead of RMSNorm (rstd only)"""
+    bias: bool = False
+    dropout: float = 0.0
+    fp8: bool = False
+    """FP8 GEMMs: Transformer Engine saves the FP8 copy (1 byte) of each GEMM input for backward"""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens seen by attention and the TP-split GEMMs (seq · mbs)."""
+        return self.seq * self.mbs
+
+    @property
+    def local_tokens(self) -> int:
+        """Tokens of the sequence-parallel parts (norms, dropout, residual, MoE routing)."""
+        return self.seq * self.mbs // self.tp
+
+    @classmethod
+    def from_config(cls, spec: StudySpec, config: Any, scale: float = 1.0) -> LayerShape:
+        """The per-GPU shape of one layer of ``spec`` under ``config``; ``scale`` < 1 shortens the sequence
+        (per-token costs stay the same, which is what a quick profile needs)."""
+        m = spec.model
+        seq = max(2 * config.tp, int(spec.workload.seq_length // config.cp * scale))
+        seq -= seq % config.tp
+        return cls(
+            hidden=m.hidden_size,
+            heads=m.num_attention_heads // config.tp,
+            groups=m.query_groups // config.tp,
+            head_dim=m.head_dim,
+            ffn=m.ffn_hidden_size // config.tp,
+            seq=seq,
+            mbs=config.mbs,
+            tp=config.tp,
+            moe=m.is_moe,
+            experts=m.experts,
+            local_experts=m.experts // config.ep if m.is_moe else 1,
+            topk=m.moe_router_topk if m.is_moe else 1,
+            expert_ffn=m.expert_ffn if m.is_moe else 0,
+            swiglu=m.swiglu,
+            layernorm=m.normalization == "LayerNorm",
+            bias=has_bias(m),
+            dropout=dropout_rate(m),
+            fp8=spec.workload.precision == "fp8",
+        )
+
+    def replace(self, **changes: Any) -> LayerShape:
+        return dataclasses.replace(self, **changes)
+
+
+# --- parameters ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LayerParams:
+    """Parameters of one layer on one GPU: dense (TP-split or replicated; sharded by the distributed
+    optimizer over dp·cp) and expert (EP-split; sharded over the expert-data-parallel group)."""
+
+    dense: int
+    expert: int
+    gemm: int
+    """the GEMM weights among them (dense and expert): the ones FP8 keeps extra copies of"""
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def layer_params(shape: LayerShape) -> LayerParams:
+    """Per-GPU parameters of one layer. Norm weights (and LayerNorm biases) are replicated across TP."""
+    h, d = shape.hidden, shape.head_dim
+    qkv_out = (shape.heads + 2 * shape.groups) * d
+    attn_gemm = h * qkv_out + shape.heads * d * h
+    norm = (2 if shape.layernorm else 1) * h
+    dense = attn_gemm + 2 * norm
+    if shape.bias:
+        dense += qkv_out + h  # column-parallel bias split, row-parallel bias replicated
+    gemm = attn_gemm
+    fc1_mult = 2 if shape.swiglu else 1
+    expert = 0
+    if shape.moe:
+        dense += shape.experts * h  # router weight [experts, hidden], replicated
+        expert = shape.local_experts * (fc1_mult + 1) * h * shape.expert_ffn
+        gemm += expert
+    else:
+        mlp = (fc1_mult + 1) * h * shape.ffn
+        dense += mlp
+        gemm += mlp
+        if shape.bias:
+            dense += fc1_mult * shape.ffn + h
+    return LayerParams(dense=dense, expert=expert, gemm=gemm)
+
+
+def embedding_params(spec: StudySpec, tp: int) -> int:
+    """Input embedding on one GPU: vocab-parallel word embedding (+ replicated learned positions)."""
+    m = spec.model
+    n = m.vocab_size * m.hidden_size // tp
+    if m.position_embedding_type == "learned_absolute":
+        n += spec.workload.seq_length * m.hidden_size
+    return n
+
+
+def output_params(spec: StudySpec, tp: int, pp: int) -> int:
+    """Output side on one GPU: final norm plus the vocab-parallel output layer. With tied embeddings and
+    pp > 1 Megatron keeps a copy of the word embedding on the last stage; with pp = 1 it is shared."""
+    m = spec.model
+    norm = (2 if m.normalization == "LayerNorm" else 1) * m.hidden_size
+    if m.untie_embeddings_and_output_weights or pp > 1:
+        return norm + m.vocab_size * m.hidden_size // tp
+    return norm
+
+
+# --- pipeline layout ---------------------------------------------------------------------------------------
+def stage_chunks(pp: int, vpp: int, schedule: str) -> list[tuple[int, ...]]:
+    """The model chunks (0 … pp·vpp−1, in layer order) each pipeline stage holds.
+
+    Megatron's interleaved schedule gives stage i the chunks i, i+pp, i+2pp, …; ZB-V (Qi et al. 2024) places
+    its two chunks in a V: stage i holds chunk i and chunk 2pp−1−i, so stage 0 holds the first and the last
+    chunk (the embedding and the output layer).
+    """
+    if schedule == "zbv":
+        return [(i, 2 * pp - 1 - i) for i in range(pp)]
+    return [tuple(i + j * pp for j in range(vpp)) for i in range(pp)]
+
+
+def stage_ends(pp: int, vpp: int, schedule: str) -> list[tuple[bool, bool]]:
+    """(holds the embedding, holds the output layer) per stage."""
+    last = pp * vpp - 1
+    return [(0 in ch, last in ch) for ch in stage_chunks(pp, vpp, schedule)]
+
+
+def chunks_in_flight(pp: int, vpp: int, m: int, schedule: str, stage: int) -> int:
+    """Model-chunk micro-batches whose activations stage ``stage`` holds at its peak.
+
+    - pp = 1: one (gradient accumulation runs micro-batches one after another);
+    - 1F1B and ZB-H1 (``zb1p``, same activation memory as 1F1B, Qi et al. 2024): ``min(pp − i, m)``;
+    - interleaved (Megatron ``forward_backward_pipelining_with_interleaving``): warm-up
+      ``2(pp − i − 1) + (vpp − 1)·pp`` forwards plus the one of the first steady-state step, capped at
+      ``m·vpp``; for stage 0 this is Korthikanti's factor ``1 + (pp − 1)/(pp·vpp)``;
+    - ZB-V: every stage peaks at 1F1B's first-stage memory, ``pp`` micro-batches of its whole share
+      (= ``2·pp`` chunk micro-batches), capped at ``2m`` (Qi et al. 2024, §4).
+    """
+    if pp == 1:
+        return vpp
+    if schedule == "interleaved":
+        return min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+    if schedule == "zbv":
+        return min(2 * pp, 2 * m)
+    return min(pp - stage, m)
+
+
+def layers_in_flight(layers: int, pp: int, vpp: int, m: int, schedule: str, stage: int) -> float:
+    """(layer, micro-batch) activation sets held by ``stage`` at its peak."""
+    per_chunk = layers / (pp * vpp)
+    if pp == 1:
+        return float(layers)
+    return chunks_in_flight(pp, vpp, m, schedule, stage) * per_chunk
+
+
+# --- activations -------------------------------------------------------------------------------------------
+def layer_activation_terms(shape: LayerShape) -> dict[str, int]:
+    """Bytes one layer keeps for backward for one micro-batch with no recompute, term by term.
+
+    Korthikanti et al. 2022 (Table 2) with flash attention (no s² term: Q, K, V, the output and the fp32
+    log-sum-exp per head and token are kept), GQA (K, V sized by KV groups), SwiGLU (the fused activation
+    keeps its 2·ffn input) or GeLU, and MoE. ``T`` = tokens (attention/GEMMs), ``Tl`` = T / tp (sequence
+    parallel parts):
+
+    - ``norm*_input``: norm input (2·Tl·h) + fp32 statistics (rstd; LayerNorm also mean);
+    - ``qkv_input``/``mlp_input``: the norm output, kept sequence-split and re-gathered in backward (Megatron
+      SP); FP8: TE keeps its 1-byte FP8 copy instead;
+    - ``qkv`` (Q, K, V), ``core_out`` (flash output, also the projection's input; +1 byte/elt FP8 copy),
+      ``softmax_lse``; ``*_dropout_mask``: 1 byte per element;
+    - dense MLP: ``fc1_out`` (activation input) and ``act_out`` (fc2 input; FP8 copy under FP8);
+    - MoE: ``router_probs`` (fp32 softmax over experts), ``routing_indices`` (top-k indices, permutation
+      order and token ids, int64), ``expert_input`` (the Tl·k permuted token copies, FP8 copy under FP8),
+      ``expert_fc1_out``, ``expert_act_out``, ``expert_output`` and ``combine_probs`` (kept for the gradient
+      of the routing probabilities).
+    """
+    h = shape.hidden
+    T, Tl = shape.tokens, shape.local_tokens
+    a, g, d = shape.heads, shape.groups, shape.head_dim
+    gemm_in = 1 if shape.fp8 else ACT_BYTES
+    stats = (2 if shape.layernorm else 1) * FP32 * Tl
+    mask = Tl * h if shape.dropout > 0 else 0
+    fc1_mult = 2 if shape.swiglu else 1
+    t: dict[str, int] = {
+        "norm1_input": ACT_BYTES * Tl * h + stats,
+        "qkv_input": gemm_in * Tl * h,
+        "qkv": ACT_BYTES * T * (a + 2 * g) * d,
+        "core_out": (ACT_BYTES + (1 if shape.fp8 else 0)) * T * a * d,
+        "softmax_lse": FP32 * T * a,
+        "attn_dropout_mask": mask,
+        "norm2_input": ACT_BYTES * Tl * h + stats,
+    }
+    if shape.moe:
+        k, fe = shape.topk, shape.expert_ffn
+        copies = Tl * k
+        t.update(
+            mlp_input=ACT_BYTES * Tl * h,  # router input (bf16) and permutation source
+            router_probs=FP32 * Tl * shape.experts,
+            routing_indices=3 * INDEX_BYTES * copies,
+            expert_input=gemm_in * copies * h,
+            expert_fc1_out=ACT_BYTES * copies * fc1_mult * fe,
+            expert_act_out=gemm_in * copies * fe,
+            expert_output=ACT_BYTES * copies * h,
+            combine_probs=ACT_BYTES * copies,
+        )
+    else:
+        f = shape.ffn
+        t.update(
+            mlp_input=gemm_in * Tl * h,
+            fc1_out=ACT_BYTES * T * fc1_mult * f,
+            act_out=gemm_in * T * f,
+        )
+    t["mlp_dropout_mask"] = mask
+    return t
+
+
+def layer_activation_bytes(shape: LayerShape, recompute: str = "none") -> int:
+    """Bytes one layer keeps for backward for one micro-batch.
+
+    ``none``: every term of :func:`layer_activation_terms`; ``selective`` (Megatron's default
+    ``--recompute-modules core_attn``): core attention is recomputed, so its internal state (with flash
+    attention only the softmax statistics) is dropped while its inputs Q, K, V stay as checkpoint inputs;
+    ``full``: the layer keeps only its input (2·Tl·h).
+    """
+    if recompute == "full":
+        return ACT_BYTES * shape.local_tokens * shape.hidden
+    terms = layer_activation_terms(shape)
+    total = sum(terms.values())
+    if recompute == "selective":
+        total -= terms["softmax_lse"]
+    return total
