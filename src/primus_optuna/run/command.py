@@ -1,0 +1,306 @@
+"""The ``command`` runner: launch a real job from an argv template and parse its log.
+
+The argv and the environment are *templates* rendered per trial from a fixed set of names whose values come
+only from the validated, canonical configuration and the study (:func:`template_values`): the nine axes, ``dp``,
+``num_microbatches``, ``world``, ``nodes``, ``gpus_per_node``, ``seq_length``, ``global_batch_size``,
+``precision``, ``trial``, ``workdir``, ``log`` and ``python`` (plus what a preset adds, e.g. ``overlay``).
+Each template element renders to exactly one argv element; nothing is ever passed through a shell, and a
+field name outside that set, attribute access (``{tp.x}``) or indexing is refused when the runner is built.
+A configuration whose values are not the legal enumerated ones is refused before anything starts.
+
+Example::
+
+    runner = CommandRunner(spec, ["bash", "train.sh", "--tp", "{tp}", "--mbs", "{mbs}"], timeout_s=3600)
+    runner.run(config, RunContext(spec, workdir=Path("trial-0")))
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecError
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
+from .base import LaunchFailure, Measurement, NoThroughput, OutOfMemory, RunContext, RunTimeout
+from .logparse import parse_log, tail
+
+CONFIG_FIELDS: tuple[str, ...] = (
+    "tp",
+    "pp",
+    "ep",
+    "cp",
+    "vpp",
+    "mbs",
+    "recompute",
+    "moe_dispatcher",
+    "pp_schedule",
+    "dp",
+    "num_microbatches",
+    "world",
+    "nodes",
+    "gpus_per_node",
+    "seq_length",
+    "global_batch_size",
+    "precision",
+    "trial",
+)
+PATH_FIELDS: tuple[str, ...] = ("workdir", "log", "python")
+TEMPLATE_FIELDS: tuple[str, ...] = CONFIG_FIELDS + PATH_FIELDS
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+-]*$")
+KILL_GRACE_S = 5.0
+LOG_NAME = "run.log"
+
+
+def template_fields(template: str) -> list[str]:
+    """The field names a template uses; raises :class:`SpecError` on anything but plain ``{name}`` fields."""
+    names = []
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise SpecError(
+            f"runner template {template!r}: {exc} (write literal braces as '{{{{' and '}}}}')"
+        ) from None
+    for _, name, spec, conv in parts:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conv:
+            raise SpecError(
+                f"runner template {template!r}: only plain fields like {{tp}} are allowed, got {{{name}"
+                f"{'!' + conv if conv else ''}{':' + spec if spec else ''}}}"
+            )
+        names.append(name)
+    return names
+
+
+def check_templates(templates: Sequence[str], allowed: Sequence[str], where: str) -> None:
+    """Refuse templates that use a field outside ``allowed``."""
+    for t in templates:
+        for name in template_fields(t):
+            if name not in allowed:
+                raise SpecError(
+                    f"runner.options.{where}: unknown field {{{name}}} in {t!r}; fields are {', '.join(allowed)}"
+                )
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """Render one template element (fields already checked) to one string."""
+    out = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is not None:
+            out.append(values[name])
+    return "".join(out)
+
+
+def canonical_config(spec: StudySpec, config: TrainingConfig, space: Space | None = None) -> TrainingConfig:
+    """Re-validate every axis value (type and enumerated choices) and return the canonical, derived form.
+
+    Raises :class:`LaunchFailure` for a value that is not a legal axis value, an illegal configuration or
+    one whose dp/micro-batches are not whole — nothing is launched for those.
+    """
+    space = space or Space(spec)
+    try:
+        clean = TrainingConfig.from_params(
+            {a: getattr(config, a) for a in ("tp", "pp", "ep", "cp", "vpp", "mbs")}
+            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule")}
+        )
+    except SpecError as exc:
+        raise LaunchFailure(f"refused to launch: {exc}") from None
+    for a in ("tp", "pp", "ep", "cp", "vpp", "mbs"):
+        if type(getattr(config, a)) is not int:
+            raise LaunchFailure(f"refused to launch: {a} must be an int, got {getattr(config, a)!r}")
+    canon = space.canonical(clean)
+    reasons = space.check(canon)
+    if reasons:
+        raise LaunchFailure("refused to launch an illegal configuration: " + "; ".join(reasons))
+    return canon
+
+
+def template_values(
+    spec: StudySpec, config: TrainingConfig, context: RunContext, log_path: Path
+) -> dict[str, str]:
+    """The values templates may use; every config-derived value matches ``[A-Za-z0-9_.+-]*``."""
+    values: dict[str, Any] = {
+        **config.to_dict(),
+        "world": spec.world,
+        "nodes": spec.cluster.nodes,
+        "gpus_per_node": spec.cluster.gpus_per_node,
+        "seq_length": spec.workload.seq_length,
+        "global_batch_size": spec.workload.global_batch_size,
+        "precision": spec.workload.precision,
+        "trial": "" if context.trial_number is None else context.trial_number,
+    }
+    out = {k: str(v) for k, v in values.items()}
+    for k, v in out.items():
+        if not _SAFE_VALUE.match(v):  # unreachable for a validated config; a last line of defence
+            raise LaunchFailure(f"refused to launch: value of {k} ({v!r}) is not a plain token")
+    out["workdir"] = str(context.workdir.resolve())
+    out["log"] = str(log_path.resolve())
+    out["python"] = sys.executable
+    return out
+
+
+Prepare = Callable[[TrainingConfig, RunContext, dict[str, str]], dict[str, str]]
+"""A preset hook run before launch: writes its files (overlay, batch script) and returns extra template values."""
+
+
+@dataclass
+class Launch:
+    """What is about to run (after presets and wrapping)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    extra_logs: list[Path] = field(default_factory=list)
+    """files the job writes its output to (e.g. ``sbatch --output``), appended to the log after it ends"""
+
+
+Wrap = Callable[[Launch, dict[str, str], RunContext], Launch]
+
+
+class CommandRunner:
+    """Run a command per trial; the measurement is parsed from its log."""
+
+    kind = "command"
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 3600.0,
+        warmup_iters: int = 2,
+        cwd: str | Path | None = None,
+        kind: str = "command",
+        prepare: Prepare | None = None,
+        extra_fields: Sequence[str] = (),
+        wrap: Sequence[Wrap] = (),
+        inherit_env: bool = True,
+    ) -> None:
+        if not argv:
+            raise SpecError("runner.options.argv: give the command to run as a list, e.g. [bash, train.sh]")
+        allowed = (*TEMPLATE_FIELDS, *extra_fields)
+        check_templates(list(argv), allowed, "argv")
+        env = dict(env or {})
+        check_templates(list(env.values()), allowed, "env")
+        for k in env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise SpecError(f"runner.options.env: {k!r} is not an environment variable name")
+        if timeout_s <= 0:
+            raise SpecError("runner.options.timeout_s must be positive")
+        self.spec = spec
+        self.space = Space(spec)
+        self.argv = list(argv)
+        self.env = env
+        self.timeout_s = float(timeout_s)
+        self.warmup_iters = warmup_iters
+        self.cwd = Path(cwd) if cwd else None
+        self.kind = kind
+        self.prepare = prepare
+        self.wrap = list(wrap)
+        self.inherit_env = inherit_env
+
+    def build(self, config: TrainingConfig, context: RunContext) -> tuple[Launch, Path]:
+        """Validate the configuration, run the preset hook, render argv/env (no process is started)."""
+        canon = canonical_config(self.spec, config, self.space)
+        context.workdir.mkdir(parents=True, exist_ok=True)
+        log_path = context.workdir / LOG_NAME
+        values = template_values(self.spec, canon, context, log_path)
+        if self.prepare is not None:
+            values.update(self.prepare(canon, context, values))
+        launch = Launch(
+            argv=[render(t, values) for t in self.argv],
+            env={k: render(v, values) for k, v in self.env.items()},
+        )
+        for w in self.wrap:
+            launch = w(launch, values, context)
+        return launch, log_path
+
+    def run(self, config: TrainingConfig, context: RunContext) -> Measurement:
+        launch, log_path = self.build(config, context)
+        env = {**os.environ, **launch.env} if self.inherit_env else dict(launch.env)
+        env["PRIMUS_OPTUNA_TRIAL"] = "" if context.trial_number is None else str(context.trial_number)
+        t0 = time.monotonic()
+        timed_out = False
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    launch.argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                msg = f"could not start {launch.argv[0]!r}: {exc}"
+                log.write(msg.encode())
+                raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
+            try:
+                rc = proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                rc = _kill_group(proc)
+        wall = time.monotonic() - t0
+        text = log_path.read_text(errors="replace")
+        for extra in launch.extra_logs:
+            if extra.is_file():
+                text += "\n" + extra.read_text(errors="replace")
+        log_tail = tail(text)
+        where = {"log_path": str(log_path), "log_tail": log_tail}
+        spec = self.spec
+        parsed = parse_log(
+            text,
+            seq_length=spec.workload.seq_length,
+            world_size=spec.world,
+            global_batch_size=spec.workload.global_batch_size,
+            warmup_iters=self.warmup_iters,
+        )
+        if parsed.oom:
+            raise OutOfMemory(f"out of memory: {parsed.oom_line}", **where)
+        if timed_out:
+            raise RunTimeout(f"killed after the {self.timeout_s:g} s timeout (process group)", **where)
+        if rc != 0:
+            raise LaunchFailure(f"{launch.argv[0]} exited with code {rc}", **where)
+        if not parsed.tokens_per_s_per_gpu or not parsed.step_time_s:
+            raise NoThroughput(
+                f"the log has no throughput ({len(parsed.records)} iteration lines); is log_interval set?",
+                **where,
+            )
+        return Measurement(
+            tokens_per_s_per_gpu=parsed.tokens_per_s_per_gpu,
+            step_time_s=parsed.step_time_s,
+            source="measured",
+            peak_memory_gib=parsed.peak_memory_gib,
+            log_path=str(log_path),
+            details={**parsed.to_dict(), "argv": launch.argv, "wall_s": round(wall, 3), "runner": self.kind},
+        )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the whole process group, SIGKILL what is left after a grace period; returns the exit code."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        rc = None
+    _signal_group(proc.pid, signal.SIGKILL)  # children that ignored SIGTERM or outlived the leader
+    return proc.wait() if rc is None else rc
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,200 @@
+"""Parse training logs (Megatron-LM, AMD Primus, TorchTitan) into a steady-state throughput.
+
+Formats (shared/reference/log-formats.md)::
+
+    Megatron:   iteration 10/ 50 | ... | elapsed time per iteration (ms): 36250.1 | ... | global batch size: 128
+    Primus:     ... elapsed time per iteration (ms): 36250.1/36120.4 | ... |
+                tokens/s/GPU inst/harmonic mean: 3616.2/3620.8 | ... | hip mem usage/free/total/usage_ratio: 240.12GB/...
+    older Primus / TorchTitan / Megatron-Bridge:  tokens per GPU (tokens/s/GPU): X[/Y]
+    TorchTitan: step: 10 loss: ... memory: 45.20GiB(56.3%) tps: 8,123 ...  |  memory usage/free/total: ...GiB
+
+Per logged iteration the *instantaneous* value (the first of ``X/Y``) is read; the first logged iterations
+(warm-up: compilation, allocator growth, NCCL set-up) are dropped and the rest averaged robustly (median).
+When a line prints no tokens/s/GPU it is derived: ``seq_length × global_batch / (elapsed_ms / 1000) / world``.
+Primus prints memory with ``/1024**3`` but labels it ``GB``: it is read as GiB.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+_ANSI = re.compile(r"\x1B\[[0-?]*[ -/]*[@-~]")
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+
+_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)")
+_TITAN_STEP = re.compile(r"\bstep:\s*(\d+)\b")
+_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
+_TOKENS = (
+    re.compile(r"tokens/s/GPU inst/harmonic mean:\s*" + _NUM),
+    re.compile(r"tokens per GPU \(tokens/s/GPU\):\s*" + _NUM),
+    re.compile(r"\btokens/s/GPU:\s*" + _NUM),
+    re.compile(r"\btps:\s*" + _NUM),
+)
+_TFLOPS = re.compile(r"(?:throughput|compute) per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
+_GBS = re.compile(r"global batch size:\s*(\d+)")
+# Memory, as GiB (Primus/TorchTitan print /1024**3; Megatron's "memory (MB)" is MiB).
+_MEM_GIB = (
+    re.compile(r"hip mem usage/free/total/usage_ratio:\s*" + _NUM + r"\s*Gi?B"),
+    re.compile(r"rocm max mem usage/usage_ratio:\s*" + _NUM + r"\s*Gi?B"),
+    re.compile(r"\bmemory usage/free/total:\s*" + _NUM + r"\s*Gi?B"),
+    re.compile(r"\bmemory:\s*" + _NUM + r"\s*GiB"),
+    re.compile(r"peak memory \(GiB\):\s*" + _NUM),
+)
+_MEM_MIB = re.compile(r"max allocated:\s*" + _NUM)
+
+OOM_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError"),
+    re.compile(r"\b(?:CUDA|HIP) out of memory", re.IGNORECASE),
+    re.compile(r"RuntimeError:.*out of memory", re.IGNORECASE),
+    re.compile(
+        r"(?:NCCL|RCCL).*(?:out of memory|Failed to (?:CUDA|HIP) ?(?:malloc|calloc)|ncclSystemError.*alloc)"
+    ),
+    re.compile(r"hipErrorOutOfMemory|cudaErrorMemoryAllocation"),
+)
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@dataclass
+class IterationRecord:
+    """One logged iteration (instantaneous values)."""
+
+    iteration: int
+    elapsed_ms: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    global_batch_size: int | None = None
+    memory_gib: float | None = None
+
+
+@dataclass
+class ParsedLog:
+    """What a log says: its iterations, the steady-state averages, peak memory and whether it ran out of memory."""
+
+    records: list[IterationRecord] = field(default_factory=list)
+    steady: list[IterationRecord] = field(default_factory=list)
+    tokens_per_s_per_gpu: float | None = None
+    step_time_s: float | None = None
+    tflops_per_gpu: float | None = None
+    peak_memory_gib: float | None = None
+    oom_line: str | None = None
+
+    @property
+    def oom(self) -> bool:
+        return self.oom_line is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iterations_logged": len(self.records),
+            "iterations_averaged": [r.iteration for r in self.steady],
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "step_time_s": self.step_time_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "peak_memory_gib": self.peak_memory_gib,
+            "oom": self.oom,
+        }
+
+
+def _parse_line(line: str) -> IterationRecord | None:
+    m = _ITER.search(line)
+    if m is None:
+        m = _TITAN_STEP.search(line)
+        if m is None:
+            return None
+    rec = IterationRecord(iteration=int(m.group(1)))
+    if e := _ELAPSED.search(line):
+        rec.elapsed_ms = _f(e.group(1))
+    for pat in _TOKENS:
+        if t := pat.search(line):
+            rec.tokens_per_s_per_gpu = _f(t.group(1))
+            break
+    if t := _TFLOPS.search(line):
+        rec.tflops_per_gpu = _f(t.group(1))
+    if g := _GBS.search(line):
+        rec.global_batch_size = int(g.group(1))
+    if rec.elapsed_ms is None and rec.tokens_per_s_per_gpu is None:
+        return None
+    return rec
+
+
+def _memory(line: str) -> float | None:
+    for pat in _MEM_GIB:
+        if m := pat.search(line):
+            return _f(m.group(1))
+    if m := _MEM_MIB.search(line):
+        return _f(m.group(1)) / 1024
+    return None
+
+
+def robust_mean(values: list[float]) -> float:
+    """The median (robust to stragglers, checkpoint stalls and GC pauses)."""
+    return float(statistics.median(values))
+
+
+def parse_log(
+    text: str,
+    *,
+    seq_length: int | None = None,
+    world_size: int | None = None,
+    global_batch_size: int | None = None,
+    warmup_iters: int = 2,
+) -> ParsedLog:
+    """Parse a whole log.
+
+    Records whose iteration number is ``<= warmup_iters`` are dropped, and so is the first logged record
+    (it averages over the warm-up when ``log_interval > 1``), as long as at least one record stays.
+    """
+    out = ParsedLog()
+    peak: float | None = None
+    by_iter: dict[int, IterationRecord] = {}
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        if out.oom_line is None and any(p.search(line) for p in OOM_PATTERNS):
+            out.oom_line = line.strip()[:500]
+        mem = _memory(line)
+        if mem is not None:
+            peak = mem if peak is None else max(peak, mem)
+        rec = _parse_line(line)
+        if rec is None:
+            continue
+        rec.memory_gib = mem
+        by_iter[rec.iteration] = rec  # several ranks may print the same iteration: keep the last
+    out.records = [by_iter[k] for k in sorted(by_iter)]
+    out.peak_memory_gib = peak
+    if not out.records:
+        return out
+    steady = [r for r in out.records[1:] if r.iteration > warmup_iters] or out.records[-1:]
+    out.steady = steady
+    times = [r.elapsed_ms for r in steady if r.elapsed_ms is not None]
+    if times:
+        out.step_time_s = robust_mean(times) / 1000.0
+    tokens = [r.tokens_per_s_per_gpu for r in steady if r.tokens_per_s_per_gpu is not None]
+    if tokens:
+        out.tokens_per_s_per_gpu = robust_mean(tokens)
+    elif out.step_time_s and seq_length and world_size:
+        gbs = next((r.global_batch_size for r in steady if r.global_batch_size), None) or global_batch_size
+        if gbs:
+            out.tokens_per_s_per_gpu = seq_length * gbs / out.step_time_s / world_size
+    if (
+        out.step_time_s is None
+        and out.tokens_per_s_per_gpu
+        and seq_length
+        and world_size
+        and global_batch_size
+    ):
+        out.step_time_s = seq_length * global_batch_size / out.tokens_per_s_per_gpu / world_size
+    tfl = [r.tflops_per_gpu for r in steady if r.tflops_per_gpu is not None]
+    if tfl:
+        out.tflops_per_gpu = robust_mean(tfl)
+    return out
+
+
+def tail(text: str, lines: int = 40, max_chars: int = 4000) -> str:
+    """The last ``lines`` lines of a log, at most ``max_chars`` characters."""
+    out = "\n".join(text.splitlines()[-lines:])
+    return out[-max_chars:]

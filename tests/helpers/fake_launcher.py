@@ -1,0 +1,52 @@
+"""A stand-in for a training launcher: replays recorded log lines or misbehaves on purpose.
+
+usage: fake_launcher.py MODE [ARGS...]; MODE is replay FILE | oom | hang PIDFILE | crash | silent | echo
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "run" / "data"
+
+
+def main(argv: list[str]) -> int:
+    mode = argv[0]
+    if mode == "replay":
+        for line in (DATA / argv[1]).read_text().splitlines():
+            print(line, flush=True)
+        return 0
+    if mode == "oom":
+        print((DATA / "oom.log").read_text(), flush=True)
+        return 1
+    if mode == "hang":
+        # a child in the same process group: the timeout must kill it too
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        Path(argv[1]).write_text(str(child.pid))
+        print(" iteration 1/ 10 | elapsed time per iteration (ms): 100.0 |", flush=True)
+        time.sleep(600)
+        return 0
+    if mode == "crash":
+        print("Traceback (most recent call last):\nValueError: bad launch configuration", flush=True)
+        return 3
+    if mode == "silent":
+        print("training finished, nothing logged", flush=True)
+        return 0
+    if mode == "echo":  # prints its argv and environment marker, one per line
+        for a in argv[1:]:
+            print(f"ARG {a}")
+        import os
+
+        print(f"ENV {os.environ.get('FAKE_TP', '')}")
+        print(
+            " iteration 3/ 3 | elapsed time per iteration (ms): 10.0 | tokens per GPU (tokens/s/GPU): 7.0 |"
+        )
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

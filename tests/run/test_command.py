@@ -1,0 +1,122 @@
+"""The command runner with a fake launcher: recorded logs, OOM, hang, crash, no throughput, templates."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import pytest
+from tests.helpers.runners import baseline, fake_argv, mixtral_spec
+
+from primus_optuna.errors import SpecError
+from primus_optuna.run.base import LaunchFailure, NoThroughput, OutOfMemory, RunContext, RunTimeout
+from primus_optuna.run.command import CommandRunner, render, template_fields
+
+
+@pytest.fixture
+def spec():
+    return mixtral_spec()
+
+
+def _ctx(spec, tmp_path: Path, n: int = 0) -> RunContext:
+    return RunContext(spec=spec, workdir=tmp_path / f"trial-{n}", trial_number=n, study_name="t")
+
+
+def test_replays_megatron_log(spec, tmp_path: Path) -> None:
+    m = CommandRunner(spec, fake_argv("replay", "megatron.log")).run(baseline(spec), _ctx(spec, tmp_path))
+    assert m.source == "measured"
+    assert m.step_time_s == pytest.approx(36.2501)
+    assert m.tokens_per_s_per_gpu == pytest.approx(8192 * 128 / 36.2501 / 64)
+    assert m.peak_memory_gib == pytest.approx(147.0)
+    assert Path(m.log_path or "").read_text().count("consumed samples") == 7
+    assert m.details["iterations_averaged"] == [3, 4, 5, 6, 7]
+
+
+def test_replays_primus_log(spec, tmp_path: Path) -> None:
+    m = CommandRunner(spec, fake_argv("replay", "primus.log")).run(baseline(spec), _ctx(spec, tmp_path))
+    assert m.tokens_per_s_per_gpu == pytest.approx(3620.8)
+    assert m.peak_memory_gib == pytest.approx(241.0)
+
+
+def test_oom(spec, tmp_path: Path) -> None:
+    with pytest.raises(OutOfMemory) as exc:
+        CommandRunner(spec, fake_argv("oom")).run(baseline(spec), _ctx(spec, tmp_path))
+    assert exc.value.reason == "oom"
+    assert "HIP out of memory" in exc.value.log_tail
+    assert Path(exc.value.log_path or "").is_file()
+
+
+def test_hang_is_killed_with_its_process_group(spec, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    runner = CommandRunner(spec, fake_argv("hang", str(pidfile)), timeout_s=2.0)
+    with pytest.raises(RunTimeout) as exc:
+        runner.run(baseline(spec), _ctx(spec, tmp_path))
+    assert exc.value.reason == "timeout" and "iteration 1/" in exc.value.log_tail
+    child = int(pidfile.read_text())
+    for _ in range(50):  # the orphaned child is reaped by init shortly after SIGKILL
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{child}/status").read_text().find("State:\tZ") >= 0:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the launcher's child survived the timeout")
+
+
+def test_crash(spec, tmp_path: Path) -> None:
+    with pytest.raises(LaunchFailure) as exc:
+        CommandRunner(spec, fake_argv("crash")).run(baseline(spec), _ctx(spec, tmp_path))
+    assert exc.value.reason == "launch_failed" and "code 3" in str(exc.value)
+    assert "bad launch configuration" in exc.value.log_tail
+
+
+def test_missing_executable(spec, tmp_path: Path) -> None:
+    with pytest.raises(LaunchFailure, match="could not start"):
+        CommandRunner(spec, ["/nonexistent/launcher"]).run(baseline(spec), _ctx(spec, tmp_path))
+
+
+def test_no_throughput(spec, tmp_path: Path) -> None:
+    with pytest.raises(NoThroughput) as exc:
+        CommandRunner(spec, fake_argv("silent")).run(baseline(spec), _ctx(spec, tmp_path))
+    assert exc.value.reason == "no_throughput" and "nothing logged" in exc.value.log_tail
+
+
+def test_templates_render_one_argv_element_each(spec, tmp_path: Path) -> None:
+    argv = fake_argv("echo", "--tp={tp}", "{pp}", "{recompute} {mbs}", "{workdir}/x", "{{literal}}")
+    runner = CommandRunner(spec, argv, env={"FAKE_TP": "tp{tp}"})
+    m = runner.run(baseline(spec), _ctx(spec, tmp_path))
+    lines = Path(m.log_path or "").read_text().splitlines()
+    work = str((tmp_path / "trial-0").resolve())
+    assert lines[:6] == ["ARG --tp=1", "ARG 4", "ARG none 2", f"ARG {work}/x", "ARG {literal}", "ENV tp1"]
+
+
+@pytest.mark.parametrize(
+    "template", ["{tp.__class__}", "{tp[0]}", "{tp!r}", "{mbs:>10}", "{unknown}", "{os}", "{"]
+)
+def test_bad_templates_are_refused_up_front(spec, template: str) -> None:
+    with pytest.raises(SpecError):
+        CommandRunner(spec, ["echo", template])
+
+
+def test_injected_values_never_reach_argv(spec, tmp_path: Path) -> None:
+    runner = CommandRunner(spec, fake_argv("echo", "{recompute}", "{tp}"))
+    evil = [
+        dataclasses.replace(baseline(spec), recompute="none; rm -rf /"),  # type: ignore[arg-type]
+        dataclasses.replace(baseline(spec), moe_dispatcher="$(reboot)"),  # type: ignore[arg-type]
+        dataclasses.replace(baseline(spec), tp="1 --evil"),  # type: ignore[arg-type]
+        dataclasses.replace(baseline(spec), mbs=2.5),  # type: ignore[arg-type]
+        baseline(spec).replace(tp=3),  # illegal: not launched either
+    ]
+    for i, config in enumerate(evil):
+        with pytest.raises(LaunchFailure, match="refused"):
+            runner.run(config, _ctx(spec, tmp_path, i))
+        assert not (tmp_path / f"trial-{i}" / "run.log").exists()
+
+
+def test_template_helpers() -> None:
+    assert template_fields("a{tp}b{mbs}") == ["tp", "mbs"]
+    assert render("a{tp}b", {"tp": "2"}) == "a2b"
