@@ -1,0 +1,11 @@
+"""Search: the memory prefilter pruner (samplers and planners are added here by their pieces)."""
+
+from .pruner import MemoryPrefilterPruner, config_from_params, memory_attrs, memory_check, prune_if_infeasible
+
+__all__ = [
+    "MemoryPrefilterPruner",
+    "config_from_params",
+    "memory_attrs",
+    "memory_check",
+    "prune_if_infeasible",
+]
