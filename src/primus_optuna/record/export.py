@@ -319,11 +319,16 @@ def study_spec(study: Any) -> StudySpec:
 
 
 def trial_config(trial: Any, spec: StudySpec) -> TrainingConfig:
-    """The configuration of a trial (its Optuna params are the axes), derived for ``spec``."""
-    from ..spec.study import AXES
+    """The canonical, derived configuration of a trial (its Optuna params are the nine axes)."""
+    from ..search.suggest import config_from_params
+    from ..space import Space
 
-    params = {k: v for k, v in trial.params.items() if k in AXES}
-    return _derive(TrainingConfig.from_params(params), spec)
+    config = config_from_params(Space(spec), trial.params)
+    if config is None:
+        raise SpecError(
+            f"trial {trial.number} does not have all nine axes as parameters: {sorted(trial.params)}"
+        )
+    return config
 
 
 def select_trial(study: Any, number: int | None = None) -> Any:

@@ -1,0 +1,184 @@
+"""optuna-dashboard integration: trial notes written while a trial runs, the study note, and the server.
+
+- :func:`note_hook` is a trial hook for ``make_objective(..., trial_hooks=(note_hook,))``: each call writes the
+  trial's note (phase, proposer, rationale, estimate, memory, step-time breakdown, outcome so far).
+- :func:`refresh_study_note` writes the study note: the current summary (best configuration, gain over the
+  baseline, pruned trials by reason, LLM usage, report/export commands). ``run`` refreshes it at the end.
+- :func:`serve_dashboard` starts optuna-dashboard with the study's file artifact store (logs, planner
+  transcripts, profiles); :func:`dashboard_app` is the same as a WSGI app (tests serve it in a thread).
+
+Every text goes through :func:`~primus_optuna.record.report.redact`, so an API key that leaked into a log tail
+or an LLM rationale never reaches a note.
+
+Example::
+
+    objective = make_objective(spec, runner, trial_hooks=(note_hook,))
+    study.optimize(objective, n_trials=30)
+    refresh_study_note(study)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..spec.study import AXES
+from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, gain, gpu_hours_saved, record_of, redact
+
+
+def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, number: int | None = None) -> str:
+    """The Markdown note of one trial from its user attrs (and params)."""
+    lines = [f"## Trial {number}" if number is not None else "## Trial"]
+    if params:
+        lines.append("\n**Configuration**: " + " ".join(f"`{a}={params[a]}`" for a in AXES if a in params))
+    meta = [f"phase **{attrs.get('phase', '-')}**", f"proposer {attrs.get('proposer', '-')}"]
+    if attrs.get("source"):
+        meta.append(f"source {attrs['source']}")
+    lines += ["", ", ".join(meta)]
+    if attrs.get("rationale"):
+        lines += ["", "### Rationale", "", str(attrs["rationale"])]
+    lines += ["", "### Estimate", ""]
+    est = attrs.get("estimate_tokens_per_s_per_gpu")
+    lines.append(f"- tokens/s/GPU estimated: {fmt_tok(_f(est))}")
+    if attrs.get("measured_tokens_per_s_per_gpu") is not None:
+        lines.append(
+            f"- measured: {fmt_tok(_f(attrs['measured_tokens_per_s_per_gpu']))} "
+            f"(estimate_error {fmt_pct(_f(attrs.get('estimate_error')))})"
+        )
+    if attrs.get("step_time_s") is not None:
+        lines.append(f"- step time: {float(attrs['step_time_s']):.3f} s")
+    if attrs.get("memory_peak_gib") is not None:
+        lines.append(
+            f"- peak memory: {fmt_gib(_f(attrs['memory_peak_gib']))} GiB of "
+            f"{fmt_gib(_f(attrs.get('memory_usable_gib')))} usable (stage {attrs.get('memory_peak_stage', '-')})"
+        )
+    breakdown = attrs.get("breakdown_s")
+    if isinstance(breakdown, dict) and breakdown:
+        total = sum(float(v) for v in breakdown.values() if isinstance(v, (int, float))) or 1.0
+        lines += ["", "### Step-time breakdown", "", "| term | seconds | share |", "|---|---|---|"]
+        for k, v in sorted(breakdown.items(), key=lambda kv: -float(kv[1] or 0)):
+            lines.append(f"| {k} | {float(v):.4f} | {float(v) / total:.0%} |")
+    for key, label in (
+        ("prune_reason", "Pruned"),
+        ("failure_reason", "Failed"),
+        ("fallback_reason", "Fallback"),
+    ):
+        if attrs.get(key):
+            lines += ["", f"**{label}**: {attrs[key]}"]
+    if attrs.get("log_tail"):
+        lines += ["", "### Log tail", "", "```", str(attrs["log_tail"])[-2000:], "```"]
+    return redact("\n".join(lines) + "\n")
+
+
+def _f(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def note_hook(trial: Any, attrs: dict[str, Any]) -> None:
+    """Trial hook: (re)write the running trial's note from its user attrs merged with ``attrs``."""
+    from optuna_dashboard import save_note
+
+    merged = {**trial.user_attrs, **attrs}
+    save_note(trial, trial_note(merged, trial.params, trial.number))
+
+
+def study_summary(rec: StudyRecord) -> str:
+    """The study note: progress, best configuration, gain over the baseline, pruning, LLM usage."""
+    states = Counter(t.state for t in rec.trials)
+    lines = [
+        f"## {rec.study_name}",
+        "",
+        f"{rec.spec.model.name} on {rec.spec.cluster.nodes}×{rec.spec.cluster.gpus_per_node} "
+        f"{rec.spec.cluster.gpu.name}, seq {rec.spec.workload.seq_length}, GBS "
+        f"{rec.spec.workload.global_batch_size}, {rec.spec.workload.precision}.",
+        "",
+        f"- **Trials**: {len(rec.trials)} of {rec.spec.search.n_trials} "
+        f"({', '.join(f'{k.lower()} {v}' for k, v in states.items()) or 'none yet'}).",
+    ]
+    best, base = rec.best, rec.baseline
+    if best is not None:
+        lines.append(
+            f"- **Best**: trial {best.number}, `{best.config.key() if best.config else '-'}`, "
+            f"{fmt_tok(best.value)} tokens/s/GPU ({best.attr('source') or '?'})."
+        )
+        if base is not None and base.state == "COMPLETE" and base.value:
+            lines.append(
+                f"- **Gain over the baseline** (trial {base.number}): {fmt_pct(gain(best.value, base.value))}."
+            )
+    else:
+        lines.append("- **Best**: no completed trial yet.")
+    pruned = Counter(t.prune_category for t in rec.trials if t.state == "PRUNED")
+    if pruned:
+        hours, _ = gpu_hours_saved(rec)
+        lines.append(
+            "- **Pruned**: "
+            + ", ".join(f"{k} {v}" for k, v in pruned.most_common())
+            + f"; GPU-hours not spent thanks to the memory filter: {hours:.2f}."
+        )
+    failed = Counter(str(t.attr("failure_reason") or "unknown") for t in rec.trials if t.state == "FAIL")
+    if failed:
+        lines.append("- **Failed**: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()) + ".")
+    a = rec.user_attrs
+    lines.append(
+        f"- **LLM**: {rec.spec.llm.model or 'none'}; {a.get('llm_calls', 0)} calls, {a.get('llm_tokens', 0)} tokens, "
+        f"${float(a.get('llm_cost_usd', 0.0) or 0.0):.4f}."
+    )
+    storage = rec.storage_url or "URL"
+    lines += [
+        "",
+        f"Report: `primus-optuna report --storage {storage} --study-name {rec.study_name}`  ",
+        f"Export: `primus-optuna export --storage {storage} --study-name {rec.study_name} --format primus`",
+    ]
+    extra = (rec.spec.llm.api_key_env,) if rec.spec.llm.api_key_env else ()
+    return redact("\n".join(lines) + "\n", extra)
+
+
+def refresh_study_note(study: Any, storage_url: str = "") -> str:
+    """Write the current summary as the study note; returns the Markdown."""
+    from optuna_dashboard import save_note
+
+    body = study_summary(record_of(study, storage_url=storage_url))
+    save_note(study, body)
+    return body
+
+
+def artifact_dir_for(storage_url: str, study_name: str | None = None) -> Path:
+    """The file artifact store that ``run`` uses for this storage (``<storage stem>-artifacts``)."""
+    from .storage import sibling_dir
+
+    return sibling_dir(storage_url, study_name or "study", "-artifacts")
+
+
+def dashboard_app(storage: Any, artifact_dir: str | Path | None = None) -> Any:
+    """optuna-dashboard's WSGI app over ``storage`` with the file artifact store in ``artifact_dir``."""
+    import optuna_dashboard
+    from optuna.artifacts import FileSystemArtifactStore
+
+    store = None
+    if artifact_dir is not None:
+        Path(artifact_dir).mkdir(parents=True, exist_ok=True)
+        store = FileSystemArtifactStore(str(artifact_dir))
+    return optuna_dashboard.wsgi(storage, artifact_store=store)
+
+
+def serve_dashboard(
+    storage: str, host: str = "127.0.0.1", port: int = 8080, artifact_dir: str | Path | None = None
+) -> None:
+    """Serve optuna-dashboard (blocking) with the study's artifact store; ``artifact_dir`` defaults to the
+    ``<storage stem>-artifacts`` folder that ``run`` writes to."""
+    import optuna_dashboard
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from .storage import make_storage, normalize_url
+
+    url = normalize_url(storage)
+    adir = Path(artifact_dir) if artifact_dir is not None else artifact_dir_for(url)
+    store = FileSystemArtifactStore(str(adir)) if adir.is_dir() else None
+    backend = (
+        make_storage(url, heartbeat_interval=None) if not url.startswith("journal:") else make_storage(url)
+    )
+    optuna_dashboard.run_server(backend, host=host, port=port, artifact_store=store)

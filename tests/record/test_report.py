@@ -1,0 +1,139 @@
+"""The audit report: every section, with numbers equal to what storage holds."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+import optuna
+import pytest
+from tests.helpers.recorded_study import SENTINEL_KEY, make_study
+
+from primus_optuna.record.report import build_report, fmt_gib, fmt_pct, fmt_tok, load_record, redact
+
+SECTIONS = (
+    "## 1. Setup",
+    "## 2. Sweep phase",
+    "## 3. Planner phase",
+    "## 4. Memory filter",
+    "## 5. Estimates vs measurements",
+    "## 6. Result",
+    "## 7. Plots",
+    "## 8. All trials",
+)
+
+
+def _row(md: str, first_cell: str) -> list[str]:
+    """Cells of the All-trials table row for trial ``first_cell``."""
+    table = md.split("## 8. All trials", 1)[1]
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell}")
+
+
+def test_report_sections_and_numbers(small_study, tmp_path: Path) -> None:
+    storage, study = small_study
+    paths = build_report(storage, "small", tmp_path / "out")
+    md = paths["md"].read_text()
+    html = paths["html"].read_text()
+    for s in SECTIONS:
+        assert s in md
+        assert s.removeprefix("## ") in html
+    # every trial's state, value, estimate and peak memory as stored
+    for t in study.get_trials():
+        cells = _row(md, str(t.number))
+        assert cells[1] == t.state.name
+        assert cells[4] == fmt_tok(t.value)
+        assert cells[5] == fmt_tok(t.user_attrs["estimate_tokens_per_s_per_gpu"])
+        assert cells[6] == fmt_gib(t.user_attrs["memory_peak_gib"])
+    # estimates vs measurements: mean and median of the stored estimate_error
+    errs = [t.user_attrs["estimate_error"] for t in study.trials if t.state.name == "COMPLETE"]
+    assert f"Mean estimate_error **{fmt_pct(statistics.fmean(errs))}**" in md
+    assert f"median **{fmt_pct(statistics.median(errs))}**" in md
+    assert "optimistic" in md
+    # memory filter: GPU-hours = step time x steps (runner.options.steps=20) x 8 GPUs
+    mem = [t for t in study.trials if t.user_attrs.get("prune_reason", "").startswith("memory")]
+    hours = sum(t.user_attrs["step_time_s"] * 20 * 8 / 3600 for t in mem)
+    assert f"GPU-hours not spent: {hours:.2f}" in md
+    assert mem[0].user_attrs["prune_reason"] in md
+    # planner: rationale, rejected candidate with its reason, fallback reason, LLM usage
+    assert "DeepEP with MBS 4" in md
+    assert "illegal: tp=3 does not divide 32 heads" in md
+    assert "fallback: llm max_calls reached" in md
+    assert "2 calls, 3456 tokens, $0.0123" in md
+    # result: best trial and gain over the baseline (trial 0)
+    best, base = study.best_trial, study.trials[0]
+    assert f"**Best configuration**: trial {best.number}" in md
+    assert f"objective {fmt_pct(best.value / base.value - 1)}" in md
+    est = (
+        best.user_attrs["estimate_tokens_per_s_per_gpu"] / base.user_attrs["estimate_tokens_per_s_per_gpu"]
+        - 1
+    )
+    assert f"estimated {fmt_pct(est)}" in md
+    assert "### Sensitivity" in md and "Verdict:" in md
+    # sweep: one table per swept axis, the pruned mbs=8 point with its outcome
+    assert "### Axis mbs" in md and "### Axis tp" in md and "### Axis recompute" in md
+    assert "| mbs=8 | 2 |" in md
+    # plots: PNGs beside the Markdown, embedded in the HTML
+    assert {p.name for p in paths["plots"].iterdir()} >= {
+        "history.png",
+        "axis_effects.png",
+        "estimate_vs_measured.png",
+    }
+    assert html.count("data:image/png;base64,") >= 3 and "plots/" not in html
+    # reproduce command and the study file beside it
+    assert "primus-optuna run study.yaml" in md and paths["study"].is_file()
+
+
+def test_report_never_contains_the_api_key(small_study, tmp_path: Path) -> None:
+    storage, study = small_study
+    study.set_user_attr("llm_note", f"leaked {SENTINEL_KEY}")
+    trial = study.ask()
+    trial.set_user_attr("rationale", f"the key is {SENTINEL_KEY}")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    out = tmp_path / "report"
+    paths = build_report(storage, "small", out)
+    for p in out.rglob("*"):
+        if p.is_file():
+            assert SENTINEL_KEY.encode() not in p.read_bytes(), p
+    assert redact(f"x {SENTINEL_KEY} y") == "x [redacted] y"
+    assert paths["md"].is_file()
+
+
+def test_report_on_empty_study(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'e.db'}"
+    study = make_study(storage, name="full")
+    empty = optuna.create_study(study_name="empty", storage=storage)
+    empty.set_user_attr("primus_spec", study.user_attrs["primus_spec"])
+    md = build_report(storage, "empty", tmp_path / "r")["md"].read_text()
+    for s in SECTIONS:
+        assert s in md
+    assert "No sweep trial has run yet." in md
+    assert "No completed trial yet: no best configuration." in md
+    assert "The study has no trial yet." in md
+
+
+def test_report_pareto(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'm.db'}"
+    study = make_study(storage, multi=True)
+    paths = build_report(storage, "small", tmp_path / "r")
+    md = paths["md"].read_text()
+    front = sorted(study.best_trials, key=lambda t: -t.values[0])
+    rec = load_record(storage, "small")
+    assert [t.number for t in rec.pareto()] == [t.number for t in front]
+    section = md.split("### Pareto front", 1)[1].split("###", 1)[0]
+    rows = re.findall(r"^\| (\d+) \|", section, flags=re.M)
+    assert [int(r) for r in rows] == [t.number for t in front]
+    assert (paths["plots"] / "pareto_front.png").is_file()
+
+
+def test_non_primus_study_is_a_user_error(tmp_path: Path) -> None:
+    from primus_optuna.errors import SpecError
+
+    storage = f"sqlite:///{tmp_path / 'x.db'}"
+    optuna.create_study(study_name="plain", storage=storage)
+    with pytest.raises(SpecError, match="not created by primus-optuna"):
+        build_report(storage, "plain", tmp_path)
