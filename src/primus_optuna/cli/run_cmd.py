@@ -1,0 +1,171 @@
+"""``primus-optuna run``: create or resume the study and run trials; print the best configuration at the end."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from typing import Any
+
+import click
+
+from ._common import study_argument, user_errors
+
+
+def _category(reason: str) -> str:
+    return reason.split(":", 1)[0].strip() or "unknown"
+
+
+def summarize(study: Any, storage_url: str) -> list[str]:
+    """The end-of-run report: best configuration, gain over the baseline, prune/fail counts, next commands."""
+    import optuna
+
+    from ..record.storage import redact_url
+
+    State = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    by_state = Counter(t.state for t in trials)
+    lines = [
+        f"study {study.study_name!r}: {len(trials)} trials — {by_state[State.COMPLETE]} complete, "
+        f"{by_state[State.PRUNED]} pruned, {by_state[State.FAIL]} failed"
+    ]
+    done = [t for t in trials if t.state == State.COMPLETE and t.values]
+    base = next((t for t in done if t.user_attrs.get("sweep_axis") == "baseline"), None)
+    multi = len(study.directions) > 1
+    if done:
+        best = max(done, key=lambda t: t.values[0])
+        lines.append(f"best configuration (trial {best.number}, {best.user_attrs.get('phase', '?')}):")
+        lines.append(f"  {best.user_attrs.get('config_key', best.params)}")
+        lines.append(
+            f"  {best.values[0]:.1f} tokens/s/GPU, peak memory {best.user_attrs.get('memory_peak_gib')} GiB"
+        )
+        if base is not None and base.values[0] > 0:
+            gain = best.values[0] / base.values[0] - 1.0
+            lines.append(f"  gain over the baseline (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")
+        else:
+            lines.append("  gain over the baseline: n/a (the baseline has not completed)")
+        if multi:
+            front = sorted(study.best_trials, key=lambda t: -t.values[0])
+            lines.append(f"Pareto front ({len(front)} trials, tokens/s/GPU vs peak GiB):")
+            for t in front:
+                lines.append(
+                    f"  #{t.number}: {t.values[0]:.1f} tok/s/GPU, {t.values[1]:.1f} GiB  {t.user_attrs.get('config_key')}"
+                )
+    else:
+        lines.append("no trial has completed yet")
+    pruned = Counter(
+        _category(str(t.user_attrs.get("prune_reason", "unknown"))) for t in trials if t.state == State.PRUNED
+    )
+    if pruned:
+        lines.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in pruned.most_common()))
+    failed = Counter(
+        str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL
+    )
+    if failed:
+        lines.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()))
+    phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
+    lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
+    ua = study.user_attrs
+    if ua.get("llm_calls"):
+        lines.append(
+            f"LLM planner: {ua['llm_calls']} calls, {ua.get('llm_tokens', 0)} tokens, "
+            f"${float(ua.get('llm_cost_usd', 0.0)):.4f}, {ua.get('llm_rejected', 0)} candidates rejected"
+        )
+    url = redact_url(storage_url)
+    lines.append("next:")
+    lines.append(f"  primus-optuna report --storage {url} --study-name {study.study_name}")
+    lines.append(f"  primus-optuna dashboard --storage {url}")
+    return lines
+
+
+@click.command("run")
+@study_argument
+@click.option(
+    "--storage", default=None, metavar="URL", help="Optuna storage URL (default sqlite:///<study name>.db)."
+)
+@click.option("--study-name", default=None, help="Optuna study name (default: the study file's name).")
+@click.option(
+    "--n-trials",
+    type=click.IntRange(min=1),
+    default=None,
+    help="New trials to run now (default search.n_trials).",
+)
+@click.option(
+    "--runner", "runner_kind", default=None, help="Runner kind (default runner.kind of the study file)."
+)
+@click.option(
+    "--llm", "llm_model", default=None, metavar="MODEL", help="LiteLLM model string for the planner."
+)
+@click.option("--llm-api-base", default=None, metavar="URL", help="Base URL of an OpenAI-compatible server.")
+@click.option("--no-llm", is_flag=True, help="Do not use the LLM planner (model-guided fallback only).")
+@click.option("--seed", type=int, default=None, help="Sampler seed (default search.seed).")
+@click.option("--n-jobs", type=click.IntRange(min=1), default=1, help="Trials run in parallel threads.")
+@click.option(
+    "--runs-dir",
+    default=None,
+    metavar="DIR",
+    help="Per-trial work directories (default next to the storage).",
+)
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@user_errors
+def run(
+    study: str,
+    storage: str | None,
+    study_name: str | None,
+    n_trials: int | None,
+    runner_kind: str | None,
+    llm_model: str | None,
+    llm_api_base: str | None,
+    no_llm: bool,
+    seed: int | None,
+    n_jobs: int,
+    runs_dir: str | None,
+    no_progress: bool,
+) -> None:
+    """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
+    import optuna
+
+    from ..record.storage import open_study
+    from ..run.base import RunFailure
+    from ..run.factory import make_runner
+    from ..run.objective import make_objective
+    from ..search.pruner import MemoryPrefilterPruner
+    from ..search.sampler import PrimusSampler
+    from ..spec import StudySpec
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    spec = StudySpec.from_yaml(study)
+    runner = make_runner(spec, runner_kind)
+    llm = None if no_llm else (llm_model or spec.llm.model)
+    handle = open_study(
+        spec, storage=storage, study_name=study_name, pruner=MemoryPrefilterPruner(), runs_dir=runs_dir
+    )
+    st = handle.study
+    st.sampler = PrimusSampler(
+        spec,
+        seed=spec.search.seed if seed is None else seed,
+        llm=llm,
+        proposals_per_round=spec.llm.proposals_per_round,
+        artifact_store=handle.artifact_store,
+        cache_dir=handle.cache_dir if llm else None,
+        llm_api_base=llm_api_base,
+    )
+    objective = make_objective(
+        spec, runner, space=st.sampler.space, artifact_store=handle.artifact_store, runs_dir=handle.runs_dir
+    )
+    n = n_trials or spec.search.n_trials
+    verb = "created" if handle.created else f"resumed ({len(st.trials)} trials so far)"
+    click.echo(
+        f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
+        + (f" and planner {llm}" if llm else "")
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    try:
+        st.optimize(
+            objective, n_trials=n, n_jobs=n_jobs, catch=(RunFailure,), show_progress_bar=not no_progress
+        )
+    except KeyboardInterrupt:
+        click.echo("interrupted; run the same command again to resume where it stopped", err=True)
+    for line in summarize(st, handle.storage_url):
+        click.echo(line)

@@ -1,0 +1,226 @@
+"""Open or create a primus-optuna study: storage URL, heartbeat, artifact store, and the resume guard.
+
+Default storage is ``sqlite:///<study name>.db`` in the working directory. Any Optuna URL works
+(``postgresql://...``, ``mysql://...``), and a journal file is accepted as ``journal:PATH`` or a path ending in
+``.log``/``.jsonl``. RDB storages get a heartbeat so a killed worker's trial is failed and retried
+(:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize``.
+
+At creation the study stores ``primus_spec`` (the study file as JSON) and ``primus_space_hash`` in its user
+attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.
+
+Example::
+
+    handle = open_study(spec, sampler=PrimusSampler(spec))
+    handle.study.optimize(make_objective(spec, runner), n_trials=30)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+
+from ..errors import SpecError
+from ..space import Space
+from ..spec import StudySpec
+
+HEARTBEAT_INTERVAL_S = 30
+GRACE_PERIOD_S = 90
+MAX_RETRY = 2
+CONNECT_TIMEOUT_S = 30
+
+
+def default_storage_url(spec: StudySpec) -> str:
+    """``spec.storage`` or ``sqlite:///<study name>.db`` (relative to the working directory)."""
+    return spec.storage or f"sqlite:///{spec.name}.db"
+
+
+def normalize_url(url: str) -> str:
+    """Accept bare file paths: ``x.db``/``x.sqlite`` -> SQLite, ``x.log``/``x.jsonl`` -> ``journal:x.log``."""
+    if "://" in url or url.startswith("journal:"):
+        return url
+    if url.endswith((".log", ".jsonl")):
+        return f"journal:{url}"
+    return f"sqlite:///{url}"
+
+
+def storage_file(url: str) -> Path | None:
+    """The local file behind a SQLite or journal URL (``None`` for a database server or in-memory SQLite)."""
+    url = normalize_url(url)
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:").removeprefix("//"))
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///").split("?", 1)[0]
+        return None if path in ("", ":memory:") else Path(path)
+    return None
+
+
+def sibling_dir(url: str, study_name: str, suffix: str) -> Path:
+    """``<storage stem><suffix>`` next to a file storage, else ``./<study name><suffix>``."""
+    f = storage_file(url)
+    return f.with_name(f.stem + suffix) if f is not None else Path(f"{study_name}{suffix}")
+
+
+def make_storage(
+    url: str,
+    *,
+    heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
+    grace_period: int | None = GRACE_PERIOD_S,
+    max_retry: int = MAX_RETRY,
+) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url`` (RDB with heartbeat and retry of stale trials, or a journal file)."""
+    url = normalize_url(url)
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend
+
+        path = storage_file(url)
+        assert path is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    f = storage_file(url)
+    if f is not None:
+        f.parent.mkdir(parents=True, exist_ok=True)
+    if url.startswith("sqlite"):
+        connect_args: dict[str, Any] = {"timeout": CONNECT_TIMEOUT_S}
+    elif url.startswith("postgresql") or url.startswith("mysql"):
+        connect_args = {"connect_timeout": CONNECT_TIMEOUT_S}
+    else:
+        connect_args = {}
+    heartbeat: dict[str, Any] = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if heartbeat_interval:
+                heartbeat = {
+                    "heartbeat_interval": heartbeat_interval,
+                    "grace_period": grace_period,
+                    "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=max_retry
+                    ),
+                }
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args}, **heartbeat)
+    except (ImportError, ModuleNotFoundError) as exc:
+        raise SpecError(f"--storage {url!r}: the database driver is missing ({exc})") from None
+    except Exception as exc:  # sqlalchemy ArgumentError / OperationalError: a user-facing URL problem
+        raise SpecError(f"--storage {url!r}: cannot open the storage: {exc}") from None
+
+
+def space_hash(spec: StudySpec) -> str:
+    """A hash of everything that defines the search space, its objectives and the sweep plan.
+
+    Covers the candidate values of every axis, the facts the legality rules read (world size, model shape,
+    sequence length, global batch), the objectives, the baseline and the sweep order. Editing the LLM, runner,
+    memory margin or trial budget keeps the hash.
+    """
+    space = Space(spec)
+    doc = {
+        "candidates": space.candidates,
+        "facts": {k: getattr(space.facts, k) for k in space.facts.__slots__},
+        "objectives": spec.search.objectives,
+        "baseline": spec.search.baseline.model_dump(),
+        "sweep_order": spec.search.sweep_order,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def directions(spec: StudySpec) -> list[str]:
+    """``maximize`` tokens/s/GPU, ``minimize`` peak memory."""
+    return ["maximize" if o == "tokens_per_s_per_gpu" else "minimize" for o in spec.search.objectives]
+
+
+METRIC_NAMES = {"tokens_per_s_per_gpu": "tokens/s/GPU", "peak_memory_gib": "peak memory GiB"}
+
+
+@dataclass
+class StudyHandle:
+    """An opened study and the places that belong to it."""
+
+    study: optuna.Study
+    storage_url: str
+    artifact_store: FileSystemArtifactStore
+    artifact_dir: Path
+    runs_dir: Path
+    cache_dir: Path
+    created: bool
+
+
+def open_study(
+    spec: StudySpec,
+    *,
+    storage: str | None = None,
+    study_name: str | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
+    artifact_dir: str | Path | None = None,
+    runs_dir: str | Path | None = None,
+    heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
+    grace_period: int | None = GRACE_PERIOD_S,
+) -> StudyHandle:
+    """Create the study, or resume it after checking that its space is unchanged.
+
+    Raises :class:`SpecError` when the stored ``primus_space_hash`` differs from this study file's.
+    """
+    url = normalize_url(storage or default_storage_url(spec))
+    name = study_name or spec.name
+    store = make_storage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period)
+    existed = name in {
+        s.study_name for s in optuna.study.get_all_study_summaries(store, include_best_trial=False)
+    }
+    h = space_hash(spec)
+    if existed:
+        attrs = optuna.load_study(study_name=name, storage=store).user_attrs
+        old = attrs.get("primus_space_hash")
+        if old is not None and old != h:
+            raise SpecError(
+                f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
+                f"file gives {h}): the study file was edited between runs in a way that changes the space "
+                "(axes, model, cluster, workload, objectives, baseline or sweep order). Restore the file, or "
+                "start a new study with --study-name NAME or another --storage."
+            )
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=store,
+            sampler=sampler,
+            pruner=pruner,
+            directions=directions(spec),
+            load_if_exists=True,
+        )
+    except ValueError as exc:
+        raise SpecError(f"study {name!r} in {url}: {exc}") from None
+    if study.user_attrs.get("primus_space_hash") is None:
+        study.set_user_attr("primus_spec", spec.to_dict())
+        study.set_user_attr("primus_space_hash", h)
+    if study.metric_names is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC_NAMES[o] for o in spec.search.objectives])
+    adir = Path(artifact_dir) if artifact_dir else sibling_dir(url, name, "-artifacts")
+    adir.mkdir(parents=True, exist_ok=True)
+    rdir = Path(runs_dir) if runs_dir else sibling_dir(url, name, "-runs")
+    return StudyHandle(
+        study=study,
+        storage_url=url,
+        artifact_store=FileSystemArtifactStore(str(adir)),
+        artifact_dir=adir,
+        runs_dir=rdir,
+        cache_dir=sibling_dir(url, name, "-dspy-cache"),
+        created=not existed,
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for printing)."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        if ":" in cred:
+            cred = cred.split(":", 1)[0] + ":***"
+        return f"{scheme}://{cred}@{host}"
+    return url

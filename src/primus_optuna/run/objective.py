@@ -1,0 +1,155 @@
+""":func:`make_objective`: the Optuna objective of a primus-optuna study.
+
+``suggest_config`` → duplicate guard (a configuration already RUNNING or COMPLETE in the study is pruned as
+``duplicate``) → memory pruning (:class:`MemoryPrefilterPruner` through ``trial.should_prune()`` in a
+single-objective study, its helper in a Pareto study) → ``runner.run`` in a per-trial work directory → user
+attrs → trial hooks → tokens/s/GPU, or ``(tokens/s/GPU, peak GiB)`` for a Pareto study.
+
+A :class:`~primus_optuna.run.base.RunFailure` is recorded (``failure_reason``, ``log_tail``, the log as a trial
+artifact, ``memory_model_miss`` for an OOM the memory model did not predict) and re-raised: optimise with
+``catch=(RunFailure,)`` so the trial is FAIL and the study goes on.
+
+Example::
+
+    objective = make_objective(spec, AnalyticalRunner(spec))
+    study.optimize(objective, n_trials=30, catch=(RunFailure,))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from ..physics.memory import estimate_memory
+from ..physics.throughput import estimate_throughput
+from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
+from ..search.sampler import trial_config
+from ..search.suggest import suggest_config
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
+from .base import RunContext, RunFailure, Runner
+
+TrialHook = Callable[[optuna.Trial, dict[str, Any]], None]
+LOG_TAIL_CHARS = 4000
+
+
+def duplicate_of(
+    study: optuna.Study, trial: optuna.Trial, space: Space, config: TrainingConfig
+) -> str | None:
+    """``"duplicate: ..."`` when another RUNNING or COMPLETE trial has the same configuration.
+
+    This trial's params are already in storage when it checks, so of two concurrent trials with one
+    configuration at least one sees the other (both may prune; a config whose trials were all pruned as
+    duplicates counts as untried again).
+    """
+    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
+    for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=states):
+        if t.number != trial.number and trial_config(space, t) == config:
+            return f"duplicate: same configuration as trial {t.number} ({t.state.name.lower()})"
+    return None
+
+
+def storage_runs_dir(study: optuna.Study) -> Path:
+    """``<storage stem>-runs`` next to a SQLite/journal file, else ``./runs/<study name>``."""
+    from ..record.storage import sibling_dir
+
+    backend = getattr(study._storage, "_backend", study._storage)
+    url = getattr(backend, "url", None)
+    if url is None:
+        journal = getattr(getattr(backend, "_backend", None), "_file_path", None)
+        url = f"journal:{journal}" if journal else None
+    if url is not None:
+        d = sibling_dir(url, study.study_name, "-runs")
+        if d != Path(f"{study.study_name}-runs"):
+            return d
+    return Path("runs") / study.study_name
+
+
+def make_objective(
+    spec: StudySpec,
+    runner: Runner | None = None,
+    *,
+    space: Space | None = None,
+    artifact_store: Any = None,
+    trial_hooks: Iterable[TrialHook] = (),
+    runs_dir: str | Path | None = None,
+) -> Callable[[optuna.Trial], Any]:
+    """The objective: returns tokens/s/GPU (or ``(tokens/s/GPU, peak GiB)`` when the study is a Pareto one)."""
+    if runner is None:
+        from .analytical import AnalyticalRunner
+
+        runner = AnalyticalRunner(spec)
+    space = space or Space(spec)
+    hooks = tuple(trial_hooks)
+    multi = spec.search.multi_objective
+    fixed_runs = Path(runs_dir) if runs_dir is not None else None
+
+    def objective(trial: optuna.Trial) -> Any:
+        study = trial.study
+        config = suggest_config(trial, spec, space)
+        dup = duplicate_of(study, trial, space, config)
+        if dup:
+            trial.set_user_attr("prune_reason", dup)
+            raise optuna.TrialPruned(dup)
+        mem = estimate_memory(spec, config)
+        est = estimate_throughput(spec, config)
+        attrs: dict[str, Any] = {
+            "config_key": config.key(),
+            "estimate_tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 3),
+            "memory_peak_gib": round(mem.peak_gib, 3),
+            "memory_usable_gib": round(mem.usable_gib, 3),
+            "memory_peak_stage": mem.peak_stage,
+        }
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
+            if trial.should_prune():
+                trial.set_user_attr("prune_reason", trial.user_attrs.get("prune_reason") or mem.reason())
+                raise optuna.TrialPruned(mem.reason())
+        else:
+            prune_if_infeasible(trial, spec, config)
+        workdir = (fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        context = RunContext(
+            spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
+        )
+        try:
+            m = runner.run(config, context)
+        except RunFailure as exc:
+            trial.set_user_attr("failure_reason", exc.reason)
+            trial.set_user_attr("log_tail", (exc.log_tail or str(exc))[-LOG_TAIL_CHARS:])
+            if exc.reason == "oom" and mem.fits:
+                trial.set_user_attr("memory_model_miss", True)
+            if artifact_store is not None and exc.log_path and Path(exc.log_path).is_file():
+                optuna.artifacts.upload_artifact(
+                    artifact_store=artifact_store, file_path=str(exc.log_path), study_or_trial=trial
+                )
+            raise
+        peak = m.peak_memory_gib if m.peak_memory_gib is not None else mem.peak_gib
+        result: dict[str, Any] = {
+            "source": m.source,
+            "step_time_s": round(m.step_time_s, 6),
+            "breakdown_s": m.details.get("breakdown_s")
+            or {k: round(v, 6) for k, v in est.breakdown_s.items()},
+        }
+        if m.source != "analytical":
+            result["measured_tokens_per_s_per_gpu"] = round(m.tokens_per_s_per_gpu, 3)
+            result["estimate_error"] = (
+                round(est.tokens_per_s_per_gpu / m.tokens_per_s_per_gpu - 1.0, 5)
+                if m.tokens_per_s_per_gpu
+                else None
+            )
+            if m.peak_memory_gib is not None:
+                result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
+        for k, v in result.items():
+            trial.set_user_attr(k, v)
+        attrs.update(result)
+        attrs["value"] = m.tokens_per_s_per_gpu
+        for hook in hooks:
+            hook(trial, attrs)
+        return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
+
+    return objective

@@ -1,0 +1,258 @@
+""":class:`PrimusSampler`: a resumable one-axis sweep, then LLM-planned or model-guided whole configurations.
+
+All state comes from the study's storage; nothing is counted in memory:
+
+- A *free* trial (created by the sampler, not enqueued and not a heartbeat retry) takes sweep position
+  ``k`` = the number of free trials with a smaller trial number. Trial numbers are unique per storage, so a
+  rerun continues at the next point and N workers never get the same position (as Optuna's GridSampler).
+- After the sweep, a free trial asks the planner (when configured and within budget) for a round of
+  candidates: the first becomes this trial, the rest are enqueued in storage (``phase=planner``) and are taken
+  by the next trials of any worker. Otherwise the model-guided fallback picks the configuration.
+- Whole configurations are returned by :meth:`sample_relative` over a fixed categorical search space (the
+  study's candidate values), so they pass through :func:`suggest_config` unchanged.
+
+Every proposed trial gets user attrs ``phase`` (sweep|planner|fallback), ``proposer``, ``rationale``,
+``config_key``, ``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also ``sweep_index``,
+``sweep_axis`` and ``sweep_value``. Duplicate configurations that slip through concurrency (e.g. an enqueued
+trial popped twice on SQLite) are pruned by the objective's duplicate guard.
+
+Example::
+
+    study = optuna.create_study(direction="maximize", sampler=PrimusSampler(spec),
+                                pruner=MemoryPrefilterPruner())
+    study.optimize(make_objective(spec, AnalyticalRunner(spec)), n_trials=30)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.trial import FrozenTrial
+
+from ..errors import SpecError
+from ..physics.memory import estimate_memory
+from ..physics.throughput import estimate_throughput
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
+from ..spec.study import AXES
+from .fallback import ModelGuidedProposer, rng_for
+from .suggest import axis_distributions, complete_config
+from .sweep import SweepPoint, sweep_plan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Proposal:
+    config: TrainingConfig
+    phase: str
+    proposer: str
+    rationale: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def is_free(trial: FrozenTrial) -> bool:
+    """Whether the sampler chose this trial's params (not enqueued, not a heartbeat retry)."""
+    return "fixed_params" not in trial.system_attrs and "failed_trial" not in trial.system_attrs
+
+
+def trial_config(space: Space, trial: FrozenTrial) -> TrainingConfig | None:
+    """The configuration a trial has or is queued with (``None`` while its params are incomplete)."""
+    params = trial.system_attrs.get("fixed_params") or trial.params
+    try:
+        return complete_config(space, params)
+    except SpecError:
+        return None
+
+
+class PrimusSampler(BaseSampler):
+    """Sweep, then plan (LLM) or model-guided fallback; state derived from storage.
+
+    Args:
+        spec: the study.
+        seed: seeds exploration and any non-axis parameter, combined with the trial number.
+        llm: ``None`` (no planner), a LiteLLM model string, an :class:`~primus_optuna.spec.study.LLMSpec`, or a
+            ``dspy.BaseLM`` (e.g. ``dspy.utils.DummyLM`` in tests).
+        fallback: ``"model"`` (calibrated step-time ranking) or ``"random"``.
+        proposals_per_round: candidates asked from the planner per call.
+        artifact_store: where planner transcripts go (study artifacts).
+        cache_dir: DSPy disk cache directory (next to the storage, so reruns replay).
+        llm_api_base: overrides ``llm.api_base``.
+    """
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        seed: int = 0,
+        llm: Any = None,
+        fallback: str = "model",
+        proposals_per_round: int = 4,
+        artifact_store: Any = None,
+        cache_dir: str | Path | None = None,
+        llm_api_base: str | None = None,
+        exploration: float = 0.2,
+    ) -> None:
+        self.spec = spec
+        self.space = Space(spec)
+        self.seed = seed
+        self.proposals_per_round = proposals_per_round
+        self._dists = axis_distributions(self.space)
+        self._plan: list[SweepPoint] | None = None
+        self._lock = threading.Lock()
+        self.fallback = ModelGuidedProposer(
+            spec, self.space, seed=seed, exploration=exploration, mode=fallback
+        )
+        self.planner = None
+        if llm is not None and llm is not False:
+            from .planner import Planner
+
+            self.planner = Planner(
+                spec,
+                self.space,
+                llm,
+                api_base=llm_api_base,
+                artifact_store=artifact_store,
+                cache_dir=cache_dir,
+                usable_gib=estimate_memory(spec, self.space.canonical(self.space.baseline)).usable_gib,
+            )
+
+    # --- the plan ------------------------------------------------------------------------------------------
+    def _score(self, config: TrainingConfig) -> float | None:
+        if not estimate_memory(self.spec, config).fits:
+            return None
+        return estimate_throughput(self.spec, config).tokens_per_s_per_gpu
+
+    @property
+    def plan(self) -> list[SweepPoint]:
+        """The sweep plan (computed once; deterministic from the study file)."""
+        with self._lock:
+            if self._plan is None:
+                self._plan = sweep_plan(self.space, self._score)
+            return self._plan
+
+    # --- BaseSampler ---------------------------------------------------------------------------------------
+    def reseed_rng(self) -> None:
+        """Nothing to reseed: randomness derives from ``(seed, trial.number)``."""
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self._dists)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if not search_space or not is_free(trial):
+            return {}
+        proposal = self.propose(study, trial)
+        if proposal is None:
+            return {}
+        self._record(study, trial, proposal)
+        return proposal.config.to_params()
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        rng = rng_for(self.seed, trial.number, salt=sum(map(ord, param_name)))
+        if isinstance(param_distribution, CategoricalDistribution):
+            return param_distribution.choices[int(rng.integers(len(param_distribution.choices)))]
+        return RandomSampler(seed=int(rng.integers(2**31))).sample_independent(
+            study, trial, param_name, param_distribution
+        )
+
+    # --- proposals -----------------------------------------------------------------------------------------
+    def propose(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
+        """The configuration for a free trial: its sweep point, else a planner or fallback choice."""
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        k = sum(1 for t in trials if t.number < trial.number and is_free(t))
+        plan = self.plan
+        if k < len(plan):
+            p = plan[k]
+            extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": p.value}
+            return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
+        others = [t for t in trials if t.number != trial.number]
+        exclude = {c for c in (trial_config(self.space, t) for t in others) if c is not None}
+        note = ""
+        if self.planner is not None:
+            out = self.planner.propose(
+                study,
+                others,
+                n=self.proposals_per_round,
+                tried=sorted(c.key() for c in exclude),
+                validate=lambda d: self.validate(d, exclude),
+                trial_number=trial.number,
+            )
+            if out.accepted:
+                for config, rationale in out.accepted[1:]:
+                    study.enqueue_trial(
+                        config.to_params(),
+                        user_attrs=self._attrs(Proposal(config, "planner", self.planner.model, rationale)),
+                        skip_if_exists=True,
+                    )
+                config, rationale = out.accepted[0]
+                return Proposal(config, "planner", self.planner.model, rationale)
+            note = (
+                f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
+            )
+        found = self.fallback.propose(others, trial_number=trial.number, exclude=exclude)
+        if found is None:
+            log.info("every feasible configuration has been tried; stopping the study")
+            try:
+                study.stop()
+            except RuntimeError:
+                pass
+            return None
+        config, rationale = found
+        return Proposal(config, "fallback", f"fallback-{self.fallback.mode}", note + rationale)
+
+    def validate(
+        self, params: dict[str, Any], exclude: set[TrainingConfig]
+    ) -> tuple[TrainingConfig | None, str]:
+        """Accept a candidate only if it is legal, within the study's axes, fits in memory and is new."""
+        try:
+            config = self.space.canonical(
+                TrainingConfig.from_params({a: params[a] for a in AXES if a in params})
+            )
+        except SpecError as exc:
+            return None, f"invalid: {exc}"
+        reasons = self.space.check(config)
+        if reasons:
+            return None, "illegal: " + "; ".join(reasons)
+        outside = [a for a in AXES if getattr(config, a) not in self.space.candidates[a]]
+        if outside:
+            return None, "outside the study's axes: " + ", ".join(
+                f"{a}={getattr(config, a)}" for a in outside
+            )
+        mem = estimate_memory(self.spec, config)
+        if not mem.fits:
+            return None, mem.reason()
+        if config in exclude:
+            return None, "duplicate: already tried or queued"
+        return config, ""
+
+    def _attrs(self, p: Proposal) -> dict[str, Any]:
+        mem = estimate_memory(self.spec, p.config)
+        est = estimate_throughput(self.spec, p.config)
+        return {
+            "phase": p.phase,
+            "proposer": p.proposer,
+            "rationale": p.rationale,
+            "config_key": p.config.key(),
+            "estimate_tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 3),
+            "memory_peak_gib": round(mem.peak_gib, 3),
+            **p.extra,
+        }
+
+    def _record(self, study: optuna.Study, trial: FrozenTrial, p: Proposal) -> None:
+        # sample_relative sees the trial cached before before_trial; write through the storage and the cache
+        for key, value in self._attrs(p).items():
+            study._storage.set_trial_user_attr(trial._trial_id, key, value)
+            trial.user_attrs[key] = value

@@ -1,0 +1,53 @@
+"""Turn an Optuna trial into a :class:`TrainingConfig`, with any sampler.
+
+Every axis is one categorical parameter named like the axis (``tp pp ep cp vpp mbs recompute moe_dispatcher
+pp_schedule``) whose choices are the study's candidate values, so TPE, Random or :class:`PrimusSampler` can all
+drive the same study. An illegal combination is pruned with ``prune_reason = "illegal: ..."``.
+
+Example::
+
+    def objective(trial):
+        config = suggest_config(trial, spec)
+        ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
+from ..spec.study import AXES
+
+
+def axis_distributions(space: Space) -> dict[str, CategoricalDistribution]:
+    """One fixed categorical distribution per axis (the same in every trial, as Optuna requires)."""
+    return {a: CategoricalDistribution(list(space.candidates[a])) for a in AXES}
+
+
+def complete_config(space: Space, params: dict[str, Any]) -> TrainingConfig | None:
+    """The canonical configuration of a trial's params (``None`` unless all nine axes are present)."""
+    if any(a not in params for a in AXES):
+        return None
+    return space.canonical(TrainingConfig.from_params({a: params[a] for a in AXES}))
+
+
+def suggest_config(trial: optuna.Trial, spec: StudySpec, space: Space | None = None) -> TrainingConfig:
+    """Suggest all nine axes, canonicalise, and prune an illegal combination.
+
+    Records user attr ``config_key``; an illegal combination records ``prune_reason`` = ``"illegal: <rules>"``
+    and raises :class:`optuna.TrialPruned`.
+    """
+    space = space or Space(spec)
+    params = {a: trial.suggest_categorical(a, list(space.candidates[a])) for a in AXES}
+    config = space.canonical(TrainingConfig.from_params(params))
+    trial.set_user_attr("config_key", config.key())
+    reasons = space.check(config)
+    if reasons:
+        reason = "illegal: " + "; ".join(reasons)
+        trial.set_user_attr("prune_reason", reason)
+        raise optuna.TrialPruned(reason)
+    return config
