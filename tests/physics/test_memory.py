@@ -89,7 +89,7 @@ def test_korthikanti_fig1_activations_first_stage(row: tuple) -> None:
 def test_korthikanti_fig1_params_and_optimizer_first_stage(row: tuple) -> None:
     """±5% on the transformer layers: Fig. 1 counts 12·L·h²/(t·p) parameters at 18 bytes each (fp16 weight,
     fp32 main grad, fp32 master, Adam m and v), which reproduces every row to 0.1%. Our first stage also
-    holds the word + position embedding (V·h/t + s·h), which the figure omits: that adds 1.5-8% (largest
+    holds the word + position embedding (V·h/t + s·h), which the figure omits: that adds 2-11% (largest
     for 1T, whose stage holds only 2 layers), checked exactly rather than against the figure."""
     spec, config = korthikanti_case(row)
     first = estimate_memory(spec, config).stages[0]
