@@ -1,0 +1,118 @@
+"""MemoryPrefilterPruner and prune_if_infeasible on real in-memory Optuna studies."""
+
+import re
+
+import optuna
+import pytest
+from tests.conftest import small_moe_study
+
+from primus_optuna.physics import estimate_memory
+from primus_optuna.search import MemoryPrefilterPruner, config_from_params, prune_if_infeasible
+from primus_optuna.space import Space
+from primus_optuna.spec import StudySpec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+REASON = re.compile(r"^memory: \d+\.\d GiB on stage \d+ > \d+\.\d GiB usable$")
+
+
+@pytest.fixture(scope="module")
+def setup() -> tuple[StudySpec, Space, list]:
+    spec = StudySpec.from_dict(small_moe_study())
+    space = Space(spec)
+    configs = space.configs()
+    fits = [c for c in configs if estimate_memory(spec, c).fits]
+    not_fits = [c for c in configs if not estimate_memory(spec, c).fits]
+    assert fits and not_fits
+    return spec, space, fits[::7][:12] + not_fits[::7][:12]
+
+
+def suggest_all(trial: optuna.Trial, space: Space) -> None:
+    for axis, values in space.legal_values().items():
+        trial.suggest_categorical(axis, values)
+
+
+class Recorder(optuna.pruners.BasePruner):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        self.calls += 1
+        return True
+
+
+def test_prunes_exactly_the_configs_that_do_not_fit(setup: tuple) -> None:
+    spec, space, chosen = setup
+    study = optuna.create_study(direction="maximize", pruner=MemoryPrefilterPruner(spec=spec))
+    for c in chosen:
+        study.enqueue_trial(c.to_params())
+
+    def objective(trial: optuna.Trial) -> float:
+        suggest_all(trial, space)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return 1.0
+
+    study.optimize(objective, n_trials=len(chosen))
+    for t in study.trials:
+        est = estimate_memory(spec, config_from_params(space, t.params))
+        pruned = t.state == optuna.trial.TrialState.PRUNED
+        assert pruned == (not est.fits)
+        assert t.user_attrs["memory_peak_gib"] == pytest.approx(est.peak_gib, abs=1e-3)
+        assert t.user_attrs["memory_usable_gib"] == pytest.approx(est.usable_gib, abs=1e-3)
+        assert t.user_attrs["memory_peak_stage"] == est.peak_stage
+        if pruned:
+            assert REASON.match(t.user_attrs["prune_reason"])
+        else:
+            assert "prune_reason" not in t.user_attrs
+
+
+def test_later_calls_delegate_to_wrapped_pruner_and_spec_from_study_attr(setup: tuple) -> None:
+    spec, space, chosen = setup
+    fitting = next(c for c in chosen if estimate_memory(spec, c).fits)
+    wrapped = Recorder()
+    study = optuna.create_study(direction="maximize", pruner=MemoryPrefilterPruner(wrapped=wrapped))
+    study.set_user_attr("primus_spec", spec.to_dict())
+    study.enqueue_trial(fitting.to_params())
+    seen: list[bool] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        suggest_all(trial, space)
+        seen.append(trial.should_prune())  # before report: memory check (fits -> False)
+        trial.report(1.0, step=0)
+        seen.append(trial.should_prune())  # after report: the wrapped pruner decides (True)
+        return 1.0
+
+    study.optimize(objective, n_trials=1)
+    assert seen == [False, True]
+    assert wrapped.calls == 1
+    assert "memory_peak_gib" in study.trials[0].user_attrs
+
+
+def test_params_from_another_sampler_with_missing_axes_use_the_baseline(setup: tuple) -> None:
+    spec, space, _ = setup
+    c = config_from_params(space, {"mbs": 2, "recompute": "full", "unrelated": 3})
+    assert (c.mbs, c.recompute) == (2, "full")
+    assert (c.tp, c.pp, c.ep) == (space.baseline.tp, space.baseline.pp, space.baseline.ep)
+    assert c.dp and c.num_microbatches
+
+
+def test_multi_objective_helper(setup: tuple) -> None:
+    spec, space, chosen = setup
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for c in chosen:
+        study.enqueue_trial(c.to_params())
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        suggest_all(trial, space)
+        est = prune_if_infeasible(trial, spec)
+        return 1.0, est.peak_gib
+
+    study.optimize(objective, n_trials=len(chosen))
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.FAIL not in states
+    for t in study.trials:
+        est = estimate_memory(spec, config_from_params(space, t.params))
+        assert (t.state == optuna.trial.TrialState.PRUNED) == (not est.fits)
+        assert t.user_attrs["memory_peak_stage"] == est.peak_stage
+        if not est.fits:
+            assert t.user_attrs["prune_reason"] == est.reason()
