@@ -216,6 +216,19 @@ class StudySpec(_Strict):
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     storage: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _primus_yaml(cls, data: Any, info: ValidationInfo) -> Any:
+        """``model: {primus_yaml: path}``: model, baseline and missing workload keys from a Primus YAML."""
+        if isinstance(data, dict) and isinstance(data.get("model"), dict) and "primus_yaml" in data["model"]:
+            from .primus_import import expand_primus_study
+
+            try:
+                return expand_primus_study(data, (info.context or {}).get("base_dir", "."))
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return data
+
     @field_validator("model", mode="before")
     @classmethod
     def _resolve_model(cls, v: Any, info: ValidationInfo) -> Any:

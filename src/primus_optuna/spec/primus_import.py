@@ -1,0 +1,289 @@
+"""Import the model, workload and baseline of a study from a Primus (or plain Megatron) workload YAML.
+
+A study may say ``model: {primus_yaml: path/to/experiment.yaml}``. The file is either
+
+- a Primus *experiment* (``modules.pre_trainer`` with ``framework``, ``model: <model yaml>`` and
+  ``overrides``): the model YAML is looked up next to the experiment, under ``primus_root`` (or a Primus
+  checkout above the experiment) in ``primus/configs/models/<framework>/``; or
+- a model/argument YAML itself (Megatron names at the top level).
+
+Each file's ``extends:`` chain is followed (paths relative to that file; later files override earlier ones;
+Primus' ``${NAME:default}`` values take the environment variable or the default). The experiment's overrides
+win over the model file. They also give the study its **baseline** (``tensor_model_parallel_size`` …
+``micro_batch_size``, recompute, DeepEP and zero-bubble switches) when ``search.baseline`` is not written, and
+``seq_length``/``global_batch_size``/precision when ``workload`` leaves them out. Other keys under ``model:``
+override the imported architecture (e.g. ``vocab_size`` when the YAML names only a tokenizer).
+
+Example::
+
+    info = import_primus_yaml("examples/megatron/configs/MI300X/mixtral_8x22B_v0.1-FP8-pretrain.yaml")
+    info.model["num_layers"], info.baseline["pp"]  # (56, 4)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import SpecError
+
+MODEL_KEYS: tuple[str, ...] = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "vocab_size",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "swiglu",
+    "untie_embeddings_and_output_weights",
+    "normalization",
+    "position_embedding_type",
+)
+"""Megatron argument names that are :class:`~primus_optuna.spec.ModelSpec` fields of the same name."""
+
+TOKENIZER_VOCAB: tuple[tuple[str, int], ...] = (
+    ("llama-3", 128256),
+    ("llama3", 128256),
+    ("llama-2", 32000),
+    ("llama2", 32000),
+    ("mixtral", 32000),
+    ("mistral", 32000),
+    ("qwen", 151936),
+    ("deepseek", 129280),
+)
+"""Vocabulary sizes of well-known tokenizers (Hugging Face configs), for YAMLs that name only a tokenizer."""
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+@dataclass
+class PrimusImport:
+    """What a Primus/Megatron YAML says about a study."""
+
+    model: dict[str, Any]
+    baseline: dict[str, Any]
+    workload: dict[str, Any]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """the merged Megatron arguments (model file chain, then the experiment's overrides)"""
+    files: list[str] = field(default_factory=list)
+    """every file read, in merge order"""
+
+
+def _subst(value: Any) -> Any:
+    if isinstance(value, str) and "${" in value:
+        full = _ENV.fullmatch(value.strip())
+        text = _ENV.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
+        if full:
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError:
+                return text
+        return text
+    if isinstance(value, dict):
+        return {k: _subst(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_subst(v) for v in value]
+    return value
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError(f"model.primus_yaml: file {str(path)!r} not found")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"model.primus_yaml: {path} is not valid YAML: {exc}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise SpecError(f"model.primus_yaml: {path} must hold a mapping")
+    return doc
+
+
+def load_with_extends(
+    path: str | Path, _seen: tuple[Path, ...] = (), files: list[str] | None = None
+) -> dict[str, Any]:
+    """The mapping of ``path`` with its ``extends:`` chain merged (bases first, this file last)."""
+    p = Path(path).resolve()
+    if p in _seen:
+        raise SpecError(f"model.primus_yaml: 'extends' cycle: {' -> '.join(str(x) for x in (*_seen, p))}")
+    doc = _read(p)
+    bases = doc.pop("extends", None) or []
+    if isinstance(bases, str):
+        bases = [bases]
+    merged: dict[str, Any] = {}
+    for base in bases:
+        merged = _merge(merged, load_with_extends(p.parent / str(base), (*_seen, p), files))
+    if files is not None:
+        files.append(str(p))
+    return _merge(merged, _subst(doc))
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _find_model_file(name: str, experiment: Path, framework: str, primus_root: Path | None) -> Path:
+    rel = Path("primus") / "configs" / "models" / framework / name
+    candidates = [experiment.parent / name]
+    if primus_root is not None:
+        candidates += [primus_root / rel, primus_root / name]
+    candidates += [parent / rel for parent in experiment.resolve().parents]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise SpecError(
+        f"model.primus_yaml: the experiment's model file {name!r} was not found next to {experiment} nor in "
+        f"{rel} of a Primus checkout; set model.primus_root to the Primus directory"
+    )
+
+
+def _truthy(v: Any) -> bool:
+    return v.strip().lower() in ("1", "true", "yes", "on") if isinstance(v, str) else bool(v)
+
+
+def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
+    """The nine axes (as ``search.baseline``) that Megatron/Primus arguments select; absent ones are defaults."""
+
+    def get(name: str, default: Any = None) -> Any:
+        v = args.get(name)
+        return default if v is None else v
+
+    pp = int(get("pipeline_model_parallel_size", 1))
+    vpp = get("num_virtual_stages_per_pipeline_rank", get("virtual_pipeline_model_parallel_size"))
+    if vpp is None and get("num_layers_per_virtual_pipeline_stage") and get("num_layers"):
+        vpp = int(get("num_layers")) // (pp * int(get("num_layers_per_virtual_pipeline_stage")))
+    vpp = int(vpp or 1)
+    if _truthy(get("zero_bubble_v_schedule", False)):
+        schedule = "zbv"
+    elif _truthy(get("enable_zero_bubble", False)) or _truthy(get("patch_zero_bubble", False)):
+        schedule = "zb1p"
+    else:
+        schedule = "interleaved" if vpp > 1 else "1f1b"
+    granularity = get("recompute_granularity")
+    recompute = granularity if granularity in ("full", "selective") else "none"
+    if recompute == "full" and get("recompute_num_layers") == 0:
+        recompute = "none"  # Primus recipes write `full` with 0 layers to mean "off"
+    deepep = get("moe_token_dispatcher_type") == "flex" or any(
+        _truthy(get(k, False)) for k in ("moe_enable_deepep", "use_turbo_deepep")
+    )
+    return {
+        "tp": int(get("tensor_model_parallel_size", 1)),
+        "pp": pp,
+        "ep": int(get("expert_model_parallel_size", 1)),
+        "cp": int(get("context_parallel_size", 1)),
+        "vpp": vpp,
+        "mbs": int(get("micro_batch_size", 1)),
+        "recompute": recompute,
+        "moe_dispatcher": "deepep" if deepep else "alltoall",
+        "pp_schedule": schedule,
+    }
+
+
+def model_from_megatron(args: dict[str, Any], name: str) -> dict[str, Any]:
+    """:class:`ModelSpec` fields from Megatron arguments (vocab from the tokenizer name when absent)."""
+    out: dict[str, Any] = {"name": name}
+    for k in MODEL_KEYS:
+        if args.get(k) is not None:
+            out[k] = args[k]
+    if args.get("group_query_attention") is False and "num_query_groups" in out:
+        del out["num_query_groups"]
+    if "ffn_hidden_size" not in out and "hidden_size" in out:
+        out["ffn_hidden_size"] = 4 * int(out["hidden_size"])
+    if "vocab_size" not in out:
+        tok = str(args.get("tokenizer_model") or "").lower()
+        for key, vocab in TOKENIZER_VOCAB:
+            if key in tok:
+                out["vocab_size"] = vocab
+                break
+    if (out.get("num_experts") or 1) <= 1:
+        out.pop("num_experts", None)
+        out.pop("moe_router_topk", None)
+        out.pop("moe_ffn_hidden_size", None)
+    return out
+
+
+def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.get("seq_length"):
+        out["seq_length"] = int(args["seq_length"])
+    if args.get("global_batch_size"):
+        out["global_batch_size"] = int(args["global_batch_size"])
+    if args.get("fp8"):
+        out["precision"] = "fp8"
+    elif _truthy(args.get("fp16", False)):
+        out["precision"] = "fp16"
+    elif "bf16" in args:
+        out["precision"] = "bf16"
+    if "use_distributed_optimizer" in args and args["use_distributed_optimizer"] is not None:
+        out["distributed_optimizer"] = _truthy(args["use_distributed_optimizer"])
+    return out
+
+
+def import_primus_yaml(path: str | Path, primus_root: str | Path | None = None) -> PrimusImport:
+    """Read a Primus experiment (or model/argument) YAML with its ``extends`` chains."""
+    p = Path(path)
+    files: list[str] = []
+    doc = load_with_extends(p, files=files)
+    modules = doc.get("modules")
+    if isinstance(modules, dict) and modules:
+        trainer = modules.get("pre_trainer") or next(iter(modules.values()))
+        if not isinstance(trainer, dict):
+            raise SpecError(f"model.primus_yaml: {p}: modules.pre_trainer must be a mapping")
+        overrides = trainer.get("overrides") or {}
+        model_args: dict[str, Any] = {}
+        name = p.stem
+        if trainer.get("model"):
+            root = Path(primus_root) if primus_root else None
+            model_file = _find_model_file(
+                str(trainer["model"]), p, str(trainer.get("framework", "megatron")), root
+            )
+            model_args = load_with_extends(model_file, files=files)
+            name = model_file.stem
+        args = _merge(model_args, overrides)
+    else:
+        args, name = doc, p.stem
+    return PrimusImport(
+        model=model_from_megatron(args, name),
+        baseline=baseline_from_megatron(args),
+        workload=workload_from_megatron(args),
+        overrides=args,
+        files=files,
+    )
+
+
+def expand_primus_study(data: dict[str, Any], base_dir: str | Path = ".") -> dict[str, Any]:
+    """A study dict with ``model: {primus_yaml: ...}`` replaced by the imported model; ``search.baseline``
+    and missing ``workload`` keys filled from the YAML (what the study file writes always wins)."""
+    model = dict(data["model"])
+    path = Path(str(model.pop("primus_yaml")))
+    root = model.pop("primus_root", None)
+    base = Path(base_dir)
+    if not path.is_absolute():
+        path = base / path
+    if root is not None and not Path(str(root)).is_absolute():
+        root = base / str(root)
+    info = import_primus_yaml(path, root)
+    out = dict(data)
+    out["model"] = {**info.model, **model}
+    if isinstance(data.get("workload"), dict):
+        out["workload"] = {**info.workload, **data["workload"]}
+    elif "workload" not in data and info.workload:
+        out["workload"] = info.workload
+    search = dict(data.get("search") or {})
+    if "baseline" not in search:
+        search["baseline"] = info.baseline
+        out["search"] = search
+    return out

@@ -1,0 +1,147 @@
+"""Primus/Megatron YAML import: extends chains, env defaults, experiment overrides, study integration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from primus_optuna.errors import SpecError
+from primus_optuna.space import Space
+from primus_optuna.spec import StudySpec
+from primus_optuna.spec.primus_import import import_primus_yaml
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A miniature Primus checkout: base chain -> model file; an experiment in examples/."""
+    models = tmp_path / "primus" / "configs" / "models" / "megatron"
+    models.mkdir(parents=True)
+    (tmp_path / "primus" / "configs" / "modules" / "megatron").mkdir(parents=True)
+    (tmp_path / "primus" / "configs" / "modules" / "megatron" / "pre_trainer.yaml").write_text(
+        "micro_batch_size: 1\nrecompute_granularity: null\nbf16: true\nswiglu: false\n"
+    )
+    (models / "llama_base.yaml").write_text(
+        "extends:\n  - ../../modules/megatron/pre_trainer.yaml\nswiglu: true\nnormalization: RMSNorm\n"
+        "position_embedding_type: rope\nuntie_embeddings_and_output_weights: true\n"
+    )
+    (models / "mixtral_base.yaml").write_text(
+        "extends:\n  - llama_base.yaml\nnum_experts: 8\nmoe_router_topk: 2\ntokenizer_model: mistralai/Mixtral-8x22B\n"
+    )
+    (models / "mixtral_8x22B_v0.1.yaml").write_text(
+        "extends:\n  - mixtral_base.yaml\nnum_layers: 56\nhidden_size: 6144\nffn_hidden_size: 16384\n"
+        "moe_ffn_hidden_size: 16384\nnum_attention_heads: 48\ngroup_query_attention: true\n"
+        "num_query_groups: 8\nkv_channels: 128\n"
+    )
+    exp = tmp_path / "examples" / "megatron" / "configs" / "MI355X"
+    exp.mkdir(parents=True)
+    (exp / "mixtral-FP8.yaml").write_text(
+        """work_group: ${PRIMUS_TEAM:amd}
+exp_name: ${PRIMUS_EXP_NAME:mixtral-pretrain}
+modules:
+  pre_trainer:
+    config: pre_trainer.yaml
+    framework: megatron
+    model: mixtral_8x22B_v0.1.yaml
+    overrides:
+      train_iters: ${TRAIN_ITERS:50}
+      micro_batch_size: 2
+      global_batch_size: 512
+      seq_length: 8192
+      tensor_model_parallel_size: 1
+      pipeline_model_parallel_size: 4
+      num_virtual_stages_per_pipeline_rank: 2
+      expert_model_parallel_size: 8
+      recompute_granularity: full
+      recompute_method: block
+      recompute_num_layers: 0
+      fp8: hybrid
+"""
+    )
+    return exp / "mixtral-FP8.yaml"
+
+
+def test_import_follows_extends_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAIN_ITERS", "7")
+    info = import_primus_yaml(_tree(tmp_path))
+    assert info.model == {
+        "name": "mixtral_8x22B_v0.1",
+        "num_layers": 56,
+        "hidden_size": 6144,
+        "ffn_hidden_size": 16384,
+        "num_attention_heads": 48,
+        "num_query_groups": 8,
+        "kv_channels": 128,
+        "vocab_size": 32000,  # from the tokenizer name
+        "num_experts": 8,
+        "moe_router_topk": 2,
+        "moe_ffn_hidden_size": 16384,
+        "swiglu": True,  # llama_base overrides pre_trainer
+        "untie_embeddings_and_output_weights": True,
+        "normalization": "RMSNorm",
+        "position_embedding_type": "rope",
+    }
+    assert info.baseline == {
+        "tp": 1, "pp": 4, "ep": 8, "cp": 1, "vpp": 2, "mbs": 2,
+        "recompute": "none",  # Primus' "full with 0 layers" means off
+        "moe_dispatcher": "alltoall", "pp_schedule": "interleaved",
+    }  # fmt: skip
+    assert info.workload == {"seq_length": 8192, "global_batch_size": 512, "precision": "fp8"}
+    assert info.overrides["train_iters"] == 7  # ${TRAIN_ITERS:50} took the environment value
+    assert [Path(f).name for f in info.files][:3] == [
+        "mixtral-FP8.yaml",
+        "pre_trainer.yaml",
+        "llama_base.yaml",
+    ]
+
+
+def test_study_takes_model_baseline_and_workload(tmp_path: Path) -> None:
+    exp = _tree(tmp_path)
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "imported",
+                "model": {"primus_yaml": str(exp.relative_to(tmp_path)), "num_layers": 28},
+                "cluster": {"gpu": "mi355x", "nodes": 8},
+                "workload": {"global_batch_size": 256},
+            }
+        )
+    )
+    spec = StudySpec.from_yaml(study)
+    assert spec.model.num_layers == 28 and spec.model.num_experts == 8  # the study file wins
+    assert spec.workload.seq_length == 8192 and spec.workload.global_batch_size == 256
+    assert spec.workload.precision == "fp8"
+    base = Space(spec).baseline
+    assert (base.pp, base.vpp, base.ep, base.mbs, base.pp_schedule) == (4, 2, 8, 2, "interleaved")
+
+
+def test_written_baseline_wins(tmp_path: Path) -> None:
+    data = {
+        "name": "x",
+        "model": {"primus_yaml": str(_tree(tmp_path))},
+        "cluster": {"gpu": "mi355x", "nodes": 8},
+        "workload": {"seq_length": 4096, "global_batch_size": 512},
+        "search": {"baseline": {"tp": 2, "pp": 1, "ep": 8, "mbs": 1}},
+    }
+    spec = StudySpec.from_dict(data)
+    assert spec.search.baseline.tp == 2 and spec.workload.seq_length == 4096
+
+
+def test_errors_name_the_problem(tmp_path: Path) -> None:
+    base = {
+        "name": "x",
+        "cluster": {"gpu": "mi355x", "nodes": 1},
+        "workload": {"seq_length": 8, "global_batch_size": 8},
+    }
+    with pytest.raises(SpecError, match="primus_yaml.*not found"):
+        StudySpec.from_dict({**base, "model": {"primus_yaml": str(tmp_path / "missing.yaml")}})
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("extends: [b.yaml]\nnum_layers: 2\n")
+    b.write_text("extends: [a.yaml]\n")
+    with pytest.raises(SpecError, match="cycle"):
+        StudySpec.from_dict({**base, "model": {"primus_yaml": str(a)}})
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("modules:\n  pre_trainer:\n    framework: megatron\n    model: nowhere.yaml\n")
+    with pytest.raises(SpecError, match="primus_root"):
+        import_primus_yaml(exp)
