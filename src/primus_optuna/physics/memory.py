@@ -114,7 +114,10 @@ class MemoryEstimate:
     peak_stage: int = field(init=False)
 
     def __post_init__(self) -> None:
-        peak = max(self.stages, key=lambda s: s.total_gib)
+        peak = self.stages[0]
+        for st in self.stages:
+            if st.total_gib > peak.total_gib:
+                peak = st
         object.__setattr__(self, "peak_gib", peak.total_gib)
         object.__setattr__(self, "peak_stage", peak.stage)
 
@@ -160,6 +163,9 @@ class _Context:
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
         self.acts: dict[tuple[int, int, int, str], tuple[float, float, float]] = {}
         self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
+        self.static: dict[
+            tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
+        ] = {}
 
     def shape(self, tp: int, cp: int, ep: int, mbs: int) -> LayerShape:
         key = (tp, cp, ep, mbs)
@@ -231,13 +237,46 @@ def _context(spec: StudySpec) -> _Context:
 
 
 # --- the estimate ---------------------------------------------------------------------------------------------
-def _groups(ctx: _Context, c: Any, dp: int) -> int:
-    """Parallel groups with more than one rank (each has its own communicator and buffers)."""
-    n = 0
-    for size in (c.tp, c.cp, dp * c.cp, c.pp, c.ep, ctx.world // (c.pp * c.ep) if ctx.is_moe else 1):
-        if size > 1:
-            n += 1
-    return n
+def _static(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, vpp: int, schedule: str, deepep: bool
+) -> list[tuple[float, float, float, float, float, int, int, bool]]:
+    """Per stage: weights, gradients, optimizer, comm buffers, dispatcher buffers (GiB), params, layer
+    params, holds the output layer. Memoised: it depends on the layout axes only."""
+    key = (tp, pp, ep, cp, vpp, schedule, deepep)
+    rows = ctx.static.get(key)
+    if rows is not None:
+        return rows
+    dp = max(1, ctx.world // (tp * cp * pp))
+    dense_shard = dp * cp if ctx.dist_opt else 1
+    expert_shard = max(1, ctx.world // (pp * ep)) if ctx.dist_opt else 1
+    fp8_extra = FP8_EXTRA_WEIGHT_BYTES if ctx.fp8 else 0
+    groups = sum(
+        1 for size in (tp, cp, dp * cp, pp, ep, ctx.world // (pp * ep) if ctx.is_moe else 1) if size > 1
+    )
+    comm = CCL_BASE_GIB + CCL_GIB_PER_GROUP * groups
+    disp = 0.0
+    if ctx.is_moe and deepep:
+        scale = ctx.hidden / DEEPEP_REF_HIDDEN
+        disp = DEEPEP_NVL_GIB * scale + (DEEPEP_RDMA_GIB * scale if ep > ctx.gpn else 0.0)
+    rows = []
+    for (dense, expert, gemm, lparams), (_, has_out) in zip(
+        ctx.stage_params(tp, pp, ep, vpp, schedule), stage_ends(pp, vpp, schedule), strict=True
+    ):
+        params = dense + expert
+        rows.append(
+            (
+                (WEIGHT_BYTES * params + fp8_extra * gemm) / GIB,
+                GRAD_BYTES * params / GIB,
+                OPTIMIZER_BYTES * (dense / dense_shard + expert / expert_shard) / GIB,
+                comm,
+                disp,
+                params,
+                lparams,
+                has_out,
+            )
+        )
+    ctx.static[key] = rows
+    return rows
 
 
 def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
@@ -254,33 +293,16 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
     recompute = config.recompute
+    full = recompute == "full"
 
     keep, one_layer, logits = ctx.activations(tp, cp, mbs, recompute)
-    rows = ctx.stage_params(tp, pp, ep, vpp, schedule)
-    ends = stage_ends(pp, vpp, schedule)
-
-    dense_shard = dp * cp if ctx.dist_opt else 1
-    expert_shard = max(1, ctx.world // (pp * ep)) if ctx.dist_opt else 1
-    fp8_extra = FP8_EXTRA_WEIGHT_BYTES if ctx.fp8 else 0
-    comm = CCL_BASE_GIB + CCL_GIB_PER_GROUP * _groups(ctx, config, dp)
-    disp = 0.0
-    if ctx.is_moe and config.moe_dispatcher == "deepep":
-        scale = ctx.hidden / DEEPEP_REF_HIDDEN
-        disp = DEEPEP_NVL_GIB * scale + (DEEPEP_RDMA_GIB * scale if ep > ctx.gpn else 0.0)
-
+    rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
+    layers = ctx.layers
     stages: list[StageMemory] = []
-    for i in range(pp):
-        dense, expert, gemm, lparams = rows[i]
-        params = dense + expert
-        weights = (WEIGHT_BYTES * params + fp8_extra * gemm) / GIB
-        grads = GRAD_BYTES * params / GIB
-        optim = OPTIMIZER_BYTES * (dense / dense_shard + expert / expert_shard) / GIB
-        n = layers_in_flight(ctx.layers, pp, vpp, m, schedule, i)
-        if recompute == "full":
-            act = (n - 1) * keep + one_layer
-        else:
-            act = n * keep
-        if ends[i][1]:
+    for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):
+        n = layers_in_flight(layers, pp, vpp, m, schedule, i)
+        act = (n - 1) * keep + one_layer if full else n * keep
+        if has_out:
             act += logits
         act /= GIB
         allocated = weights + grads + optim + act
@@ -294,6 +316,5 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
             "dispatcher_buffers_gib": disp,
             "overhead_gib": overhead,
         }
-        total = allocated + comm + disp + overhead
-        stages.append(StageMemory(i, total, breakdown, params, lparams))
+        stages.append(StageMemory(i, allocated + comm + disp + overhead, breakdown, params, lparams))
     return MemoryEstimate(stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib)

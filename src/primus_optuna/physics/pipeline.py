@@ -1,0 +1,264 @@
+"""Pipeline schedules as a small discrete-event simulation: 1F1B, interleaved 1F1B, ZB-H1 (``zb1p``), ZB-V.
+
+Each physical stage runs forward (F), input-gradient (B) and weight-gradient (W) passes of its model chunks
+for ``m`` micro-batches. A pass may start when its stage is free and its input has arrived:
+``F(k, i)`` needs ``F(k−1, i)``; ``B(k, i)`` needs ``B(k+1, i)`` (the last chunk's B needs its own F, which
+computes the loss). Sending an activation/gradient to another stage is blocking in Megatron's schedules, so
+its cost ``c`` is added to the sending pass (that is how p2p is "not free" and how interleaving's ``v×``
+extra traffic shows up). Stages pick their next pass greedily: a ready B first, else a ready F if fewer
+than ``cap`` chunk-micro-batches are in flight, else a pending W (zero-bubble schedules only; 1F1B and
+interleaved run W fused into B). The caps are the schedules' activation-memory limits:
+
+- 1F1B and ZB-H1: ``p − s`` micro-batches on stage ``s`` (Narayanan et al. 2021; Qi et al. 2024: ZB-H1 has
+  1F1B's memory and fills the cool-down bubble with deferred W passes);
+- interleaved (Megatron): ``2(p − s − 1) + (v − 1)·p + 1`` chunk-micro-batches, forwards in Megatron's order
+  (groups of ``p`` micro-batches per chunk);
+- ZB-V: two chunks placed in a V (stage ``s`` holds chunks ``s`` and ``2p−1−s``, so the turn at the last stage
+  needs no transfer), ``2p`` chunk-micro-batches per stage (1F1B's peak, Qi et al. 2024 §4).
+
+The result is the step time; the *bubble* is the step time minus the busiest stage's work. Simulations are
+memoised on the schedule, ``p``, ``v``, a capped ``m`` (the bubble no longer changes once the pipeline has
+reached its steady state, checked in the tests) and the pass durations normalised and rounded to 1/100.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import lru_cache
+
+M_CAP_PER_STAGE = 3
+"""simulate at most ``3·p`` micro-batches (a multiple of p): the bubble is constant beyond (tested)"""
+_RES = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTiming:
+    """Times of one step's pipeline part (same unit as the inputs)."""
+
+    step: float
+    busy: float
+    """work of the busiest stage (compute + blocking sends)"""
+    bubble: float
+    """step − busy"""
+    sends_per_microbatch: int
+    """blocking sends of the busiest stage per micro-batch"""
+
+
+def n_virtual(schedule: str, pp: int, vpp: int) -> int:
+    return 2 * pp if schedule == "zbv" else pp * vpp
+
+
+def stage_of(schedule: str, pp: int, k: int) -> int:
+    """Physical stage of virtual stage (chunk) ``k``."""
+    if schedule == "zbv":
+        return k if k < pp else 2 * pp - 1 - k
+    return k % pp
+
+
+def _cap(schedule: str, pp: int, vpp: int, m: int, s: int) -> int:
+    if schedule == "interleaved":
+        return min(2 * (pp - s - 1) + (vpp - 1) * pp + 1, m * vpp)
+    if schedule == "zbv":
+        return min(2 * pp, 2 * m)
+    return min(pp - s, m)
+
+
+def simulate(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    f: float,
+    b: float,
+    w: float,
+    c: float,
+    f_last: float = 0.0,
+    b_last: float = 0.0,
+    w_last: float = 0.0,
+) -> tuple[float, list[float], list[int]]:
+    """Run the schedule; per-chunk durations ``f, b, w`` (``w`` is fused into B unless the schedule is
+    zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
+
+    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
+    """
+    zb = schedule in ("zb1p", "zbv")
+    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    nv = n_virtual(schedule, pp, v)
+    last = nv - 1
+    st = [stage_of(schedule, pp, k) for k in range(nv)]
+    dur_f, dur_b, dur_w = [0.0] * nv, [0.0] * nv, [0.0] * nv
+    sends = [0] * pp
+    for k in range(nv):
+        fk, bk, wk = (f + f_last, b + b_last, w + w_last) if k == last else (f, b, w)
+        if not zb:
+            bk, wk = bk + wk, 0.0
+        if k < last and st[k + 1] != st[k]:
+            fk += c
+            sends[st[k]] += 1
+        if k > 0 and st[k - 1] != st[k]:
+            bk += c
+            sends[st[k]] += 1
+        dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
+    chunks = [[k for k in range(nv) if st[k] == s] for s in range(pp)]
+    # forward order per stage: a fixed list (1F1B, ZB-H1, interleaved) or per-chunk queues (ZB-V)
+    f_orders: list[list[list[tuple[int, int]]]] = []
+    for s in range(pp):
+        ks = chunks[s]
+        if schedule == "zbv":
+            f_orders.append([[(k, i) for i in range(m)] for k in ks])
+        elif schedule == "interleaved":
+            order = []
+            for g0 in range(0, m, pp):
+                size = min(pp, m - g0)
+                for k in ks:
+                    order.extend((k, g0 + j) for j in range(size))
+            f_orders.append([order])
+        else:
+            f_orders.append([[(ks[0], i) for i in range(m)]])
+    b_orders = [[[(k, i) for i in range(m)] for k in chunks[s]] for s in range(pp)]
+    fin_f = [[-1.0] * m for _ in range(nv)]
+    fin_b = [[-1.0] * m for _ in range(nv)]
+    f_ptr = [[0] * len(q) for q in f_orders]
+    b_ptr = [[0] * len(q) for q in b_orders]
+    pend_w: list[list[int]] = [[] for _ in range(pp)]
+    inflight = [0] * pp
+    caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
+    remaining = [len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)]
+    busy = [0.0] * pp
+    free = [0.0] * pp
+    seq = 0
+    heap = [(0.0, s, s) for s in range(pp)]
+    seq = pp
+    makespan = 0.0
+    while heap:
+        t, _, s = heapq.heappop(heap)
+        if remaining[s] == 0:
+            continue
+        t = max(t, free[s])
+        while True:
+            best_b = best_f = None
+            rb = rf = float("inf")
+            for qi, q in enumerate(b_orders[s]):
+                p_ = b_ptr[s][qi]
+                if p_ < m:
+                    k, i = q[p_]
+                    dep = fin_f[k][i] if k == last else fin_b[k + 1][i]
+                    if dep >= 0 and fin_f[k][i] >= 0 and dep < rb:
+                        rb, best_b = dep, qi
+            if inflight[s] < caps[s]:
+                for qi, q in enumerate(f_orders[s]):
+                    p_ = f_ptr[s][qi]
+                    if p_ < len(q):
+                        k, i = q[p_]
+                        dep = 0.0 if k == 0 else fin_f[k - 1][i]
+                        if dep >= 0 and (dep < rf or (dep == rf and schedule == "zbv")):
+                            rf, best_f = dep, qi
+            if best_b is not None and rb <= t:
+                k, i = b_orders[s][best_b][b_ptr[s][best_b]]
+                b_ptr[s][best_b] += 1
+                end = t + dur_b[k]
+                fin_b[k][i] = end
+                busy[s] += dur_b[k]
+                if zb:
+                    pend_w[s].append(k)
+                else:
+                    inflight[s] -= 1
+                break
+            if best_f is not None and rf <= t:
+                k, i = f_orders[s][best_f][f_ptr[s][best_f]]
+                f_ptr[s][best_f] += 1
+                end = t + dur_f[k]
+                fin_f[k][i] = end
+                busy[s] += dur_f[k]
+                inflight[s] += 1
+                break
+            if pend_w[s]:
+                k = pend_w[s].pop(0)
+                end = t + dur_w[k]
+                busy[s] += dur_w[k]
+                inflight[s] -= 1
+                break
+            nxt = min(rb, rf)
+            other = heap[0][0] if heap else float("inf")
+            if nxt <= other and nxt < float("inf"):
+                t = nxt
+                continue
+            if not heap:
+                raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
+            end = None
+            break
+        if end is None:
+            seq += 1
+            heapq.heappush(heap, (max(t, heap[0][0]), seq, s))
+            continue
+        free[s] = end
+        remaining[s] -= 1
+        makespan = max(makespan, end)
+        if remaining[s]:
+            seq += 1
+            heapq.heappush(heap, (end, seq, s))
+    return makespan, busy, sends
+
+
+@lru_cache(maxsize=65536)
+def _normalised(
+    schedule: str, pp: int, vpp: int, m: int, f: int, b: int, w: int, c: int, fl: int, bl: int, wl: int
+) -> tuple[float, float, int]:
+    r = _RES
+    span, busy, sends = simulate(schedule, pp, vpp, m, f / r, b / r, w / r, c / r, fl / r, bl / r, wl / r)
+    s = max(range(pp), key=lambda i: busy[i])
+    return span, busy[s], sends[s]
+
+
+def pipeline_timing(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    f: float,
+    b: float,
+    w: float,
+    c: float,
+    f_last: float = 0.0,
+    b_last: float = 0.0,
+    w_last: float = 0.0,
+) -> PipelineTiming:
+    """Step time of the pipeline part, from a memoised simulation.
+
+    ``f, b, w``: per-chunk pass durations of one micro-batch (seconds); ``c``: one blocking send;
+    ``*_last``: extra durations of the chunk holding the output layer. With ``pp = 1`` it is ``m`` passes.
+    """
+    if schedule != "zbv" and schedule != "interleaved":
+        vpp = 1
+    if schedule == "zbv":
+        vpp = 2
+    nv = n_virtual(schedule, pp, vpp)
+    if pp == 1:
+        busy = m * (nv * (f + b + w) + f_last + b_last + w_last)
+        return PipelineTiming(busy, busy, 0.0, 0)
+    unit = f + b + w + 2 * c
+    if unit <= 0:
+        return PipelineTiming(0.0, 0.0, 0.0, 0)
+    ms = min(m, M_CAP_PER_STAGE * pp)
+
+    def q(x: float) -> int:
+        return int(round(x / unit * _RES))
+
+    span, busy_sim, sends = _normalised(
+        schedule, pp, vpp, ms, q(f), q(b), q(w), q(c), q(f_last), q(b_last), q(w_last)
+    )
+    bubble = max(0.0, span - busy_sim) * unit
+    # the busiest stage's exact work: its chunks (one of them may hold the output layer) plus its sends
+    chunk_work = f + b + w
+    per_stage_chunks = nv // pp
+    busy = m * (per_stage_chunks * chunk_work + f_last + b_last + w_last + sends * c)
+    return PipelineTiming(busy + bubble, busy, bubble, sends)
+
+
+def bubble_fraction(
+    schedule: str, pp: int, vpp: int, m: int, f: float, b: float, w: float, c: float
+) -> float:
+    """Bubble / step time (uniform stages)."""
+    t = pipeline_timing(schedule, pp, vpp, m, f, b, w, c)
+    return t.bubble / t.step if t.step else 0.0
