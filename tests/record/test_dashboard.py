@@ -30,7 +30,7 @@ def served(small_study, tmp_path: Path) -> Iterator[tuple[str, optuna.Study, Pat
     """The small study plus one live trial (note hook + artifact), served by optuna-dashboard."""
     storage, study = small_study
     adir = tmp_path / "small-artifacts"
-    adir.mkdir()
+    adir.mkdir(exist_ok=True)
     store = FileSystemArtifactStore(str(adir))
     spec = small_spec()
     space = Space(spec)
@@ -77,7 +77,7 @@ def test_json_api_shows_notes_attrs_and_artifacts(served) -> None:
     detail = _get(f"{base}/api/studies/{sid}")
     # study note = the current summary
     note = detail["note"]["body"]
-    assert "**Best**: trial 5" in note and "+15.6%" in note and "memory 1, illegal 1" in note
+    assert "**Best**: trial 5" in note and "+15.6%" in note and "memory 1, duplicate 1" in note
     # trial note written while it ran: rationale and the step-time breakdown (second hook call kept both)
     live = detail["trials"][-1]
     assert live["number"] == 9 and live["state"] == "Complete"
@@ -87,7 +87,8 @@ def test_json_api_shows_notes_attrs_and_artifacts(served) -> None:
     assert "4321.5" in body
     attrs = {a["key"]: a["value"] for a in live["user_attrs"]}
     assert attrs["phase"] == "planner" and attrs["config_key"] == study.trials[-1].user_attrs["config_key"]
-    # artifact listed and downloadable
+    # study artifacts (planner transcripts) and the trial's log: listed and downloadable
+    assert sorted(a["filename"] for a in detail["artifacts"]) == ["planner-call-5.json", "planner-call-7.json"]
     (art,) = live["artifacts"]
     assert art["filename"] == "trial.log"
     content = _get(f"{base}/artifacts/{sid}/{live['trial_id']}/{art['artifact_id']}")

@@ -75,6 +75,7 @@ def test_megatron_args_are_flags(flagship: StudySpec) -> None:
     argv = megatron_args(flagship, c)
     assert argv[:2] == ["--tensor-model-parallel-size", "1"]
     assert "--num-virtual-stages-per-pipeline-rank" in argv and "--recompute-granularity" not in argv
+    assert argv[argv.index("--fp8-format") + 1] == "hybrid"
     assert parse_megatron_args(argv, flagship) == c
 
 

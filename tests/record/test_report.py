@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from tests.helpers.recorded_study import SENTINEL_KEY, make_study
+from tests.helpers.recorded_study import FALLBACK_WHY, SENTINEL_KEY, make_study
 
 from primus_optuna.record.report import build_report, fmt_gib, fmt_pct, fmt_tok, load_record, redact
 
@@ -54,15 +54,20 @@ def test_report_sections_and_numbers(small_study, tmp_path: Path) -> None:
     assert f"Mean estimate_error **{fmt_pct(statistics.fmean(errs))}**" in md
     assert f"median **{fmt_pct(statistics.median(errs))}**" in md
     assert "optimistic" in md
-    # memory filter: GPU-hours = step time x steps (runner.options.steps=20) x 8 GPUs
+    # memory filter: GPU-hours = step time (from the estimate) x steps (train_iters=20) x 8 GPUs
     mem = [t for t in study.trials if t.user_attrs.get("prune_reason", "").startswith("memory")]
-    hours = sum(t.user_attrs["step_time_s"] * 20 * 8 / 3600 for t in mem)
+    step = [256 * 4096 / (t.user_attrs["estimate_tokens_per_s_per_gpu"] * 8) for t in mem]
+    hours = sum(s * 20 * 8 / 3600 for s in step)
     assert f"GPU-hours not spent: {hours:.2f}" in md
     assert mem[0].user_attrs["prune_reason"] in md
-    # planner: rationale, rejected candidate with its reason, fallback reason, LLM usage
-    assert "DeepEP with MBS 4" in md
-    assert "illegal: tp=3 does not divide 32 heads" in md
-    assert "fallback: llm max_calls reached" in md
+    # planner: each round (transcript artifact), accepted and rejected candidates with reasons, tokens and
+    # cost, the failed call, fallback trials and why, LLM usage totals
+    assert "### Round 1 (before trial 5, openai/test-model)" in md
+    assert "2 accepted, 1 rejected; tokens 2000, cost $0.0100" in md
+    assert "| tp=3 | rejected | illegal: tp=3 does not divide 32 heads | odd TP |" in md
+    assert "| mbs=4, moe_dispatcher=deepep | accepted |  | DeepEP with MBS 4 |" in md
+    assert "**Error, fell back**: LMTimeoutError: request timed out" in md
+    assert f"Fallback trials by reason: {FALLBACK_WHY}: 2." in md
     assert "2 calls, 3456 tokens, $0.0123" in md
     # result: best trial and gain over the baseline (trial 0)
     best, base = study.best_trial, study.trials[0]

@@ -3,7 +3,8 @@
 Formats (``FORMATS``):
 
 - ``primus``: a Primus experiment overlay (``modules.pre_trainer.overrides``) with Megatron argument names;
-- ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations;
+- ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations (the zero-bubble
+  and Primus-Turbo switches are Primus extensions);
 - ``env``: ``export PRIMUS_TP=1`` lines for launch scripts;
 - ``json``: the nine axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
 
@@ -152,11 +153,18 @@ def to_primus_yaml(spec: StudySpec, config: TrainingConfig, header: str = "") ->
     return _comment(header) + yaml.safe_dump(doc, sort_keys=False)
 
 
+MEGATRON_FLAG_NAMES = {"fp8": "fp8_format"}
+"""Overlay keys whose command-line flag is named differently (Primus ``fp8: hybrid`` = ``--fp8-format hybrid``)."""
+
+
 def megatron_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
-    """Megatron-LM command-line arguments (booleans as bare flags, unset arguments omitted)."""
+    """Megatron-LM command-line arguments (booleans as bare flags, unset arguments omitted).
+
+    The zero-bubble and Primus-Turbo switches are Primus extensions: Primus's Megatron backend accepts them,
+    upstream Megatron-LM does not (``run/presets.py`` drops them for its ``megatron`` runner)."""
     args: list[str] = []
     for name, value in megatron_overrides(spec, config).items():
-        flag = "--" + name.replace("_", "-")
+        flag = "--" + MEGATRON_FLAG_NAMES.get(name, name).replace("_", "-")
         if value is None or value is False:
             continue
         if value is True:
@@ -320,10 +328,10 @@ def study_spec(study: Any) -> StudySpec:
 
 def trial_config(trial: Any, spec: StudySpec) -> TrainingConfig:
     """The canonical, derived configuration of a trial (its Optuna params are the nine axes)."""
-    from ..search.suggest import config_from_params
+    from ..search.suggest import complete_config
     from ..space import Space
 
-    config = config_from_params(Space(spec), trial.params)
+    config = complete_config(Space(spec), trial.params)
     if config is None:
         raise SpecError(
             f"trial {trial.number} does not have all nine axes as parameters: {sorted(trial.params)}"

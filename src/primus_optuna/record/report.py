@@ -34,9 +34,9 @@ from ..spec import StudySpec
 from ..spec.study import AXES
 from .export import study_spec, trial_config
 
-DEFAULT_MEASURE_STEPS = 50
-"""Steps a measured run would take when ``runner.options`` names none (``steps`` or ``train_iters``):
-the 50-iteration benchmark runs of shared/reference/log-formats.md."""
+DEFAULT_MEASURE_STEPS = 10
+"""Steps a measured run would take when ``runner.options`` names none (``train_iters`` or ``steps``): the
+default ``train_iters`` of the primus and megatron runners (run/presets.py)."""
 
 SHARP_LOSS = 0.10
 """A neighbour that loses at least this fraction of the best's estimate makes an axis "sharp"."""
@@ -133,6 +133,8 @@ class StudyRecord:
     user_attrs: dict[str, Any]
     trials: list[TrialRow]
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    artifact_store: Any = None
+    """the file artifact store of the study (planner transcripts), when found"""
 
     @property
     def multi_objective(self) -> bool:
@@ -179,16 +181,26 @@ class StudyRecord:
     @property
     def measure_steps(self) -> int:
         opts = self.spec.runner.options
-        for key in ("steps", "train_iters", "iterations"):
+        for key in ("train_iters", "steps", "iterations"):
             if isinstance(opts.get(key), int) and opts[key] > 0:
                 return int(opts[key])
         return DEFAULT_MEASURE_STEPS
 
 
-def load_record(storage: Any, study_name: str | None = None) -> StudyRecord:
-    """Read a study (``study_name`` may be omitted when the storage holds exactly one)."""
+def load_record(
+    storage: Any, study_name: str | None = None, artifact_dir: str | Path | None = None
+) -> StudyRecord:
+    """Read a study from a storage URL (any Optuna URL, a ``.db``/``.log`` path, ``journal:PATH``) or storage
+    object; ``study_name`` may be omitted when the storage holds exactly one study. ``artifact_dir`` defaults
+    to ``<storage stem>-artifacts`` (where ``run`` keeps logs and planner transcripts)."""
     import optuna
 
+    from .storage import make_storage, normalize_url
+
+    url = ""
+    if isinstance(storage, str):
+        url = normalize_url(storage)
+        storage = make_storage(url, heartbeat_interval=None)
     if study_name is None:
         names = optuna.get_all_study_names(storage)
         if len(names) != 1:
@@ -200,11 +212,20 @@ def load_record(storage: Any, study_name: str | None = None) -> StudyRecord:
             )
         study_name = names[0]
     study = optuna.load_study(study_name=study_name, storage=storage)
-    return record_of(study, storage_url=storage if isinstance(storage, str) else "")
+    return record_of(study, storage_url=url, artifact_dir=artifact_dir)
 
 
-def record_of(study: Any, storage_url: str = "") -> StudyRecord:
+def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None = None) -> StudyRecord:
     """A :class:`StudyRecord` of a loaded (or live) Optuna study."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from .storage import sibling_dir
+
+    if artifact_dir is None and storage_url:
+        artifact_dir = sibling_dir(storage_url, study.study_name, "-artifacts")
+    store = (
+        FileSystemArtifactStore(str(artifact_dir)) if artifact_dir and Path(artifact_dir).is_dir() else None
+    )
     spec = study_spec(study)
     space = Space(spec)
     rows = []
@@ -244,6 +265,7 @@ def record_of(study: Any, storage_url: str = "") -> StudyRecord:
         user_attrs=dict(study.user_attrs),
         trials=rows,
         artifacts=artifacts,
+        artifact_store=store,
     )
 
 
@@ -356,17 +378,41 @@ def sensitivity(rec: StudyRecord, config: TrainingConfig) -> tuple[list[dict[str
     return rows, verdict
 
 
+TRANSCRIPT_NAME = re.compile(r"planner-call-.*\.json$")
+
+
 def planner_rounds(rec: StudyRecord) -> list[dict[str, Any]]:
-    """Planner rounds as the sampler recorded them in study user attrs (``planner_rounds`` list, or
-    ``planner_round_<n>`` dicts), oldest first."""
-    rounds: list[dict[str, Any]] = []
-    attrs = rec.user_attrs
-    if isinstance(attrs.get("planner_rounds"), list):
-        rounds += [r for r in attrs["planner_rounds"] if isinstance(r, dict)]
-    for key in sorted(k for k in attrs if re.fullmatch(r"planner_round_\d+", k)):
-        if isinstance(attrs[key], dict):
-            rounds.append({"round": int(key.rsplit("_", 1)[1]), **attrs[key]})
-    return rounds
+    """The planner's calls, oldest first: the JSON transcripts the sampler stores as study artifacts
+    (``planner-call-<trial>.json``: accepted, rejected with reason, tokens, cost_usd, error), read from the
+    file artifact store. Each gets ``artifact`` (its file name); empty when the store is not found."""
+    import json
+
+    if rec.artifact_store is None:
+        return []
+    rounds = []
+    for meta in rec.artifacts:
+        if meta["trial"] is not None or not TRANSCRIPT_NAME.search(meta["filename"]):
+            continue
+        try:
+            with rec.artifact_store.open_reader(meta["artifact_id"]) as f:
+                doc = json.loads(f.read())
+        except Exception:  # a missing or unreadable transcript: list the others
+            continue
+        if isinstance(doc, dict):
+            rounds.append({**doc, "artifact": meta["filename"]})
+    return sorted(rounds, key=lambda r: (r.get("time") or "", r.get("trial_number") or 0))
+
+
+FALLBACK_NOTE = re.compile(r"^planner unavailable \((?P<why>.*?)(; (?P<n>\d+) rejected)?\); ")
+
+
+def fallback_reason(rec: StudyRecord, t: TrialRow) -> str:
+    """Why a fallback trial happened: the note the sampler puts before its rationale, else no LLM."""
+    m = FALLBACK_NOTE.match(str(t.attr("rationale") or ""))
+    if m:
+        n = int(m.group("n") or 0)
+        return m.group("why") + (f" ({n} candidates rejected)" if n else "")
+    return "no LLM configured" if not rec.spec.llm.model else "not recorded"
 
 
 def versions() -> dict[str, str]:
@@ -673,8 +719,7 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
     order = list(AXES)
     for t in rows:
         diff = [a for a in AXES if getattr(t.config, a) != getattr(base, a)]
-        named = re.match(r"sweep (\w+)=", str(t.attr("rationale") or ""))
-        axis = named.group(1) if named else (diff[0] if len(diff) == 1 else "+".join(diff) or "baseline")
+        axis = str(t.attr("sweep_axis") or (diff[0] if len(diff) == 1 else "+".join(diff) or "baseline"))
         groups.setdefault(axis, []).append(t)
     b = rec.baseline
     doc.p(
@@ -712,31 +757,27 @@ def _planner(doc: Doc, rec: StudyRecord) -> None:
         f"${float(a.get('llm_cost_usd', 0.0) or 0.0):.4f}."
     )
     rounds = planner_rounds(rec)
-    if rounds:
-        for r in rounds:
-            head = f"Round {r.get('round', '?')}"
-            if r.get("fallback") or r.get("fallback_reason"):
-                head += f" (fallback: {r.get('fallback_reason') or r.get('fallback')})"
-            doc.h(3, head)
-            doc.p(
-                f"tokens {r.get('tokens', '-')}, cost ${float(r.get('cost_usd', 0.0) or 0.0):.4f}"
-                + (f", transcript artifact `{r['artifact']}`" if r.get("artifact") else "")
-            )
-            cands = r.get("candidates") or []
-            if cands:
-                doc.table(
-                    ["candidate", "accepted", "reason", "rationale"],
-                    [
-                        [
-                            _cand(c.get("config")),
-                            "yes" if c.get("accepted") else "no",
-                            c.get("reason", "") or "",
-                            c.get("rationale", "") or "",
-                        ]
-                        for c in cands
-                        if isinstance(c, dict)
-                    ],
-                )
+    if not rounds:
+        doc.p(
+            "No planner transcript found"
+            + (" (no LLM configured)." if not rec.spec.llm.model else " in the artifact store.")
+        )
+    for i, r in enumerate(rounds, 1):
+        head = f"Round {i} (before trial {r.get('trial_number', '?')}, {r.get('model') or '?'})"
+        doc.h(3, head)
+        accepted, rejected = r.get("accepted") or [], r.get("rejected") or []
+        doc.p(
+            f"{len(accepted)} accepted, {len(rejected)} rejected; tokens {r.get('tokens', '-')}, cost "
+            f"${float(r.get('cost_usd') or 0.0):.4f}, {r.get('elapsed_s', '-')} s; transcript artifact "
+            f"`{r['artifact']}`." + (f" **Error, fell back**: {r['error']}" if r.get("error") else "")
+        )
+        table = [[_cand(c.get("config")), "accepted", "", c.get("rationale") or ""] for c in accepted]
+        table += [
+            [_cand(c.get("candidate")), "rejected", c.get("reason") or "", c.get("rationale") or ""]
+            for c in rejected
+        ]
+        if table:
+            doc.table(["candidate", "decision", "reason", "rationale"], table)
     rows = [t for t in rec.trials if t.phase in ("planner", "fallback")]
     if not rows:
         doc.p("No planner or fallback trial has run yet (the sweep comes first).")
@@ -753,14 +794,12 @@ def _planner(doc: Doc, rec: StudyRecord) -> None:
                 fmt_tok(t.estimate),
                 fmt_tok(t.value),
                 t.outcome,
-                t.attr("rationale") or t.attr("fallback_reason") or "",
+                t.attr("rationale") or "",
             ]
             for t in rows
         ],
     )
-    fallbacks = Counter(
-        str(t.attr("fallback_reason") or "not recorded") for t in rows if t.phase == "fallback"
-    )
+    fallbacks = Counter(fallback_reason(rec, t) for t in rows if t.phase == "fallback")
     if fallbacks:
         doc.p("Fallback trials by reason: " + ", ".join(f"{k}: {v}" for k, v in fallbacks.items()) + ".")
 
@@ -948,11 +987,19 @@ def render(rec: StudyRecord) -> Doc:
     return doc
 
 
-def build_report(storage: Any, study_name: str | None, out_dir: str | Path | None = None) -> dict[str, Path]:
-    """Write ``report.md``, ``report.html``, ``study.yaml`` and ``plots/*.png`` under ``out_dir``.
+def build_report(
+    storage: Any,
+    study_name: str | None,
+    out_dir: str | Path | None = None,
+    *,
+    artifact_dir: str | Path | None = None,
+) -> dict[str, Path]:
+    """Write ``report.md``, ``report.html``, ``study.yaml`` and ``plots/*.png`` under ``out_dir``
+    (default ``<study name>-report``). ``storage`` is a URL or an Optuna storage; ``artifact_dir`` the file
+    artifact store (default: next to a file storage).
 
     Returns the paths by kind (``md``, ``html``, ``study``, ``plots``)."""
-    rec = load_record(storage, study_name)
+    rec = load_record(storage, study_name, artifact_dir)
     out = Path(out_dir) if out_dir is not None else default_report_dir(rec.study_name)
     out.mkdir(parents=True, exist_ok=True)
     doc = render(rec)

@@ -1,0 +1,155 @@
+"""``report``, ``dashboard`` and ``export``: what a study leaves behind, from its storage alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ._common import user_errors
+
+storage_option = click.option(
+    "--storage",
+    "storage",
+    required=True,
+    metavar="URL",
+    help="Optuna storage URL (sqlite:///NAME.db, postgresql://..., or a .db/.log path).",
+)
+study_name_option = click.option(
+    "--study-name",
+    "study_name",
+    default=None,
+    metavar="NAME",
+    help="Study in the storage (optional when the storage holds exactly one).",
+)
+
+
+def _url(storage: str) -> str:
+    from ..record.storage import normalize_url
+
+    return normalize_url(storage)
+
+
+def _check_file(url: str) -> None:
+    """A SQLite/journal storage that does not exist is a user error (Optuna would create an empty one)."""
+    from ..errors import SpecError
+    from ..record.storage import storage_file
+
+    f = storage_file(url)
+    if f is not None and not f.is_file():
+        raise SpecError(f"--storage {url!r}: no such file {str(f)!r}; pass the storage that `run` used")
+
+
+def _study(storage: str, study_name: str | None):  # -> optuna.Study
+    import optuna
+
+    from ..errors import SpecError
+    from ..record.storage import make_storage
+
+    url = _url(storage)
+    _check_file(url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    backend = make_storage(url, heartbeat_interval=None)
+    names = optuna.get_all_study_names(backend)
+    if study_name is None:
+        if len(names) != 1:
+            raise SpecError(
+                f"--study-name is required: {url} holds {len(names)} studies"
+                + (f" ({', '.join(names)})" if names else "")
+            )
+        study_name = names[0]
+    if study_name not in names:
+        raise SpecError(
+            f"--study-name {study_name!r}: no such study in {url}"
+            + (f"; it holds {', '.join(names)}" if names else "; it holds no study")
+        )
+    return optuna.load_study(study_name=study_name, storage=backend), url
+
+
+@click.command()
+@storage_option
+@study_name_option
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False), help="Output folder.")
+@user_errors
+def report(storage: str, study_name: str | None, out: str | None) -> None:
+    """Write the audit report (report.md, self-contained report.html) of a study, finished or not."""
+    from ..record.report import build_report, default_report_dir
+
+    study, url = _study(storage, study_name)
+    paths = build_report(url, study.study_name, out or default_report_dir(study.study_name))
+    click.echo(f"wrote {paths['md']}")
+    click.echo(f"wrote {paths['html']}")
+
+
+@click.command()
+@click.option(
+    "--storage", "storage", default=None, metavar="URL", help="Storage URL (default: the only *.db here)."
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option(
+    "--artifact-dir",
+    "artifact_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="File artifact store (default: <storage stem>-artifacts next to the storage file).",
+)
+@user_errors
+def dashboard(storage: str | None, host: str, port: int, artifact_dir: str | None) -> None:
+    """Start optuna-dashboard on a study storage, with its artifact store (logs, transcripts, profiles)."""
+    from ..errors import SpecError
+    from ..record.dashboard import artifact_dir_for, serve_dashboard
+
+    if storage is None:
+        dbs = sorted(Path.cwd().glob("*.db"))
+        if len(dbs) != 1:
+            raise SpecError(
+                f"--storage is required: found {len(dbs)} *.db files here"
+                + (f" ({', '.join(p.name for p in dbs)})" if dbs else "")
+            )
+        storage = str(dbs[0])
+    url = _url(storage)
+    _check_file(url)
+    adir = Path(artifact_dir) if artifact_dir else artifact_dir_for(url)
+    click.echo(
+        f"optuna-dashboard on http://{host}:{port}/dashboard (storage {url}, artifacts {adir})", err=True
+    )
+    serve_dashboard(url, host=host, port=port, artifact_dir=adir)
+
+
+@click.command()
+@storage_option
+@study_name_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["primus", "megatron", "env", "json"]),
+    default="primus",
+    show_default=True,
+    help="Primus overlay YAML, Megatron arguments, `export` lines, or JSON.",
+)
+@click.option("--trial", "trial_number", type=int, default=None, help="Trial number (default: the best).")
+@click.option(
+    "--output", "-o", "output", default=None, type=click.Path(dir_okay=False), help="Write to a file."
+)
+@user_errors
+def export(
+    storage: str, study_name: str | None, fmt: str, trial_number: int | None, output: str | None
+) -> None:
+    """Print the best (or chosen) trial's configuration in the format a launcher reads."""
+    from ..record.export import export_config, select_trial, study_spec, trial_config
+
+    study, url = _study(storage, study_name)
+    spec = study_spec(study)
+    trial = select_trial(study, trial_number)
+    config = trial_config(trial, spec)
+    value = f", {trial.values[0]:.1f} tokens/s/GPU" if trial.values else f" ({trial.state.name})"
+    header = f"primus-optuna study {study.study_name}, trial {trial.number}{value}: {config.key()}"
+    extra = {"study": study.study_name, "trial": trial.number, "values": trial.values}
+    text = export_config(spec, config, fmt, header=header, extra=extra)
+    if output:
+        Path(output).write_text(text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        sys.stdout.write(text)

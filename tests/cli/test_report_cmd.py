@@ -1,0 +1,100 @@
+"""``report``, ``export`` and ``dashboard`` on a hand-built study."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+from tests.helpers.recorded_study import make_study, small_spec
+
+from primus_optuna.cli import cli
+from primus_optuna.record.export import FORMATS, parse_export
+from primus_optuna.space import Space
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'small.db'}"
+    make_study(url)
+    return url
+
+
+def test_report_writes_md_and_html(storage: str, tmp_path: Path) -> None:
+    out = tmp_path / "rep"
+    r = invoke("report", "--storage", storage, "--study-name", "small", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out / 'report.md'}" in r.output
+    assert "## 6. Result" in (out / "report.md").read_text()
+    assert (out / "report.html").read_text().startswith("<!doctype html>")
+
+
+def test_report_guesses_the_only_study_and_accepts_a_path(storage: str, tmp_path: Path) -> None:
+    path = storage.removeprefix("sqlite:///")
+    r = invoke("report", "--storage", path, "--out", tmp_path / "r2")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "r2" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_export_best_round_trips(storage: str, fmt: str) -> None:
+    r = invoke("export", "--storage", storage, "--study-name", "small", "--format", fmt)
+    assert r.exit_code == 0, r.output
+    spec = small_spec()
+    study = optuna.load_study(study_name="small", storage=storage)
+    expected = Space(spec).canonical(Space(spec).make(**study.best_trial.params))
+    assert parse_export(r.output, fmt, spec) == expected
+    assert study.best_trial.number == 5
+
+
+def test_export_chosen_trial_to_file(storage: str, tmp_path: Path) -> None:
+    out = tmp_path / "t3.json"
+    r = invoke(
+        "export", "--storage", storage, "--study-name", "small", "--format", "json", "--trial", 3, "-o", out
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["trial"] == 3 and doc["config"]["tp"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--study-name", "nope"), "no such study"),
+        (("--study-name", "small", "--trial", 99), "no trial with that number"),
+    ],
+)
+def test_export_user_errors(storage: str, args: tuple, message: str) -> None:
+    r = invoke("export", "--storage", storage, *args)
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_missing_storage_file_is_a_user_error(tmp_path: Path) -> None:
+    r = invoke("report", "--storage", tmp_path / "absent.db")
+    assert r.exit_code == 2 and "no such file" in r.output
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_dashboard_needs_a_storage(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = invoke("dashboard")
+    assert r.exit_code == 2 and "--storage is required" in r.output
+
+
+def test_dashboard_starts_the_server_with_the_artifact_store(
+    storage: str, tmp_path: Path, monkeypatch
+) -> None:
+    import optuna_dashboard
+
+    seen: dict = {}
+    monkeypatch.setattr(optuna_dashboard, "run_server", lambda st, **kw: seen.update(kw, storage=st))
+    r = invoke("dashboard", "--storage", storage, "--port", 8099)
+    assert r.exit_code == 0, r.output
+    assert seen["port"] == 8099 and seen["host"] == "127.0.0.1"
+    assert Path(seen["artifact_store"]._base_path) == tmp_path / "small-artifacts"
