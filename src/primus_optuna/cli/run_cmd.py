@@ -125,6 +125,8 @@ def run(
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
     import optuna
 
+    from ..record.dashboard import note_hook, refresh_study_note
+    from ..record.report import default_report_dir
     from ..record.storage import open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
@@ -151,7 +153,12 @@ def run(
         llm_api_base=llm_api_base,
     )
     objective = make_objective(
-        spec, runner, space=st.sampler.space, artifact_store=handle.artifact_store, runs_dir=handle.runs_dir
+        spec,
+        runner,
+        space=st.sampler.space,
+        artifact_store=handle.artifact_store,
+        runs_dir=handle.runs_dir,
+        trial_hooks=(note_hook,),
     )
     n = n_trials or spec.search.n_trials
     verb = "created" if handle.created else f"resumed ({len(st.trials)} trials so far)"
@@ -159,6 +166,7 @@ def run(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
         + (f" and planner {llm}" if llm else "")
     )
+    click.echo(f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     try:
@@ -167,5 +175,6 @@ def run(
         )
     except KeyboardInterrupt:
         click.echo("interrupted; run the same command again to resume where it stopped", err=True)
+    refresh_study_note(st, handle.storage_url)
     for line in summarize(st, handle.storage_url):
         click.echo(line)
