@@ -166,7 +166,9 @@ def run(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
         + (f" and planner {llm}" if llm else "")
     )
-    click.echo(f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)")
+    click.echo(
+        f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)"
+    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     try:
