@@ -107,7 +107,7 @@ def test_korthikanti_fig1_params_and_optimizer_first_stage(row: tuple) -> None:
 def test_capacity_in_gib_usable_margin_and_breakdown_sum() -> None:
     spec = StudySpec.from_yaml(FLAGSHIP)
     est = estimate_memory(spec, Space(spec).baseline)
-    assert est.capacity_gib == pytest.approx(288e9 / 2**30)
+    assert est.capacity_gib == pytest.approx(spec.cluster.gpu.hbm_gib) == pytest.approx(287.9)
     assert est.usable_gib == pytest.approx(est.capacity_gib * 0.9)
     assert len(est.stages) == 4
     for st in est.stages:

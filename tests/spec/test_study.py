@@ -20,8 +20,8 @@ def test_flagship_resolves_catalogs(flagship_path):
     assert spec.cluster.gpu.name == "mi355x" and spec.cluster.gpu.topology == "mesh"
     assert spec.world == 64 and spec.max_tp == 8
     assert spec.search.baseline.pp_schedule == "interleaved"
-    # 288 GB datasheet capacity converted to GiB, never compared as GB
-    assert spec.cluster.gpu.hbm_gib == pytest.approx(288e9 / 2**30)
+    # the device-reported capacity in GiB (HBM stacks are binary-sized), never a GB figure
+    assert spec.cluster.gpu.hbm_gib == pytest.approx(287.9)
 
 
 def test_dict_and_yaml_agree(tmp_path):
@@ -72,9 +72,12 @@ def test_gpu_overrides_and_inline_gpu():
     data["cluster"]["gpu"] = {"catalog": "mi300x", "hbm_gb": 150, "inter_node_bw_gbs": 25}
     spec = StudySpec.from_dict(data)
     assert spec.cluster.gpu.hbm_gb == 150 and spec.cluster.gpu.bf16_tflops == 1307
-    inline = GPUSpec.catalog("h100").model_dump() | {"name": "my-gpu"}
+    inline = GPUSpec.catalog("h100").model_dump() | {"name": "my-gpu", "memory_gib": None}
     data["cluster"]["gpu"] = inline
-    assert StudySpec.from_dict(data).cluster.gpu.name == "my-gpu"
+    gpu = StudySpec.from_dict(data).cluster.gpu
+    assert gpu.name == "my-gpu"
+    # without a device-reported capacity, the datasheet GB figure is converted to GiB (conservative)
+    assert gpu.hbm_gib == pytest.approx(80e9 / 2**30)
 
 
 def test_model_overrides_and_inline_model():

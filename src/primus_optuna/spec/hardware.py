@@ -1,8 +1,15 @@
 """GPU catalog and the :class:`GPUSpec` model.
 
 Figures are public datasheet values (shared/reference/hardware.md); every one of them can be overridden in a
-study file. Capacities are stored as the datasheet states them (decimal GB) and converted to GiB explicitly
-with :attr:`GPUSpec.hbm_gib`, so no estimate ever compares GiB with GB.
+study file. Memory is compared in ONE unit, GiB, through :attr:`GPUSpec.hbm_gib`:
+
+- ``memory_gib`` is the capacity the device reports to the framework (``nvidia-smi``/``rocm-smi``
+  memory.total, ``torch.cuda.get_device_properties().total_memory``). HBM stacks are binary-sized, so a
+  datasheet's "288 GB" MI355X reports 288 GiB (Primus logs print ``.../288.00GB`` total, in GiB:
+  shared/reference/log-formats.md) and a "141 GB" H200 reports ~140 GiB (the device tool of this workplace
+  reports "about 139 GiB" free for the H200), not 131 GiB.
+- when ``memory_gib`` is not given (an inline GPU), the datasheet ``hbm_gb`` is converted from decimal GB
+  to GiB, which is the conservative reading.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ class GPUSpec(BaseModel):
     vendor: Literal["amd", "nvidia", "other"] = "other"
     bf16_tflops: float = Field(gt=0, description="dense BF16/FP16 peak, TFLOP/s")
     fp8_tflops: float | None = Field(default=None, gt=0, description="dense FP8 peak, TFLOP/s; None = no FP8")
-    hbm_gb: float = Field(gt=0, description="HBM capacity in decimal GB, as datasheets state it")
+    hbm_gb: float = Field(gt=0, description="HBM capacity as the datasheet states it (GB)")
+    memory_gib: float | None = Field(
+        default=None, gt=0, description="device-reported capacity in GiB; None = hbm_gb converted from GB"
+    )
     hbm_bw_tbs: float = Field(gt=0, description="HBM bandwidth, TB/s")
     intra_node_bw_gbs: float = Field(
         gt=0, description="per-GPU one-direction bandwidth to the other GPUs of its node (aggregate), GB/s"
@@ -46,8 +56,8 @@ class GPUSpec(BaseModel):
 
     @property
     def hbm_gib(self) -> float:
-        """HBM capacity in GiB (2^30 bytes)."""
-        return self.hbm_gb * GB / GIB
+        """Memory capacity in GiB (2^30 bytes): ``memory_gib``, else the datasheet GB converted."""
+        return self.memory_gib if self.memory_gib is not None else self.hbm_gb * GB / GIB
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for ``bf16``/``fp16``/``fp8``; FP8 falls back to BF16 when the GPU has none."""
@@ -60,7 +70,9 @@ class GPUSpec(BaseModel):
         return GPU_CATALOG[name]
 
 
-# Datasheet figures (shared/reference/hardware.md). Latencies are typical fixed costs of one collective hop
+# Datasheet figures (shared/reference/hardware.md). memory_gib: device-reported totals (nvidia-smi memory.total:
+# A100-80GB 81920 MiB of which ~79.2 GiB allocatable, H100 81559 MiB, H200 143771 MiB, B200 183359 MiB;
+# rocm-smi VRAM total: MI300X 192 GiB, MI325X 256 GiB, MI355X 288 GiB), rounded down. Latencies are typical fixed costs of one collective hop
 # (NCCL/RCCL tests report ~5-10 us intra-node, ~15-30 us over RoCE/IB); they are overridable.
 _NET_400G = 50.0  # 400 Gb/s NIC per GPU = 50 GB/s one direction
 GPU_CATALOG: dict[str, GPUSpec] = {
@@ -70,6 +82,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=1307,
         fp8_tflops=2615,
         hbm_gb=192,
+        memory_gib=191.9,
         hbm_bw_tbs=5.3,
         intra_node_bw_gbs=448,
         intra_node_links=7,
@@ -82,6 +95,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=1307,
         fp8_tflops=2615,
         hbm_gb=256,
+        memory_gib=255.9,
         hbm_bw_tbs=6.0,
         intra_node_bw_gbs=448,
         intra_node_links=7,
@@ -94,6 +108,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=2500,
         fp8_tflops=5000,
         hbm_gb=288,
+        memory_gib=287.9,
         hbm_bw_tbs=8.0,
         intra_node_bw_gbs=537.6,
         intra_node_links=7,
@@ -106,6 +121,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=312,
         fp8_tflops=None,
         hbm_gb=80,
+        memory_gib=79.2,
         hbm_bw_tbs=2.04,
         intra_node_bw_gbs=300,
         intra_node_links=7,
@@ -118,6 +134,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=989,
         fp8_tflops=1979,
         hbm_gb=80,
+        memory_gib=79.6,
         hbm_bw_tbs=3.35,
         intra_node_bw_gbs=450,
         intra_node_links=7,
@@ -130,6 +147,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=989,
         fp8_tflops=1979,
         hbm_gb=141,
+        memory_gib=140.0,
         hbm_bw_tbs=4.8,
         intra_node_bw_gbs=450,
         intra_node_links=7,
@@ -142,6 +160,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         bf16_tflops=2250,
         fp8_tflops=4500,
         hbm_gb=180,
+        memory_gib=179.0,
         hbm_bw_tbs=8.0,
         intra_node_bw_gbs=900,
         intra_node_links=7,
