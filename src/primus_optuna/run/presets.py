@@ -102,9 +102,10 @@ class SlurmOptions(BaseModel):
     master_port: int = Field(default=29500, gt=0, lt=65536)
 
 
-def _validate(model: type[BaseModel], options: dict[str, Any], kind: str) -> Any:
+def validate_options(model: type[BaseModel], options: dict[str, Any], kind: str) -> Any:
+    """``options`` validated by ``model``; errors become one :class:`SpecError` naming each option."""
     try:
-        return model.model_validate(options)
+        return model.modelvalidate_options(options)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -294,19 +295,19 @@ def build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any] | N
     """A :class:`CommandRunner` for ``kind`` in :data:`PRESETS`, its options validated."""
     options = dict(options or {})
     if kind == "slurm":
-        sopts: SlurmOptions = _validate(SlurmOptions, options, kind)
+        sopts: SlurmOptions = validate_options(SlurmOptions, options, kind)
         inner = {k: v for k, v in options.items() if k not in SlurmOptions.model_fields}
         runner = build_command_runner(spec, sopts.preset, inner)
         runner.wrap.append(_slurm_wrap(spec, sopts, runner.timeout_s))
         runner.kind = "slurm"
         return runner
     if kind == "command":
-        c: CommandOptions = _validate(CommandOptions, options, kind)
+        c: CommandOptions = validate_options(CommandOptions, options, kind)
         return CommandRunner(
             spec, c.argv, env=c.env, timeout_s=c.timeout_s, warmup_iters=c.warmup_iters, cwd=c.cwd, kind=kind
         )
     if kind == "primus":
-        p: PrimusOptions = _validate(PrimusOptions, options, kind)
+        p: PrimusOptions = validate_options(PrimusOptions, options, kind)
         env = dict(p.env)
         if p.overlay_env:
             env[p.overlay_env] = "{overlay}"
@@ -324,7 +325,7 @@ def build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any] | N
             extra_fields=("overlay",),
         )
     if kind == "megatron":
-        mo: MegatronOptions = _validate(MegatronOptions, options, kind)
+        mo: MegatronOptions = validate_options(MegatronOptions, options, kind)
         return CommandRunner(
             spec,
             ["megatron"],  # replaced by the wrap below
@@ -335,7 +336,7 @@ def build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any] | N
             wrap=[_megatron_wrap(spec, mo)],
         )
     if kind == "local":
-        lo: LocalOptions = _validate(LocalOptions, options, kind)
+        lo: LocalOptions = validate_options(LocalOptions, options, kind)
         threads = lo.threads_per_proc or max(1, (os.cpu_count() or 1) // spec.world)
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **lo.env}
         return CommandRunner(
