@@ -88,7 +88,10 @@ def test_json_api_shows_notes_attrs_and_artifacts(served) -> None:
     attrs = {a["key"]: a["value"] for a in live["user_attrs"]}
     assert attrs["phase"] == "planner" and attrs["config_key"] == study.trials[-1].user_attrs["config_key"]
     # study artifacts (planner transcripts) and the trial's log: listed and downloadable
-    assert sorted(a["filename"] for a in detail["artifacts"]) == ["planner-call-5.json", "planner-call-7.json"]
+    assert sorted(a["filename"] for a in detail["artifacts"]) == [
+        "planner-call-5.json",
+        "planner-call-7.json",
+    ]
     (art,) = live["artifacts"]
     assert art["filename"] == "trial.log"
     content = _get(f"{base}/artifacts/{sid}/{live['trial_id']}/{art['artifact_id']}")
