@@ -105,7 +105,7 @@ class SlurmOptions(BaseModel):
 def validate_options(model: type[BaseModel], options: dict[str, Any], kind: str) -> Any:
     """``options`` validated by ``model``; errors become one :class:`SpecError` naming each option."""
     try:
-        return model.modelvalidate_options(options)
+        return model.model_validate(options)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
