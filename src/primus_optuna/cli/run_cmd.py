@@ -127,7 +127,7 @@ def run(
 
     from ..record.dashboard import note_hook, refresh_study_note
     from ..record.report import default_report_dir
-    from ..record.storage import open_study
+    from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
     from ..run.objective import make_objective
@@ -136,11 +136,20 @@ def run(
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(study)
     runner = make_runner(spec, runner_kind)
     llm = None if no_llm else (llm_model or spec.llm.model)
+    # a heartbeat (stale RUNNING trials failed and retried after a kill) matters for real runs; analytical
+    # trials take microseconds and the heartbeat thread would cost ~80 ms each
+    heartbeat = None if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
     handle = open_study(
-        spec, storage=storage, study_name=study_name, pruner=MemoryPrefilterPruner(), runs_dir=runs_dir
+        spec,
+        storage=storage,
+        study_name=study_name,
+        pruner=MemoryPrefilterPruner(),
+        runs_dir=runs_dir,
+        heartbeat_interval=heartbeat,
     )
     st = handle.study
     st.sampler = PrimusSampler(
@@ -169,7 +178,6 @@ def run(
     click.echo(
         f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)"
     )
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     try:
         st.optimize(

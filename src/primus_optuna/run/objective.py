@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -53,19 +54,30 @@ def duplicate_of(
 
 
 def storage_runs_dir(study: optuna.Study) -> Path:
-    """``<storage stem>-runs`` next to a SQLite/journal file, else ``./runs/<study name>``."""
-    from ..record.storage import sibling_dir
+    """``<storage stem>-runs`` next to a SQLite/journal file; ``./runs/<study>`` for a database server; a
+    temporary directory for an in-memory study."""
+    from ..record.storage import storage_file
 
     backend = getattr(study._storage, "_backend", study._storage)
     url = getattr(backend, "url", None)
     if url is None:
-        journal = getattr(getattr(backend, "_backend", None), "_file_path", None)
+        journal = getattr(backend, "_file_path", None)
         url = f"journal:{journal}" if journal else None
-    if url is not None:
-        d = sibling_dir(url, study.study_name, "-runs")
-        if d != Path(f"{study.study_name}-runs"):
-            return d
+    if url is None:
+        return Path(tempfile.gettempdir()) / "primus-optuna-runs" / study.study_name
+    f = storage_file(url)
+    if f is not None:
+        return f.with_name(f.stem + "-runs")
     return Path("runs") / study.study_name
+
+
+def set_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    """Write user attrs, skipping those the trial already holds with the same value (each write is a
+    storage transaction)."""
+    have = trial.user_attrs
+    for k, v in attrs.items():
+        if k not in have or have[k] != v:
+            trial.set_user_attr(k, v)
 
 
 def make_objective(
@@ -103,8 +115,7 @@ def make_objective(
             "memory_usable_gib": round(mem.usable_gib, 3),
             "memory_peak_stage": mem.peak_stage,
         }
-        for k, v in attrs.items():
-            trial.set_user_attr(k, v)
+        set_attrs(trial, attrs)
         if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
             if trial.should_prune():
                 trial.set_user_attr("prune_reason", trial.user_attrs.get("prune_reason") or mem.reason())
@@ -144,8 +155,7 @@ def make_objective(
             )
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
-        for k, v in result.items():
-            trial.set_user_attr(k, v)
+        set_attrs(trial, result)
         attrs.update(result)
         attrs["value"] = m.tokens_per_s_per_gpu
         for hook in hooks:

@@ -161,6 +161,8 @@ class Planner:
                     raise SpecError(f"llm.api_key_env names {env!r} but that environment variable is not set")
                 self._api_key = os.environ[env]
         self.api_base = api_base or self.settings.api_base
+        self.cache = cache_dir is not None
+        """without a cache directory nothing is cached (not even in memory), so every call reaches the LM"""
         if cache_dir is not None:
             configure_cache(cache_dir)
         self.module = dspy.ChainOfThought(ProposeConfigs)
@@ -184,7 +186,7 @@ class Planner:
             max_tokens=s.max_tokens,
             num_retries=s.num_retries,
             timeout=s.timeout_s,
-            cache=True,
+            cache=self.cache,
             **kwargs,
         )
 

@@ -44,7 +44,8 @@ def suggest_config(trial: optuna.Trial, spec: StudySpec, space: Space | None = N
     space = space or Space(spec)
     params = {a: trial.suggest_categorical(a, list(space.candidates[a])) for a in AXES}
     config = space.canonical(TrainingConfig.from_params(params))
-    trial.set_user_attr("config_key", config.key())
+    if trial.user_attrs.get("config_key") != config.key():  # PrimusSampler has usually written it already
+        trial.set_user_attr("config_key", config.key())
     reasons = space.check(config)
     if reasons:
         reason = "illegal: " + "; ".join(reasons)

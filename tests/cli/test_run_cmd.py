@@ -1,0 +1,91 @@
+import subprocess
+import sys
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from tests.conftest import ROOT, small_moe_study
+
+from primus_optuna.cli import cli
+
+State = optuna.trial.TrialState
+
+
+def _write(tmp_path, data):
+    import yaml
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_run_creates_resumes_and_summarises(tmp_path):
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    r = invoke("run", study, "--storage", url, "--n-trials", 12, "--no-progress")
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "study 'small-moe' created" in out and "12 trials" in out
+    assert "best configuration (trial" in out and "tokens/s/GPU" in out
+    assert "gain over the baseline" in out
+    assert "trials by phase: sweep 12" in out
+    assert f"primus-optuna report --storage {url} --study-name small-moe" in out
+    assert f"primus-optuna dashboard --storage {url}" in out
+    r2 = invoke("run", study, "--storage", url, "--n-trials", 6, "--seed", 3, "--no-progress")
+    assert r2.exit_code == 0, r2.output
+    assert "resumed (12 trials so far)" in r2.output
+    loaded = optuna.load_study(study_name="small-moe", storage=url)
+    assert len(loaded.trials) == 18
+    keys = [t.user_attrs["config_key"] for t in loaded.trials if t.state == State.COMPLETE]
+    assert len(keys) == len(set(keys))
+    if any(t.state == State.PRUNED for t in loaded.trials):
+        assert "pruned by reason: " in r2.output
+    assert (tmp_path / "r-artifacts").is_dir()
+
+
+def test_edited_space_is_refused_with_exit_code_2(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert (
+        invoke(
+            "run", _write(tmp_path, small_moe_study()), "--storage", url, "--n-trials", 1, "--no-progress"
+        ).exit_code
+        == 0
+    )
+    edited = _write(tmp_path, small_moe_study(axes={"mbs": [1, 2]}))
+    r = invoke("run", edited, "--storage", url, "--n-trials", 1, "--no-progress")
+    assert r.exit_code == 2 and "changes the space" in r.output
+
+
+def test_unknown_runner_is_a_user_error(tmp_path):
+    r = invoke(
+        "run",
+        _write(tmp_path, small_moe_study()),
+        "--runner",
+        "nope",
+        "--storage",
+        f"sqlite:///{tmp_path / 'x.db'}",
+    )
+    assert r.exit_code == 2 and "unknown runner kind" in r.output
+
+
+def test_run_without_llm_never_imports_dspy(tmp_path):
+    study = _write(tmp_path, {**small_moe_study(), "llm": {"model": "openai/never-used"}})
+    code = (
+        "import sys\n"
+        "from primus_optuna.cli import main\n"
+        "try:\n"
+        f"    main(['run', {str(study)!r}, '--storage', 'sqlite:///{tmp_path / 'n.db'}', '--n-trials', '3', "
+        "'--no-llm', '--no-progress'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "assert 'dspy' not in sys.modules and 'litellm' not in sys.modules, 'imported an LLM client'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "best configuration" in proc.stdout

@@ -1,0 +1,102 @@
+import os
+
+import optuna
+import pytest
+from tests.conftest import small_moe_study
+
+from primus_optuna import SpecError, StudySpec
+from primus_optuna.record.storage import (
+    default_storage_url,
+    make_storage,
+    normalize_url,
+    open_study,
+    redact_url,
+    space_hash,
+    storage_file,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _spec(**search):
+    return StudySpec.from_dict(small_moe_study(**search))
+
+
+def test_urls_and_sibling_directories(tmp_path):
+    spec = _spec()
+    assert default_storage_url(spec) == "sqlite:///small-moe.db"
+    assert normalize_url("runs/x.db") == "sqlite:///runs/x.db"
+    assert normalize_url("runs/x.log") == "journal:runs/x.log"
+    assert storage_file("sqlite:////abs/s.db").as_posix() == "/abs/s.db"
+    assert storage_file("postgresql://u:p@h/db") is None
+    assert redact_url("postgresql://user:pw@host/db") == "postgresql://user:***@host/db"
+    handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'a.db'}")
+    assert handle.created and handle.artifact_dir == tmp_path / "a-artifacts" and handle.artifact_dir.is_dir()
+    assert handle.runs_dir == tmp_path / "a-runs" and handle.cache_dir == tmp_path / "a-dspy-cache"
+    study = handle.study
+    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE]
+    assert study.user_attrs["primus_spec"] == spec.to_dict()
+    assert study.user_attrs["primus_space_hash"] == space_hash(spec)
+    assert study.metric_names == ["tokens/s/GPU"]
+
+
+def test_default_storage_is_a_sqlite_file_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    handle = open_study(_spec())
+    assert (tmp_path / "small-moe.db").is_file() and handle.storage_url == "sqlite:///small-moe.db"
+
+
+def test_resume_keeps_trials_and_accepts_non_space_edits(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = _spec()
+    first = open_study(spec, storage=url)
+    first.study.enqueue_trial({"tp": 1})
+    edited = StudySpec.from_dict(
+        {**small_moe_study(n_trials=99), "llm": {"model": "openai/x", "max_calls": 2}}
+    )
+    again = open_study(edited, storage=url)
+    assert not again.created and len(again.study.trials) == 1
+    assert space_hash(edited) == space_hash(spec)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"axes": {"mbs": [1, 2]}},
+        {"baseline": {"tp": 2, "pp": 2, "ep": 4}},
+        {"objective": ["tokens_per_s_per_gpu", "peak_memory_gib"]},
+    ],
+    ids=["axes", "baseline", "objectives"],
+)
+def test_resuming_a_study_whose_space_changed_is_refused(tmp_path, edit):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    open_study(_spec(), storage=url)
+    with pytest.raises(SpecError, match="edited between runs in a way that changes the space"):
+        open_study(_spec(**edit), storage=url)
+
+
+def test_heartbeat_and_journal_storages(tmp_path):
+    rdb = make_storage(f"sqlite:///{tmp_path / 'h.db'}", heartbeat_interval=5, grace_period=10)
+    assert rdb.get_heartbeat_interval() == 5
+    assert isinstance(
+        rdb.get_heartbeat_stale_trial_callback(), optuna.storages.RetryHeartbeatStaleTrialCallback
+    )
+    handle = open_study(_spec(), storage=str(tmp_path / "j.log"))
+    assert isinstance(handle.study._storage, optuna.storages.JournalStorage)
+    assert handle.artifact_dir == tmp_path / "j-artifacts"
+    assert open_study(_spec(), storage=str(tmp_path / "j.log")).created is False
+
+
+def test_bad_storage_url_is_a_user_error(tmp_path):
+    with pytest.raises(SpecError, match="--storage"):
+        open_study(_spec(), storage="nosuchdb://x/y")
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not os.environ.get("PRIMUS_OPTUNA_PG_URL"), reason="PRIMUS_OPTUNA_PG_URL is not set")
+def test_postgresql_storage(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = f"pg-{os.getpid()}-{tmp_path.name}"
+    handle = open_study(_spec(), storage=os.environ["PRIMUS_OPTUNA_PG_URL"], study_name=name)
+    assert handle.created and handle.artifact_dir == tmp_path / f"{name}-artifacts"
+    assert open_study(_spec(), storage=os.environ["PRIMUS_OPTUNA_PG_URL"], study_name=name).created is False

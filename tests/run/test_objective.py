@@ -1,0 +1,136 @@
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.artifacts import FileSystemArtifactStore
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from tests.conftest import small_moe_study
+
+from primus_optuna import Space, StudySpec
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.run.analytical import AnalyticalRunner
+from primus_optuna.run.base import Measurement, OutOfMemory, RunFailure
+from primus_optuna.run.objective import make_objective
+from primus_optuna.search.pruner import MemoryPrefilterPruner
+from primus_optuna.search.sampler import PrimusSampler
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+State = optuna.trial.TrialState
+
+
+@pytest.fixture
+def spec():
+    return StudySpec.from_dict(small_moe_study())
+
+
+def _study(spec, **kw):
+    return optuna.create_study(direction="maximize", pruner=MemoryPrefilterPruner(spec=spec), **kw)
+
+
+def _configs(spec):
+    space = Space(spec)
+    fit = [c for c in space.configs() if estimate_memory(spec, c).fits]
+    nofit = [c for c in space.configs() if not estimate_memory(spec, c).fits]
+    return fit, nofit
+
+
+def test_attrs_values_memory_pruning_and_hooks(spec, tmp_path):
+    fit, nofit = _configs(spec)
+    seen = []
+    study = _study(spec)
+    study.enqueue_trial(fit[0].to_params())
+    study.enqueue_trial(nofit[0].to_params())
+    study.optimize(
+        make_objective(spec, runs_dir=tmp_path, trial_hooks=[lambda t, a: seen.append((t.number, a))]),
+        n_trials=2,
+    )
+    ok, pruned = study.trials
+    assert ok.state == State.COMPLETE and ok.value > 0
+    ua = ok.user_attrs
+    assert ua["source"] == "analytical" and ua["config_key"] == fit[0].key()
+    assert ua["estimate_tokens_per_s_per_gpu"] == pytest.approx(ok.value, rel=1e-4)
+    assert "measured_tokens_per_s_per_gpu" not in ua and "estimate_error" not in ua
+    assert ua["breakdown_s"] and ua["step_time_s"] > 0 and ua["memory_peak_gib"] > 0
+    assert (tmp_path / "trial-00000").is_dir()
+    assert pruned.state == State.PRUNED and pruned.user_attrs["prune_reason"].startswith("memory: ")
+    assert not (tmp_path / "trial-00001").exists()  # nothing ran
+    assert [n for n, _ in seen] == [0] and seen[0][1]["config_key"] == fit[0].key()
+
+
+def test_duplicate_configuration_is_pruned(spec, tmp_path):
+    fit, _ = _configs(spec)
+    study = _study(spec)
+    for _ in range(2):
+        study.enqueue_trial(fit[0].to_params())
+    study.optimize(make_objective(spec, runs_dir=tmp_path), n_trials=2)
+    a, b = study.trials
+    assert a.state == State.COMPLETE and b.state == State.PRUNED
+    assert b.user_attrs["prune_reason"] == "duplicate: same configuration as trial 0 (complete)"
+
+
+class _Measured:
+    kind = "fake"
+
+    def __init__(self, spec, fail=None, log=None):
+        self.inner, self.fail, self.log = AnalyticalRunner(spec), fail, log
+
+    def run(self, config, context):
+        if self.fail:
+            raise self.fail("boom", log_path=self.log, log_tail="HIP out of memory")
+        m = self.inner.run(config, context)
+        return Measurement(m.tokens_per_s_per_gpu * 0.8, m.step_time_s / 0.8, "measured", 10.0, details={})
+
+
+def test_measured_runner_records_the_estimate_error(spec, tmp_path):
+    fit, _ = _configs(spec)
+    study = _study(spec)
+    study.enqueue_trial(fit[0].to_params())
+    study.optimize(make_objective(spec, _Measured(spec), runs_dir=tmp_path), n_trials=1)
+    ua = study.trials[0].user_attrs
+    assert ua["source"] == "measured"
+    assert ua["measured_tokens_per_s_per_gpu"] == pytest.approx(
+        0.8 * ua["estimate_tokens_per_s_per_gpu"], rel=1e-4
+    )
+    assert ua["estimate_error"] == pytest.approx(0.25, rel=1e-3)
+
+
+def test_run_failure_is_recorded_with_its_log_and_the_study_goes_on(spec, tmp_path):
+    fit, _ = _configs(spec)
+    log = tmp_path / "train.log"
+    log.write_text("step 1\nHIP out of memory\n")
+    store = FileSystemArtifactStore(str(tmp_path / "artifacts"))
+    (tmp_path / "artifacts").mkdir()
+    study = _study(spec)
+    study.enqueue_trial(fit[0].to_params())
+    objective = make_objective(
+        spec, _Measured(spec, OutOfMemory, str(log)), runs_dir=tmp_path, artifact_store=store
+    )
+    study.optimize(objective, n_trials=2, catch=(RunFailure,))
+    assert study.trials[0].state == State.FAIL and len(study.trials) == 2  # caught: the study went on
+    ua = study.trials[0].user_attrs
+    assert ua["failure_reason"] == "oom" and "HIP out of memory" in ua["log_tail"]
+    assert ua["memory_model_miss"] is True  # the model said it fits
+    assert any(p.read_text() == log.read_text() for p in (tmp_path / "artifacts").iterdir())
+
+
+def test_pareto_objective_returns_throughput_and_memory(tmp_path):
+    spec = StudySpec.from_dict(small_moe_study(objective=["tokens_per_s_per_gpu", "peak_memory_gib"]))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=PrimusSampler(spec))
+    study.optimize(make_objective(spec, runs_dir=tmp_path), n_trials=8)
+    done = [t for t in study.trials if t.state == State.COMPLETE]
+    assert done and all(t.values[1] == pytest.approx(t.user_attrs["memory_peak_gib"], rel=1e-3) for t in done)
+    assert all(
+        t.user_attrs["prune_reason"].startswith("memory") for t in study.trials if t.state == State.PRUNED
+    )
+
+
+def test_default_runs_dir_is_next_to_a_sqlite_storage(spec, tmp_path):
+    fit, _ = _configs(spec)
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'x.db'}", study_name="x", direction="maximize"
+    )
+    study.enqueue_trial(fit[0].to_params())
+    study.optimize(make_objective(spec), n_trials=1)
+    assert (tmp_path / "x-runs" / "trial-00000").is_dir()
+    assert Path(tmp_path / "x.db").is_file()

@@ -1,0 +1,81 @@
+import optuna
+import pytest
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from primus_optuna.physics.throughput import estimate_throughput
+from tests.conftest import small_moe_study
+
+from primus_optuna import Space, StudySpec
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.search.fallback import ModelGuidedProposer, calibration_from_trials, corrected_tps
+
+
+@pytest.fixture
+def spec():
+    return StudySpec.from_dict(small_moe_study())
+
+
+def _feasible(spec, space):
+    return [c for c in space.configs() if estimate_memory(spec, c).fits]
+
+
+def test_best_untried_feasible_by_estimate(spec):
+    space = Space(spec)
+    prop = ModelGuidedProposer(spec, space, exploration=0.0)
+    feasible = _feasible(spec, space)
+    ranked = sorted(feasible, key=lambda c: -estimate_throughput(spec, c).tokens_per_s_per_gpu)
+    config, why = prop.propose([], trial_number=5, exclude=set())
+    assert estimate_throughput(spec, config).tokens_per_s_per_gpu == pytest.approx(
+        estimate_throughput(spec, ranked[0]).tokens_per_s_per_gpu
+    )
+    assert "model-guided best" in why and "uncalibrated" in why
+    second, _ = prop.propose([], trial_number=6, exclude={config})
+    assert second != config and estimate_memory(spec, second).fits and not space.check(second)
+
+
+def test_exploration_is_a_pure_function_of_seed_and_trial_number(spec):
+    space = Space(spec)
+    a = ModelGuidedProposer(spec, space, seed=3, exploration=1.0)
+    b = ModelGuidedProposer(spec, space, seed=3, exploration=1.0)
+    picks_a = [a.propose([], trial_number=n, exclude=set())[0] for n in range(8)]
+    picks_b = [b.propose([], trial_number=n, exclude=set())[0] for n in reversed(range(8))][::-1]
+    assert picks_a == picks_b
+    assert len(set(picks_a)) > 1
+
+
+def test_exhausted_space_returns_none():
+    spec = StudySpec.from_dict(
+        small_moe_study(axes={"tp": [1], "pp": [2], "ep": [4], "cp": [1], "mbs": [1], "recompute": ["none"]})
+    )
+    space = Space(spec)
+    prop = ModelGuidedProposer(spec, space)
+    tried = set(space.configs())
+    assert prop.propose([], trial_number=0, exclude=tried) is None
+
+
+def test_calibration_from_measured_trials_corrects_the_ranking_values(spec):
+    space = Space(spec)
+    feasible = _feasible(spec, space)[:3]
+    trials = []
+    for c in feasible:
+        est = estimate_throughput(spec, c).tokens_per_s_per_gpu
+        trials.append(
+            optuna.trial.create_trial(
+                params=c.to_params(),
+                distributions={
+                    a: optuna.distributions.CategoricalDistribution(space.candidates[a])
+                    for a in c.to_params()
+                },
+                value=est / 2,
+                user_attrs={"source": "measured", "measured_tokens_per_s_per_gpu": est / 2},
+            )
+        )
+    cal = calibration_from_trials(spec, space, trials)
+    assert not cal.is_identity
+    est = estimate_throughput(spec, feasible[0])
+    assert corrected_tps(est, cal) == pytest.approx(est.tokens_per_s_per_gpu / 2, rel=1e-6)
+    # analytical trials never calibrate
+    analytical = [
+        optuna.trial.create_trial(params={}, distributions={}, value=1.0, user_attrs={"source": "analytical"})
+    ]
+    assert calibration_from_trials(spec, space, analytical).is_identity

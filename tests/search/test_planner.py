@@ -1,0 +1,191 @@
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.artifacts import FileSystemArtifactStore
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from tests.conftest import small_moe_study
+from tests.helpers.openai_server import OpenAIServer, Reply
+
+from primus_optuna import Space, StudySpec
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.record.storage import open_study
+from primus_optuna.run.objective import make_objective
+from primus_optuna.search.pruner import MemoryPrefilterPruner
+from primus_optuna.search.sampler import PrimusSampler
+
+from .conftest import chat_reply
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+State = optuna.trial.TrialState
+SENTINEL = "sk-sentinel-PRIMUS-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _openai_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+
+
+def _spec(**llm):
+    data = small_moe_study(sweep_order=["mbs"])
+    data["llm"] = {"model": "openai/test-model", "num_retries": 0, "timeout_s": 5, **llm}
+    return StudySpec.from_dict(data)
+
+
+def _cands(spec):
+    """Two good candidates (legal, fit, untried), then one illegal, one duplicate, one that does not fit."""
+    space = Space(spec)
+    plan = PrimusSampler(spec).plan
+    swept = {p.config for p in plan}
+    fits = [c for c in space.configs() if c not in swept and estimate_memory(spec, c).fits]
+    nofit = next(c for c in space.configs() if not estimate_memory(spec, c).fits)
+    illegal = {**fits[0].to_params(), "tp": 3}
+    out = [
+        {**fits[0].to_params(), "rationale": "good one"},
+        {**illegal, "rationale": "illegal"},
+        {**plan[0].config.to_params(), "rationale": "the baseline again"},
+        {**nofit.to_params(), "rationale": "too big"},
+        {**fits[1].to_params(), "rationale": "good two"},
+    ]
+    return out, fits[:2], len(plan)
+
+
+def _study(spec, sampler, tmp_path, name="s.db"):
+    handle = open_study(spec, storage=f"sqlite:///{tmp_path / name}", pruner=MemoryPrefilterPruner())
+    handle.study.sampler = sampler
+    return handle
+
+
+def _valid_only(spec, study):
+    space = Space(spec)
+    for t in study.trials:
+        if t.state == State.COMPLETE:
+            c = space.canonical(space.make(**t.params))
+            assert not space.check(c) and estimate_memory(spec, c).fits
+
+
+def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(tmp_path):
+    from dspy.utils import DummyLM
+
+    spec = _spec()
+    cands, good, n_sweep = _cands(spec)
+    lm = DummyLM([{"reasoning": "deepep with zb", "candidates": json.dumps(cands)}])
+    store = FileSystemArtifactStore(str(tmp_path))
+    sampler = PrimusSampler(spec, llm=lm, artifact_store=store)
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=n_sweep + 3)
+    tail = study.trials[n_sweep:]
+    assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner", "fallback"]
+    assert [t.user_attrs["rationale"] for t in tail[:2]] == ["good one", "good two"]
+    assert [t.user_attrs["config_key"] for t in tail[:2]] == [c.key() for c in good]
+    assert tail[1].system_attrs.get("fixed_params")  # the second candidate was queued in storage
+    assert "planner unavailable" in tail[2].user_attrs["rationale"]  # DummyLM exhausted -> parse error
+    attrs = study.user_attrs
+    assert attrs["llm_calls"] == 2 and attrs["llm_rejected"] == 3
+    transcripts = [json.loads(p.read_text()) for p in tmp_path.iterdir() if p.is_file()]
+    first = next(t for t in transcripts if t["accepted"])
+    reasons = sorted(r["reason"].split(":")[0] for r in first["rejected"])
+    assert reasons == ["duplicate", "illegal", "memory"]
+    assert first["inputs"]["legal_values"] and "tp" in first["inputs"]["coupling_rules"]
+    _valid_only(spec, study)
+
+
+def test_planner_end_to_end_through_litellm_over_http(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIMUS_TEST_API_KEY", SENTINEL)
+    spec = _spec(api_key_env="PRIMUS_TEST_API_KEY")
+    cands, good, n_sweep = _cands(spec)
+    with OpenAIServer([chat_reply(cands)]) as srv:
+        spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"api_base": srv.url})})
+        handle = _study(spec, None, tmp_path)
+        handle.study.sampler = PrimusSampler(
+            spec, llm=spec.llm, artifact_store=handle.artifact_store, cache_dir=handle.cache_dir
+        )
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 2)
+        requests = list(srv.requests)
+    study = handle.study
+    assert len(requests) == 1 and requests[0]["path"] == "/v1/chat/completions"
+    body = json.loads(requests[0]["body"])
+    assert body["model"] == "test-model" and "coupling_rules" in json.dumps(body["messages"])
+    auth = {k.lower(): v for k, v in requests[0]["headers"].items()}["authorization"]
+    assert auth == f"Bearer {SENTINEL}"  # the key reached the server from the environment ...
+    tail = study.trials[n_sweep:]
+    assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner"]
+    assert tail[0].user_attrs["proposer"] == "openai/test-model"
+    assert study.user_attrs["llm_tokens"] == 150 and study.user_attrs["llm_calls"] == 1
+    # ... and was stored nowhere: not in the SQLite file, the transcripts or the DSPy cache
+    db = Path(handle.storage_url.removeprefix("sqlite:///")).read_bytes()
+    assert SENTINEL.encode() not in db and b"sentinel" not in db
+    files = [p for d in (handle.artifact_dir, handle.cache_dir) for p in d.rglob("*") if p.is_file()]
+    assert any(handle.artifact_dir in p.parents for p in files)
+    for p in files:
+        assert SENTINEL.encode() not in p.read_bytes(), p
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (Reply(delay_s=3.0), "timeout"),
+        (Reply(status=500), "internalservererror"),
+        (Reply("I think you should use more GPUs."), "parse"),
+        ("illegal", "1 rejected"),
+        ("duplicate", "1 rejected"),
+        ("memory", "1 rejected"),
+    ],
+    ids=["timeout", "http500", "unparseable", "illegal", "duplicate", "no-fit"],
+)
+def test_planner_failures_fall_back_and_launch_nothing_invalid(tmp_path, reply, why):
+    spec = _spec(timeout_s=1)
+    cands, _, n_sweep = _cands(spec)
+    if isinstance(reply, str):
+        picked = {"illegal": cands[1], "duplicate": cands[2], "memory": cands[3]}[reply]
+        reply = Reply(chat_reply([picked]))
+    with OpenAIServer([reply]) as srv:
+        handle = _study(spec, None, tmp_path)
+        handle.study.sampler = PrimusSampler(
+            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
+        )
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+    study = handle.study
+    last = study.trials[-1]
+    assert last.user_attrs["phase"] == "fallback" and last.state == State.COMPLETE
+    assert "planner unavailable" in last.user_attrs["rationale"]
+    assert why in last.user_attrs["rationale"].lower()
+    assert not [t for t in study.trials if t.user_attrs.get("phase") == "planner"]
+    assert study.user_attrs["llm_calls"] == 1
+    _valid_only(spec, study)
+
+
+def test_call_budget_is_enforced_from_storage_across_restarts(tmp_path):
+    spec = _spec(max_calls=1)
+    cands, _, n_sweep = _cands(spec)
+    with OpenAIServer([chat_reply(cands[:1])]) as srv:
+        for n in (n_sweep + 1, 3):
+            handle = _study(spec, None, tmp_path)
+            handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+            handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n)
+        assert len(srv.requests) == 1
+    phases = [t.user_attrs["phase"] for t in handle.study.trials[n_sweep:]]
+    assert phases == ["planner", "fallback", "fallback", "fallback"]
+    assert "llm.max_calls=1 reached" in handle.study.trials[-1].user_attrs["rationale"]
+    assert handle.study.user_attrs["llm_calls"] == 1
+
+
+def test_rerun_replays_from_the_dspy_cache(tmp_path):
+    spec = _spec()
+    cands, good, n_sweep = _cands(spec)
+    cache = tmp_path / "cache"
+    with OpenAIServer([chat_reply(cands)]) as srv:
+        keys = []
+        for name in ("a.db", "b.db"):
+            handle = _study(spec, None, tmp_path, name)
+            handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url, cache_dir=cache)
+            handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+            trials = handle.study.trials
+            assert trials[-1].state == State.WAITING  # the second candidate, queued for the next trial
+            keys.append([t.user_attrs["config_key"] for t in trials[n_sweep:]])
+        assert len(srv.requests) == 1
+    assert keys == [[c.key() for c in good]] * 2

@@ -1,0 +1,152 @@
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from tests.conftest import ROOT, small_moe_study
+
+from primus_optuna import StudySpec
+from primus_optuna.record.storage import open_study
+from primus_optuna.run.base import RunFailure
+from primus_optuna.run.objective import make_objective
+from primus_optuna.search.pruner import MemoryPrefilterPruner
+from primus_optuna.search.sampler import PrimusSampler
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+WORKER = Path(__file__).with_name("worker.py")
+State = optuna.trial.TrialState
+
+
+@pytest.fixture
+def spec():
+    return StudySpec.from_dict(small_moe_study())
+
+
+def _run(spec, url, n):
+    handle = open_study(spec, storage=url, pruner=MemoryPrefilterPruner())
+    handle.study.sampler = PrimusSampler(spec)
+    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n, catch=(RunFailure,))
+    return handle.study
+
+
+def _keys(study, states=None):
+    return [t.user_attrs["config_key"] for t in study.get_trials(deepcopy=False, states=states)]
+
+
+def _no_repeats(study):
+    done = _keys(study, (State.COMPLETE,))
+    assert len(done) == len(set(done))
+
+
+def test_plain_optuna_study_sweeps_then_falls_back(spec):
+    sampler = PrimusSampler(spec)
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=len(sampler.plan) + 4)
+    trials = study.trials
+    plan = sampler.plan
+    for t, p in zip(trials, plan, strict=False):
+        assert t.user_attrs["phase"] == "sweep" and t.user_attrs["config_key"] == p.config.key()
+        assert t.user_attrs["sweep_index"] == p.index and t.user_attrs["rationale"] == p.rationale
+    tail = trials[len(plan) :]
+    assert [t.user_attrs["phase"] for t in tail] == ["fallback"] * 4
+    for t in trials:
+        assert {"proposer", "rationale", "estimate_tokens_per_s_per_gpu", "memory_peak_gib"} <= set(
+            t.user_attrs
+        )
+    assert all(t.state == State.COMPLETE for t in tail)  # the fallback only proposes feasible configurations
+    _no_repeats(study)
+    assert len(set(_keys(study))) == len(trials)
+
+
+def test_resume_on_reopened_storage_continues_the_same_sequence(spec, tmp_path):
+    full = _run(spec, f"sqlite:///{tmp_path / 'full.db'}", 30)
+    url = f"sqlite:///{tmp_path / 'parts.db'}"
+    _run(spec, url, 9)
+    _run(spec, url, 8)
+    resumed = _run(spec, url, 13)
+    assert _keys(resumed) == _keys(full)
+    _no_repeats(resumed)
+
+
+def test_killed_process_resumes_with_nothing_repeated(spec, tmp_path, write_study):
+    study_file = write_study(small_moe_study())
+    full = _run(spec, f"sqlite:///{tmp_path / 'full.db'}", 20)
+    url = f"sqlite:///{tmp_path / 'killed.db'}"
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(study_file), url, "20", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == -9, proc.stderr
+    study = optuna.load_study(study_name=spec.name, storage=url)
+    running = study.get_trials(states=(State.RUNNING,))
+    assert len(running) == 1
+    killed_at = running[0].number
+    time.sleep(2.2)  # past the grace period: the next optimize fails the stale trial and retries it
+    handle = open_study(
+        spec, storage=url, pruner=MemoryPrefilterPruner(), heartbeat_interval=1, grace_period=1
+    )
+    handle.study.sampler = PrimusSampler(spec)
+    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=20 - killed_at)
+    trials = handle.study.trials
+    assert trials[killed_at].state == State.FAIL
+    retry = trials[killed_at + 1]
+    assert retry.system_attrs.get("failed_trial") == killed_at and retry.state == State.COMPLETE
+    ok = [t.user_attrs["config_key"] for t in trials if t.state != State.FAIL]
+    assert ok == _keys(full)
+    _no_repeats(handle.study)
+
+
+def test_two_processes_on_one_sqlite_study_never_run_a_configuration_twice(spec, tmp_path, write_study):
+    study_file = write_study(small_moe_study())
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    open_study(spec, storage=url)  # create once so the two workers only load it
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(study_file), url, "14", "0"], cwd=ROOT, stderr=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-2000:]
+    study = optuna.load_study(study_name=spec.name, storage=url)
+    assert len(study.trials) == 28
+    _no_repeats(study)
+    sweep = [t.user_attrs["sweep_index"] for t in study.trials if t.user_attrs.get("phase") == "sweep"]
+    assert len(sweep) == len(set(sweep))
+
+
+def test_threads_never_run_a_configuration_twice(spec):
+    study = optuna.create_study(
+        direction="maximize", sampler=PrimusSampler(spec), pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=30, n_jobs=3)
+    _no_repeats(study)
+
+
+def test_pareto_study_returns_a_front():
+    spec = StudySpec.from_dict(small_moe_study(objective=["tokens_per_s_per_gpu", "peak_memory_gib"]))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=PrimusSampler(spec))
+    study.optimize(make_objective(spec), n_trials=30)
+    front = study.best_trials
+    assert front
+    for a in front:
+        assert len(a.values) == 2
+        for b in study.trials:
+            if b.state == State.COMPLETE:
+                assert not (
+                    b.values[0] >= a.values[0] and b.values[1] <= a.values[1] and b.values != a.values
+                )
+    pruned = [t for t in study.trials if t.state == State.PRUNED]
+    assert all(
+        str(t.user_attrs["prune_reason"]).split(":")[0] in ("memory", "illegal", "duplicate") for t in pruned
+    )
+    assert not [t for t in study.trials if t.state == State.FAIL]

@@ -1,0 +1,53 @@
+import optuna
+import pytest
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from tests.conftest import small_moe_study
+
+from primus_optuna import Space, StudySpec
+from primus_optuna.run.objective import make_objective
+from primus_optuna.search.suggest import axis_distributions, suggest_config
+from primus_optuna.spec.study import AXES
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def spec():
+    return StudySpec.from_dict(small_moe_study())
+
+
+def test_every_axis_is_a_fixed_categorical_and_illegal_combinations_are_pruned(spec):
+    space = Space(spec)
+    seen: list[object] = []
+
+    def objective(trial):
+        config = suggest_config(trial, spec, space)
+        seen.append(config)
+        return 1.0
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    study.optimize(objective, n_trials=40)
+    dists = axis_distributions(space)
+    for t in study.trials:
+        assert set(t.distributions) == set(AXES)
+        assert all(t.distributions[a] == dists[a] for a in AXES)
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert pruned, "a random sample of this product has illegal points"
+    assert all(t.user_attrs["prune_reason"].startswith("illegal: ") for t in pruned)
+    assert all(not space.check(c) and c == space.canonical(c) for c in seen)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == len(seen) and all("config_key" in t.user_attrs for t in done)
+
+
+@pytest.mark.parametrize(
+    "sampler", [optuna.samplers.TPESampler(seed=0), optuna.samplers.RandomSampler(seed=0)]
+)
+def test_make_objective_works_with_stock_samplers(spec, sampler):
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(make_objective(spec, runs_dir=None), n_trials=20)
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.FAIL not in states
+    assert optuna.trial.TrialState.COMPLETE in states
+    best = study.best_trial
+    assert best.user_attrs["source"] == "analytical" and best.value > 0
