@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Install what is missing (idempotent), then run the main job on the flagship study.
-#   scripts/run.sh [extra args for the command]
+# Install what is missing (idempotent), then run the main job: the Optuna study of the flagship study file
+# (analytical runner; resumes when run again). Storage and artifacts go under runs/ (git-ignored).
+#   scripts/run.sh [extra args for `primus-optuna run`, e.g. --n-trials 60 --llm openai/gpt-4o]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source scripts/bootstrap.sh
 STUDY="${PRIMUS_OPTUNA_STUDY:-studies/mixtral-8x22b-mi355x-fp8.yaml}"
-primus-optuna space "$STUDY" "$@"
+mkdir -p runs
+STORAGE="${PRIMUS_OPTUNA_STORAGE:-sqlite:///runs/$(basename "$STUDY" .yaml).db}"
+primus-optuna run "$STUDY" --storage "$STORAGE" "$@"
