@@ -98,5 +98,5 @@ def test_postgresql_storage(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     name = f"pg-{os.getpid()}-{tmp_path.name}"
     handle = open_study(_spec(), storage=os.environ["PRIMUS_OPTUNA_PG_URL"], study_name=name)
-    assert handle.created and handle.artifact_dir == tmp_path / f"{name}-artifacts"
+    assert handle.created and handle.artifact_dir.resolve() == (tmp_path / f"{name}-artifacts").resolve()
     assert open_study(_spec(), storage=os.environ["PRIMUS_OPTUNA_PG_URL"], study_name=name).created is False

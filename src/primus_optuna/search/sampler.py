@@ -19,7 +19,7 @@ trial popped twice on SQLite) are pruned by the objective's duplicate guard.
 Example::
 
     study = optuna.create_study(direction="maximize", sampler=PrimusSampler(spec),
-                                pruner=MemoryPrefilterPruner())
+                                pruner=MemoryPrefilterPruner(spec=spec))
     study.optimize(make_objective(spec, AnalyticalRunner(spec)), n_trials=30)
 """
 
@@ -179,14 +179,17 @@ class PrimusSampler(BaseSampler):
             extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": p.value}
             return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
         others = [t for t in trials if t.number != trial.number]
-        exclude = {c for c in (trial_config(self.space, t) for t in others) if c is not None}
+        # a configuration whose only trials were pruned as duplicates (both of a concurrent pair) is untried
+        counted = [t for t in others if not str(t.user_attrs.get("prune_reason", "")).startswith("duplicate")]
+        ordered = [c for c in (trial_config(self.space, t) for t in counted) if c is not None]
+        exclude = set(ordered)
         note = ""
         if self.planner is not None:
             out = self.planner.propose(
                 study,
                 others,
                 n=self.proposals_per_round,
-                tried=sorted(c.key() for c in exclude),
+                tried=list(dict.fromkeys(c.key() for c in ordered)),
                 validate=lambda d: self.validate(d, exclude),
                 trial_number=trial.number,
             )
