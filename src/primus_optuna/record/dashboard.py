@@ -109,6 +109,11 @@ def study_summary(rec: StudyRecord) -> str:
             lines.append(
                 f"- **Gain over the baseline** (trial {base.number}): {fmt_pct(gain(best.value, base.value))}."
             )
+        elif base is not None:
+            lines.append(
+                f"- **Baseline** (trial {base.number}) {base.outcome}; estimated gain "
+                f"{fmt_pct(gain(best.estimate, base.estimate))}."
+            )
     else:
         lines.append("- **Best**: no completed trial yet.")
     pruned = Counter(t.prune_category for t in rec.trials if t.state == "PRUNED")

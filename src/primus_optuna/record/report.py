@@ -897,12 +897,18 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
             f"objective {fmt_pct(gain(best.value, b.value))}, estimated "
             f"{fmt_pct(gain(best.estimate, b.estimate))}."
         )
-    else:
+    elif b is not None:
         doc.p(
-            "The baseline has no completed trial" + (f" ({b.outcome})" if b else "") + ": no gain to report."
+            f"The baseline (trial {b.number}) has no completed run ({b.outcome}): no measured gain; estimated "
+            f"gain over its estimate {fmt_tok(b.estimate)}: {fmt_pct(gain(best.estimate, b.estimate))}."
         )
+    else:
+        doc.p("The baseline has not been tried yet: no gain to report.")
     if best.config:
-        doc.p("Export it: `primus-optuna export --storage URL --study-name NAME --format primus`.")
+        doc.p(
+            f"Export it: `primus-optuna export --storage {rec.storage_url or 'URL'} --study-name {rec.study_name} "
+            "--format primus` (or megatron, env, json)."
+        )
     if rec.multi_objective:
         front = rec.pareto()
         doc.h(3, "Pareto front")
