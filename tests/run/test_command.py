@@ -120,3 +120,44 @@ def test_injected_values_never_reach_argv(spec, tmp_path: Path) -> None:
 def test_template_helpers() -> None:
     assert template_fields("a{tp}b{mbs}") == ["tp", "mbs"]
     assert render("a{tp}b", {"tp": "2"}) == "a2b"
+
+
+@pytest.mark.parametrize(
+    ("args", "state", "reason"),
+    [
+        (("replay", "megatron.log"), "COMPLETE", None),
+        (("replay", "primus.log"), "COMPLETE", None),
+        (("oom",), "FAIL", "oom"),
+        (("hang", "PIDFILE"), "FAIL", "timeout"),
+        (("crash",), "FAIL", "launch_failed"),
+        (("silent",), "FAIL", "no_throughput"),
+    ],
+)
+def test_each_outcome_is_the_right_trial_state(spec, tmp_path: Path, args: tuple, state: str, reason) -> None:
+    import optuna
+
+    from primus_optuna.run.base import RunFailure
+    from primus_optuna.run.objective import make_objective
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    args = tuple(str(tmp_path / "pid") if a == "PIDFILE" else a for a in args)
+    runner = CommandRunner(spec, fake_argv(*args), timeout_s=2.0)
+    store = optuna.artifacts.FileSystemArtifactStore(str(tmp_path / "artifacts"))
+    (tmp_path / "artifacts").mkdir()
+    study = optuna.create_study(direction="maximize")
+    fits = baseline(spec).replace(recompute="full")  # the memory model says it fits: an OOM is a model miss
+    study.enqueue_trial(fits.to_params())
+    objective = make_objective(spec, runner, artifact_store=store, runs_dir=tmp_path / "runs")
+    study.optimize(objective, n_trials=1, catch=(RunFailure,))
+    t = study.trials[0]
+    assert t.state.name == state
+    if reason is None:
+        assert t.user_attrs["source"] == "measured"
+        assert t.user_attrs["measured_tokens_per_s_per_gpu"] == pytest.approx(t.value, abs=1e-3)
+        est = t.user_attrs["estimate_tokens_per_s_per_gpu"]
+        assert t.user_attrs["estimate_error"] == pytest.approx(est / t.value - 1, abs=1e-4)
+    else:
+        assert t.user_attrs["failure_reason"] == reason
+        assert t.user_attrs["log_tail"]
+        assert optuna.artifacts.get_all_artifact_meta(t, storage=study._storage)  # the log is attached
+        assert t.user_attrs.get("memory_model_miss", False) == (reason == "oom")
