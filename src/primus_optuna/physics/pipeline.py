@@ -29,7 +29,7 @@ from functools import lru_cache
 
 M_CAP_PER_STAGE = 3
 """simulate at most ``3·p`` micro-batches (a multiple of p): the bubble is constant beyond (tested)"""
-_RES = 100.0
+_RES = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ def _cap(schedule: str, pp: int, vpp: int, m: int, s: int) -> int:
     if schedule == "interleaved":
         return min(2 * (pp - s - 1) + (vpp - 1) * pp + 1, m * vpp)
     if schedule == "zbv":
-        return min(2 * pp, 2 * m)
+        return 2 * min(pp, m)
     return min(pp - s, m)
 
 
@@ -116,88 +116,124 @@ def simulate(
             f_orders.append([order])
         else:
             f_orders.append([[(ks[0], i) for i in range(m)]])
-    b_orders = [[[(k, i) for i in range(m)] for k in chunks[s]] for s in range(pp)]
+    b_orders: list[list[list[tuple[int, int]]]] = []
+    for s in range(pp):
+        ks = chunks[s]
+        if schedule == "interleaved":  # Megatron: same groups of p micro-batches, chunks in reverse
+            order = []
+            for g0 in range(0, m, pp):
+                size = min(pp, m - g0)
+                for k in reversed(ks):
+                    order.extend((k, g0 + j) for j in range(size))
+            b_orders.append([order])
+        else:
+            b_orders.append([[(k, i) for i in range(m)] for k in ks])
     fin_f = [[-1.0] * m for _ in range(nv)]
     fin_b = [[-1.0] * m for _ in range(nv)]
     f_ptr = [[0] * len(q) for q in f_orders]
     b_ptr = [[0] * len(q) for q in b_orders]
     pend_w: list[list[int]] = [[] for _ in range(pp)]
-    inflight = [0] * pp
+    # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
+    inflight = [[0] * len(q) for q in f_orders]
+    queue_of = {k: (qi if schedule == "zbv" else 0) for s in range(pp) for qi, k in enumerate(chunks[s])}
     caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
+    # ZB-V: the first chunk may not take every slot (its backward needs the second chunk's to run first)
+    qcap = [[caps[s] - 1, caps[s]] if schedule == "zbv" else [caps[s]] for s in range(pp)]
+    f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
+    wmax = [pp - 1] * pp
     remaining = [len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)]
     busy = [0.0] * pp
     free = [0.0] * pp
-    seq = 0
-    heap = [(0.0, s, s) for s in range(pp)]
+    version = [0] * pp
+    heap = [(0.0, s, s, 0) for s in range(pp)]
     seq = pp
+    waiting: list[int] = []
     makespan = 0.0
+    inf = float("inf")
     while heap:
-        t, _, s = heapq.heappop(heap)
-        if remaining[s] == 0:
+        t, _, s, ver = heapq.heappop(heap)
+        if ver != version[s] or remaining[s] == 0:
             continue
         t = max(t, free[s])
+        end = -1.0
         while True:
-            best_b = best_f = None
-            rb = rf = float("inf")
+            best_b = best_f = -1
+            rb = rf = inf
             for qi, q in enumerate(b_orders[s]):
                 p_ = b_ptr[s][qi]
-                if p_ < m:
+                if p_ < len(q):
                     k, i = q[p_]
                     dep = fin_f[k][i] if k == last else fin_b[k + 1][i]
                     if dep >= 0 and fin_f[k][i] >= 0 and dep < rb:
                         rb, best_b = dep, qi
-            if inflight[s] < caps[s]:
+            if len(pend_w[s]) <= wmax[s]:
                 for qi, q in enumerate(f_orders[s]):
                     p_ = f_ptr[s][qi]
-                    if p_ < len(q):
+                    if p_ < len(q) and sum(inflight[s]) < caps[s] and inflight[s][qi] < qcap[s][qi]:
                         k, i = q[p_]
                         dep = 0.0 if k == 0 else fin_f[k - 1][i]
                         if dep >= 0 and (dep < rf or (dep == rf and schedule == "zbv")):
                             rf, best_f = dep, qi
-            if best_b is not None and rb <= t:
+            if len(pend_w[s]) > wmax[s]:
+                k = pend_w[s].pop(0)
+                end = t + dur_w[k]
+                busy[s] += dur_w[k]
+                break
+            run_b = best_b >= 0 and rb <= t
+            run_f = best_f >= 0 and rf <= t
+            if run_b and run_f and f_first:
+                run_b = False
+            if run_b:
                 k, i = b_orders[s][best_b][b_ptr[s][best_b]]
                 b_ptr[s][best_b] += 1
                 end = t + dur_b[k]
                 fin_b[k][i] = end
                 busy[s] += dur_b[k]
+                inflight[s][queue_of[k]] -= 1
                 if zb:
                     pend_w[s].append(k)
-                else:
-                    inflight[s] -= 1
                 break
-            if best_f is not None and rf <= t:
+            if run_f:
                 k, i = f_orders[s][best_f][f_ptr[s][best_f]]
                 f_ptr[s][best_f] += 1
                 end = t + dur_f[k]
                 fin_f[k][i] = end
                 busy[s] += dur_f[k]
-                inflight[s] += 1
+                inflight[s][best_f] += 1
                 break
             if pend_w[s]:
                 k = pend_w[s].pop(0)
                 end = t + dur_w[k]
                 busy[s] += dur_w[k]
-                inflight[s] -= 1
                 break
             nxt = min(rb, rf)
-            other = heap[0][0] if heap else float("inf")
-            if nxt <= other and nxt < float("inf"):
+            if nxt < inf and (not heap or nxt <= heap[0][0]):
                 t = nxt
                 continue
-            if not heap:
-                raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
-            end = None
             break
-        if end is None:
-            seq += 1
-            heapq.heappush(heap, (max(t, heap[0][0]), seq, s))
+        if end < 0:  # blocked: wait for a dependency (or for another stage to produce one)
+            free[s] = t
+            waiting.append(s)
+            if nxt < inf:
+                seq += 1
+                heapq.heappush(heap, (nxt, seq, s, version[s]))
+            elif not heap:
+                raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
             continue
         free[s] = end
         remaining[s] -= 1
         makespan = max(makespan, end)
         if remaining[s]:
             seq += 1
-            heapq.heappush(heap, (end, seq, s))
+            heapq.heappush(heap, (end, seq, s, version[s]))
+        for w_ in waiting:
+            if w_ != s:
+                version[w_] += 1
+                seq += 1
+                heapq.heappush(heap, (free[w_], seq, w_, version[w_]))
+        waiting = []
+    if any(remaining):
+        raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
     return makespan, busy, sends
 
 

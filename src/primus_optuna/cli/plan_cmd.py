@@ -1,0 +1,59 @@
+"""``plan``: estimate every legal configuration, drop those that do not fit, rank the rest."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ..physics.plan import PlanEntry, plan_space
+from ..physics.throughput import format_throughput
+from ._common import emit_json, json_option, load_study, study_argument, user_errors
+
+
+def _line(rank: int | str, e: PlanEntry) -> str:
+    return (
+        f"{str(rank):>5}  {e.tokens_per_s_per_gpu:10,.0f} tok/s/GPU  {e.peak_gib:7.1f} GiB  "
+        f"MFU {e.throughput.mfu * 100:4.1f}%  {e.config}"
+    )
+
+
+@click.command()
+@study_argument
+@click.option(
+    "--top", "top_n", default=10, show_default=True, type=click.IntRange(min=0), help="How many to show."
+)
+@json_option
+@user_errors
+def plan(study: str, top_n: int, as_json: bool) -> None:
+    """Rank every legal configuration by estimated tokens/s/GPU (those that fit in memory)."""
+    spec, sp = load_study(study)
+    t0 = time.perf_counter()
+    result = plan_space(spec, sp, top=top_n)
+    elapsed = time.perf_counter() - t0
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    click.echo(
+        f"study {spec.name}: {result.legal_configs} legal configurations, {result.feasible_configs} fit in "
+        f"memory (estimated in {elapsed:.2f} s)"
+    )
+    click.echo(f"top {len(result.top)}:")
+    for i, e in enumerate(result.top, 1):
+        click.echo(_line(i, e))
+        click.echo(format_throughput(e.throughput, indent="         ", header=False))
+    base = result.baseline
+    if base is None:
+        click.echo("baseline: illegal (see `primus-optuna check`)")
+    else:
+        where = (
+            f"rank {result.baseline_rank} of {result.feasible_configs}"
+            if result.baseline_rank
+            else "does not fit in memory"
+        )
+        click.echo(f"baseline ({where}):")
+        click.echo(_line(result.baseline_rank or "-", base))
+        click.echo(format_throughput(base.throughput, indent="         ", header=False))
+    click.echo(f"Pareto set (throughput vs peak memory, {len(result.pareto)} configurations):")
+    for e in result.pareto:
+        click.echo(_line("", e))

@@ -1,0 +1,134 @@
+"""Rank every legal configuration of a study by estimated throughput: :func:`plan_space`.
+
+Each configuration gets the memory estimate (dropped when it does not fit the usable HBM) and the step-time
+estimate; the survivors are ranked by tokens/s/GPU. Also reports the baseline's rank and the Pareto set of
+throughput vs peak memory. Shared by the ``plan`` command, the sampler and the report.
+
+Example::
+
+    result = plan_space(spec, Space(spec), top=5)
+    result.top[0].config, result.baseline_rank
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..space import Space, TrainingConfig
+from ..spec.study import StudySpec
+from .calibration import Calibration
+from .memory import estimate_memory
+from .throughput import ThroughputEstimate, estimate_throughput
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEntry:
+    """One estimated configuration."""
+
+    config: TrainingConfig
+    throughput: ThroughputEstimate
+    peak_gib: float
+    fits: bool
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.throughput.tokens_per_s_per_gpu
+
+    def to_dict(self, breakdown: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "config": self.config.to_params(),
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "peak_gib": self.peak_gib,
+        }
+        if breakdown:
+            d["step_time_s"] = self.throughput.step_time_s
+            d["mfu"] = self.throughput.mfu
+            d["breakdown_s"] = dict(self.throughput.breakdown_s)
+        return d
+
+
+@dataclass
+class PlanResult:
+    """The ranking of a study's space."""
+
+    legal_configs: int
+    feasible_configs: int
+    top: list[PlanEntry]
+    baseline: PlanEntry | None
+    baseline_rank: int | None
+    """1-based rank among the feasible configurations; None when the baseline is illegal or does not fit"""
+    pareto: list[PlanEntry]
+    """feasible configurations no other beats on both throughput (higher) and peak memory (lower)"""
+    ranked: list[PlanEntry] = field(default_factory=list, repr=False)
+    """every feasible configuration, best first"""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``plan --json`` document."""
+        base = None
+        if self.baseline is not None:
+            base = {
+                "config": self.baseline.config.to_params(),
+                "tokens_per_s_per_gpu": self.baseline.tokens_per_s_per_gpu,
+                "rank": self.baseline_rank,
+                "peak_gib": self.baseline.peak_gib,
+                "fits": self.baseline.fits,
+            }
+        return {
+            "legal_configs": self.legal_configs,
+            "feasible_configs": self.feasible_configs,
+            "top": [e.to_dict() for e in self.top],
+            "baseline": base,
+            "pareto": [e.to_dict() for e in self.pareto],
+        }
+
+
+def pareto_front(entries: list[PlanEntry]) -> list[PlanEntry]:
+    """Entries not dominated on (throughput ↑, peak memory ↓), by descending throughput."""
+    out: list[PlanEntry] = []
+    best_mem = float("inf")
+    for e in sorted(entries, key=lambda x: (-x.tokens_per_s_per_gpu, x.peak_gib)):
+        if e.peak_gib < best_mem:
+            out.append(e)
+            best_mem = e.peak_gib
+    return out
+
+
+def plan_space(
+    spec: StudySpec,
+    space: Space | None = None,
+    top: int = 10,
+    calibration: Calibration | None = None,
+) -> PlanResult:
+    """Estimate every legal configuration, drop those that do not fit, rank the rest (best first)."""
+    space = space or Space(spec)
+    configs = space.configs()
+    feasible: list[PlanEntry] = []
+    for c in configs:
+        mem = estimate_memory(spec, c)
+        if not mem.fits:
+            continue
+        feasible.append(PlanEntry(c, estimate_throughput(spec, c, calibration), mem.peak_gib, True))
+    feasible.sort(key=lambda e: (-e.tokens_per_s_per_gpu, e.peak_gib))
+    base_cfg = space.canonical(space.baseline)
+    baseline: PlanEntry | None = None
+    rank: int | None = None
+    if not space.check(base_cfg):
+        for i, e in enumerate(feasible):
+            if e.config == base_cfg:
+                baseline, rank = e, i + 1
+                break
+        if baseline is None:
+            mem = estimate_memory(spec, base_cfg)
+            baseline = PlanEntry(
+                base_cfg, estimate_throughput(spec, base_cfg, calibration), mem.peak_gib, mem.fits
+            )
+    return PlanResult(
+        legal_configs=len(configs),
+        feasible_configs=len(feasible),
+        top=feasible[: max(0, top)],
+        baseline=baseline,
+        baseline_rank=rank,
+        pareto=pareto_front(feasible),
+        ranked=feasible,
+    )

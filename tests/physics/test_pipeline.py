@@ -1,0 +1,94 @@
+"""Pipeline schedule simulation: textbook bubbles, monotonicity, steady state, p2p cost."""
+
+import pytest
+
+from primus_optuna.physics.pipeline import (
+    M_CAP_PER_STAGE,
+    bubble_fraction,
+    pipeline_timing,
+    simulate,
+    stage_of,
+)
+
+
+def bubble(schedule: str, p: int, v: int, m: int, f: float, b: float, w: float, c: float = 0.0) -> float:
+    span, busy, _ = simulate(schedule, p, v, m, f, b, w, c)
+    return span - max(busy)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("m", [8, 16, 32])
+def test_1f1b_bubble_is_p_minus_1_times_f_plus_b(p: int, m: int) -> None:
+    # Narayanan et al. 2021: (p-1)(F+B) with W fused into B
+    assert bubble("1f1b", p, 1, m, 1.0, 2.0, 0.0) == pytest.approx((p - 1) * 3.0)
+
+
+@pytest.mark.parametrize("v", [2, 3, 4])
+def test_interleaved_bubble_divides_by_v(v: int) -> None:
+    p, m = 4, 16
+    assert bubble("interleaved", p, v, m, 1.0 / v, 2.0 / v, 0.0) == pytest.approx((p - 1) * 3.0 / v)
+
+
+def test_zero_bubble_h1_matches_qi_et_al() -> None:
+    # ZB-H1 bubble (p-1)(F+B-W) when F = B = W (Qi et al. 2024)
+    p, m = 4, 16
+    assert bubble("zb1p", p, 1, m, 1.0, 1.0, 1.0) == pytest.approx((p - 1) * 1.0)
+
+
+def test_schedules_order_at_equal_passes() -> None:
+    p, m = 4, 16
+    one = bubble("1f1b", p, 1, m, 1.0, 2.0, 0.0)
+    zb1 = bubble("zb1p", p, 1, m, 1.0, 1.0, 1.0)
+    zbv = bubble("zbv", p, 2, m, 0.5, 0.5, 0.5)
+    assert zbv < zb1 < one
+
+
+@pytest.mark.parametrize(("schedule", "v"), [("1f1b", 1), ("interleaved", 2), ("zb1p", 1), ("zbv", 2)])
+def test_bubble_fraction_falls_as_m_grows(schedule: str, v: int) -> None:
+    p = 4
+    fracs = [bubble_fraction(schedule, p, v, m, 1.0 / v, 1.3 / v, 0.7 / v, 0.02) for m in (4, 8, 16, 32, 64)]
+    assert all(a > b for a, b in zip(fracs, fracs[1:], strict=False)), fracs
+
+
+@pytest.mark.parametrize(("schedule", "v"), [("1f1b", 1), ("interleaved", 2), ("zb1p", 1), ("zbv", 2)])
+def test_capped_simulation_predicts_long_pipelines_within_1pct(schedule: str, v: int) -> None:
+    # pipeline_timing simulates at most M_CAP_PER_STAGE * p micro-batches and reuses that bubble for more
+    p = 4
+    m = 4 * M_CAP_PER_STAGE * p
+    f, b, w, c = 1.0 / v, 1.3 / v, 0.9 / v, 0.05
+    zb = schedule in ("zb1p", "zbv")
+    exact, _, _ = simulate(schedule, p, v, m, f, b, w, c)
+    est = pipeline_timing(schedule, p, v, m, f, b if zb else b + w, w if zb else 0.0, c)
+    assert est.step == pytest.approx(exact, rel=0.01)
+
+
+def test_p2p_is_not_free_and_interleaving_sends_v_times_more() -> None:
+    free = pipeline_timing("1f1b", 4, 1, 16, 1.0, 2.0, 0.0, 0.0)
+    paid = pipeline_timing("1f1b", 4, 1, 16, 1.0, 2.0, 0.0, 0.1)
+    assert paid.step > free.step
+    inter = pipeline_timing("interleaved", 4, 2, 16, 0.5, 1.0, 0.0, 0.1)
+    assert inter.sends_per_microbatch == 2 * paid.sends_per_microbatch
+
+
+def test_zbv_turn_needs_no_transfer() -> None:
+    # V placement: chunks p-1 and p sit on the last stage, chunks 0 and 2p-1 on stage 0
+    p = 4
+    assert stage_of("zbv", p, p - 1) == stage_of("zbv", p, p) == p - 1
+    assert stage_of("zbv", p, 0) == stage_of("zbv", p, 2 * p - 1) == 0
+
+
+def test_no_pipeline_is_m_passes() -> None:
+    t = pipeline_timing("1f1b", 1, 1, 8, 1.0, 2.0, 0.5, 0.3, f_last=0.2)
+    assert t.step == pytest.approx(8 * 3.7) and t.bubble == 0.0
+
+
+def test_timing_scales_with_pass_durations() -> None:
+    a = pipeline_timing("interleaved", 4, 2, 16, 1.0, 2.0, 0.0, 0.05)
+    b = pipeline_timing("interleaved", 4, 2, 16, 10.0, 20.0, 0.0, 0.5)
+    assert b.step == pytest.approx(10 * a.step, rel=1e-6)
+
+
+def test_heavier_last_stage_sets_the_pace() -> None:
+    base = pipeline_timing("1f1b", 4, 1, 32, 1.0, 2.0, 0.0, 0.0)
+    heavy = pipeline_timing("1f1b", 4, 1, 32, 1.0, 2.0, 0.0, 0.0, f_last=0.5, b_last=0.5)
+    assert heavy.step >= base.step + 32 * 1.0 - 1e-9
