@@ -130,6 +130,15 @@ def simulate(
             b_orders.append([[(k, i) for i in range(m)] for k in ks])
     fin_f = [[-1.0] * m for _ in range(nv)]
     fin_b = [[-1.0] * m for _ in range(nv)]
+    id_f = [[-1] * m for _ in range(nv)]
+    id_b = [[-1] * m for _ in range(nv)]
+    # critical-path bookkeeping: per op its kind (0 F, 1 B, 2 W), chunk and binding predecessor
+    op_kind: list[int] = []
+    op_chunk: list[int] = []
+    op_pred: list[int] = []
+    last_op = [-1] * pp
+    last_end = [0.0] * pp
+    end_op = -1
     f_ptr = [[0] * len(q) for q in f_orders]
     b_ptr = [[0] * len(q) for q in b_orders]
     pend_w: list[list[int]] = [[] for _ in range(pp)]
@@ -178,6 +187,7 @@ def simulate(
                 k = pend_w[s].pop(0)
                 end = t + dur_w[k]
                 busy[s] += dur_w[k]
+                kind, dep_id, dep_t = 2, -1, -1.0
                 break
             run_b = best_b >= 0 and rb <= t
             run_f = best_f >= 0 and rf <= t
@@ -188,7 +198,10 @@ def simulate(
                 b_ptr[s][best_b] += 1
                 end = t + dur_b[k]
                 fin_b[k][i] = end
+                id_b[k][i] = len(op_kind)
                 busy[s] += dur_b[k]
+                kind, dep_t = 1, rb
+                dep_id = id_f[k][i] if k == last else id_b[k + 1][i]
                 inflight[s][queue_of[k]] -= 1
                 if zb:
                     pend_w[s].append(k)
@@ -198,13 +211,17 @@ def simulate(
                 f_ptr[s][best_f] += 1
                 end = t + dur_f[k]
                 fin_f[k][i] = end
+                id_f[k][i] = len(op_kind)
                 busy[s] += dur_f[k]
+                kind, dep_t = 0, rf
+                dep_id = id_f[k - 1][i] if k > 0 else -1
                 inflight[s][best_f] += 1
                 break
             if pend_w[s]:
                 k = pend_w[s].pop(0)
                 end = t + dur_w[k]
                 busy[s] += dur_w[k]
+                kind, dep_id, dep_t = 2, -1, -1.0
                 break
             nxt = min(rb, rf)
             if nxt < inf and (not heap or nxt <= heap[0][0]):
@@ -220,9 +237,14 @@ def simulate(
             elif not heap:
                 raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
             continue
+        op_kind.append(kind)
+        op_chunk.append(k)
+        op_pred.append(dep_id if dep_id >= 0 and dep_t > last_end[s] else last_op[s])
+        last_op[s], last_end[s] = len(op_kind) - 1, end
         free[s] = end
         remaining[s] -= 1
-        makespan = max(makespan, end)
+        if end > makespan:
+            makespan, end_op = end, len(op_kind) - 1
         if remaining[s]:
             seq += 1
             heapq.heappush(heap, (end, seq, s, version[s]))
@@ -234,17 +256,43 @@ def simulate(
         waiting = []
     if any(remaining):
         raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
+    # coefficients of (f, b, w, c, f_last, b_last, w_last) along the critical path
+    coef = [0] * 7
+    op = end_op
+    while op >= 0:
+        kind, k = op_kind[op], op_chunk[op]
+        is_last = k == last
+        if kind == 0:
+            coef[0] += 1
+            coef[4] += is_last
+            coef[3] += k < last and st[k + 1] != st[k]
+        elif kind == 1:
+            coef[1] += 1
+            coef[5] += is_last
+            coef[3] += k > 0 and st[k - 1] != st[k]
+            if not zb:
+                coef[2] += 1
+                coef[6] += is_last
+        else:
+            coef[2] += 1
+            coef[6] += is_last
+        op = op_pred[op]
+    CRITICAL[0] = tuple(coef)
     return makespan, busy, sends
+
+
+CRITICAL: list[tuple[int, ...]] = [()]
+"""critical-path coefficients of the last :func:`simulate` call (read by :func:`_normalised`)"""
 
 
 @lru_cache(maxsize=65536)
 def _normalised(
     schedule: str, pp: int, vpp: int, m: int, f: int, b: int, w: int, c: int, fl: int, bl: int, wl: int
-) -> tuple[float, float, int]:
+) -> tuple[tuple[int, ...], int]:
     r = _RES
     span, busy, sends = simulate(schedule, pp, vpp, m, f / r, b / r, w / r, c / r, fl / r, bl / r, wl / r)
     s = max(range(pp), key=lambda i: busy[i])
-    return span, busy[s], sends[s]
+    return CRITICAL[0], sends[s]
 
 
 def pipeline_timing(
@@ -281,14 +329,14 @@ def pipeline_timing(
     def q(x: float) -> int:
         return int(round(x / unit * _RES))
 
-    span, busy_sim, sends = _normalised(
-        schedule, pp, vpp, ms, q(f), q(b), q(w), q(c), q(f_last), q(b_last), q(w_last)
-    )
-    bubble = max(0.0, span - busy_sim) * unit
+    coef, sends = _normalised(schedule, pp, vpp, ms, q(f), q(b), q(w), q(c), q(f_last), q(b_last), q(w_last))
+    # the simulated critical path re-evaluated with the exact durations (so the result is monotone in them);
+    # the bubble beyond the busiest stage's work stays as simulated for more micro-batches (steady state)
+    span = sum(a * x for a, x in zip(coef, (f, b, w, c, f_last, b_last, w_last), strict=True))
     # the busiest stage's exact work: its chunks (one of them may hold the output layer) plus its sends
-    chunk_work = f + b + w
-    per_stage_chunks = nv // pp
-    busy = m * (per_stage_chunks * chunk_work + f_last + b_last + w_last + sends * c)
+    per_mb = (nv // pp) * (f + b + w) + f_last + b_last + w_last + sends * c
+    bubble = max(0.0, span - ms * per_mb)
+    busy = m * per_mb
     return PipelineTiming(busy + bubble, busy, bubble, sends)
 
 

@@ -1,0 +1,224 @@
+"""Step-time model: breakdown contract, physics invariants, FP8/recompute/dispatcher effects, calibration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+
+from primus_optuna.physics.calibration import (
+    BREAKDOWN_TERMS,
+    FAMILIES,
+    Calibration,
+    gpu_family,
+)
+from primus_optuna.physics.throughput import (
+    estimate_throughput,
+    format_throughput,
+    throughput_section,
+)
+from primus_optuna.space import Space
+from primus_optuna.spec import GPU_CATALOG, StudySpec
+
+FLAG = StudySpec.from_yaml(FLAGSHIP)
+FLAG_SPACE = Space(FLAG)
+
+
+def sample(space: Space, n: int = 150, seed: int = 0) -> list:
+    configs = space.configs()
+    return random.Random(seed).sample(configs, min(n, len(configs)))
+
+
+def with_changes(spec: StudySpec, **sections: dict) -> StudySpec:
+    data = spec.to_dict()
+    for key, upd in sections.items():
+        data[key] = {**data[key], **upd}
+    return StudySpec.from_dict(data)
+
+
+# --- contract -----------------------------------------------------------------------------------------------
+def test_breakdown_sums_to_step_and_tokens_formula() -> None:
+    for c in sample(FLAG_SPACE, 50):
+        est = estimate_throughput(FLAG, c)
+        assert list(est.breakdown_s) == list(BREAKDOWN_TERMS)
+        assert all(v >= 0 for v in est.breakdown_s.values())
+        assert sum(est.breakdown_s.values()) == pytest.approx(est.step_time_s)
+        assert est.tokens_per_s_per_gpu == pytest.approx(FLAG.tokens_per_step / est.step_time_s / FLAG.world)
+        assert 0 < est.mfu < 1
+
+
+def test_to_dict_and_presentation() -> None:
+    est = estimate_throughput(FLAG, FLAG_SPACE.baseline)
+    d = throughput_section(est)
+    assert list(d) == ["tokens_per_s_per_gpu", "step_time_s", "mfu", "breakdown_s"]
+    assert d == est.to_dict()
+    text = format_throughput(est)
+    assert "tokens/s/GPU" in text and "compute_mlp" in text
+
+
+def test_terms_appear_only_with_their_parallelism() -> None:
+    dense = StudySpec.from_dict(small_dense_study())
+    sp = Space(dense)
+    one = estimate_throughput(dense, sp.make(tp=1, pp=1, cp=1, mbs=1))
+    assert one.breakdown_s["tp_comm"] == one.breakdown_s["pp_comm"] == 0.0
+    assert one.breakdown_s["ep_comm"] == one.breakdown_s["cp_comm"] == one.breakdown_s["pipeline_bubble"] == 0
+    many = estimate_throughput(dense, sp.make(tp=2, pp=2, cp=2, mbs=1))
+    assert many.breakdown_s["tp_comm"] > 0 and many.breakdown_s["pp_comm"] > 0
+    assert many.breakdown_s["cp_comm"] > 0 and many.breakdown_s["pipeline_bubble"] > 0
+    moe = StudySpec.from_dict(small_moe_study())
+    assert estimate_throughput(moe, Space(moe).make(ep=4)).breakdown_s["ep_comm"] > 0
+
+
+# --- invariants (issue 4) -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", [FLAGSHIP, "studies/llama3.1-70b-h100-bf16.yaml"])
+def test_faster_links_never_slow_a_step(path) -> None:
+    spec = StudySpec.from_yaml(path)
+    gpu = spec.cluster.gpu
+    fast = with_changes(
+        spec,
+        cluster={
+            "gpu": gpu.model_copy(
+                update={
+                    "intra_node_bw_gbs": gpu.intra_node_bw_gbs * 2,
+                    "inter_node_bw_gbs": gpu.inter_node_bw_gbs * 2,
+                }
+            ).model_dump()
+        },
+    )
+    for c in sample(Space(spec), 120):
+        assert estimate_throughput(fast, c).step_time_s <= estimate_throughput(spec, c).step_time_s * (
+            1 + 1e-9
+        )
+
+
+def test_bubble_fraction_falls_as_microbatches_grow() -> None:
+    for schedule, vpp in (("1f1b", 1), ("interleaved", 2), ("zb1p", 1), ("zbv", 2)):
+        fracs = []
+        for gbs in (128, 256, 512, 1024):
+            spec = with_changes(FLAG, workload={"global_batch_size": gbs})
+            c = Space(spec).make(tp=1, pp=4, ep=8, vpp=vpp, mbs=1, pp_schedule=schedule)
+            est = estimate_throughput(spec, c)
+            fracs.append(est.breakdown_s["pipeline_bubble"] / est.step_time_s)
+        assert all(a > b for a, b in zip(fracs, fracs[1:], strict=False)), (schedule, fracs)
+
+
+def test_fp8_is_never_slower_than_bf16_and_speeds_up_linear_layers_only() -> None:
+    bf16 = with_changes(FLAG, workload={"precision": "bf16"})
+    for c in sample(FLAG_SPACE, 120):
+        e8, e16 = estimate_throughput(FLAG, c), estimate_throughput(bf16, c)
+        assert e8.step_time_s <= e16.step_time_s * (1 + 1e-9)
+        assert e8.breakdown_s["compute_mlp"] < e16.breakdown_s["compute_mlp"]
+        # memory-bound kernels and communication do not change with the GEMM precision
+        for term in ("compute_other", "tp_comm", "ep_comm", "cp_comm"):
+            assert e8.breakdown_s[term] == pytest.approx(e16.breakdown_s[term])
+
+
+def test_deepep_is_never_slower_than_alltoall() -> None:
+    for c in sample(FLAG_SPACE, 200):
+        a = estimate_throughput(FLAG, c.replace(moe_dispatcher="alltoall").derive(FLAG.world, 512))
+        d = estimate_throughput(FLAG, c.replace(moe_dispatcher="deepep").derive(FLAG.world, 512))
+        assert d.step_time_s <= a.step_time_s * (1 + 1e-9)
+
+
+def test_more_recompute_is_never_faster() -> None:
+    for c in sample(FLAG_SPACE, 200):
+        if c.pp_schedule in ("zb1p", "zbv"):
+            continue
+        t = [
+            estimate_throughput(FLAG, c.replace(recompute=r).derive(FLAG.world, 512)).step_time_s
+            for r in ("none", "selective", "full")
+        ]
+        assert t[0] <= t[1] <= t[2]
+
+
+def test_full_recompute_costs_about_one_extra_forward() -> None:
+    dense = StudySpec.from_dict(small_dense_study())
+    sp = Space(dense)
+    none = estimate_throughput(dense, sp.make(tp=2, pp=1, mbs=1, recompute="none"))
+    full = estimate_throughput(dense, sp.make(tp=2, pp=1, mbs=1, recompute="full"))
+    assert 1.2 < full.step_time_s / none.step_time_s < 1.45
+
+
+def test_mesh_tp2_pays_more_than_switch_tp2() -> None:
+    # hardware.md: TP=2 on an xGMI mesh sees 1/7 of the aggregate bandwidth, on NVSwitch all of it
+    spec = StudySpec.from_dict(small_dense_study())
+    mesh = with_changes(
+        spec, cluster={"gpu": GPU_CATALOG["h100"].model_copy(update={"topology": "mesh"}).model_dump()}
+    )
+    c = Space(spec).make(tp=2, pp=1, mbs=1)
+    assert (
+        estimate_throughput(mesh, c).breakdown_s["tp_comm"]
+        > 3 * estimate_throughput(spec, c).breakdown_s["tp_comm"]
+    )
+
+
+def test_smaller_gemms_are_less_efficient() -> None:
+    # per-token MLP compute grows when TP slices the GEMMs thinner (same tokens per rank pass)
+    spec = StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml")
+    sp = Space(spec)
+    t1 = estimate_throughput(spec, sp.make(tp=1, pp=8, vpp=1, cp=1, mbs=1, pp_schedule="1f1b"))
+    t8 = estimate_throughput(spec, sp.make(tp=8, pp=8, vpp=1, cp=1, mbs=1, pp_schedule="1f1b"))
+    # tp=8 has 8x the data-parallel... no: same world, so dp differs; compare per-GPU MLP work rate
+    work1 = t1.breakdown_s["compute_mlp"]
+    work8 = t8.breakdown_s["compute_mlp"]
+    assert work8 > work1 * 1.01
+
+
+def test_mi355x_mixtral_bf16_mfu_is_in_the_reported_range() -> None:
+    # hardware.md: Mixtral 8x22B BF16 on MI355X is reported in the mid-30s % MFU; the CDNA4 constants are
+    # CDNA3's (no published MI355X row), so only a broad sanity range is asserted.
+    bf16 = with_changes(FLAG, workload={"precision": "bf16"})
+    est = estimate_throughput(bf16, FLAG_SPACE.baseline)
+    assert 0.25 < est.mfu < 0.50
+
+
+# --- calibration --------------------------------------------------------------------------------------------
+def test_every_family_labels_its_source() -> None:
+    for name, fam in FAMILIES.items():
+        assert fam.fitted_to, name
+    assert gpu_family(GPU_CATALOG["mi355x"]) == "cdna4"
+    assert gpu_family(GPU_CATALOG["h200"]) == "hopper"
+    assert gpu_family(GPU_CATALOG["a100-80gb"]) == "ampere"
+
+
+def test_identity_calibration_changes_nothing() -> None:
+    c = FLAG_SPACE.baseline
+    assert Calibration().is_identity
+    a = estimate_throughput(FLAG, c)
+    b = estimate_throughput(FLAG, c, calibration=Calibration.identity())
+    assert a == b
+
+
+def test_global_fit_reproduces_a_uniformly_slower_cluster() -> None:
+    ests = [estimate_throughput(FLAG, c) for c in sample(FLAG_SPACE, 3, seed=1)]
+    cal = Calibration.fit([(e, e.tokens_per_s_per_gpu * 0.8) for e in ests])
+    assert cal.scale == pytest.approx(1.25)
+    for c in sample(FLAG_SPACE, 3, seed=1):
+        raw = estimate_throughput(FLAG, c)
+        fixed = estimate_throughput(FLAG, c, calibration=cal)
+        assert fixed.tokens_per_s_per_gpu == pytest.approx(raw.tokens_per_s_per_gpu * 0.8)
+
+
+def test_group_fit_finds_slower_communication() -> None:
+    # synthetic truth: communication twice as slow as estimated, compute and bubble as estimated
+    ests = [estimate_throughput(FLAG, c) for c in sample(FLAG_SPACE, 40, seed=2)]
+    comm = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
+    pairs = []
+    for e in ests:
+        true_step = e.step_time_s + sum(e.breakdown_s[t] for t in comm)
+        pairs.append((e, e.tokens_per_s_per_gpu * e.step_time_s / true_step))
+    cal = Calibration.fit(pairs, ridge=1e-4)
+    assert cal.factor("ep_comm") == pytest.approx(2.0, rel=0.1)
+    assert cal.factor("compute_mlp") == pytest.approx(1.0, rel=0.1)
+    errs = [
+        abs(estimate_throughput(FLAG, c, calibration=cal).tokens_per_s_per_gpu / m - 1)
+        for c, (_, m) in zip(sample(FLAG_SPACE, 40, seed=2), pairs, strict=True)
+    ]
+    assert max(errs) < 0.05
+
+
+def test_calibration_json_round_trip() -> None:
+    cal = Calibration(multipliers={"ep_comm": 1.5, "compute_mlp": 0.9}, scale=1.1, n_trials=7)
+    assert Calibration.from_dict(cal.to_dict()) == cal
+    assert Calibration.from_dict(None) == Calibration()
