@@ -1,0 +1,135 @@
+"""The hidden-perturbation objective of scripts/bench_search.py: deterministic, bounded, seed-dependent, and
+seen by a sampler only as measurements."""
+
+import importlib.util
+import math
+import sys
+
+import optuna
+import pytest
+
+pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
+from tests.conftest import ROOT, small_dense_study, small_moe_study
+
+from primus_optuna import Space, StudySpec
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.run.base import OutOfMemory, RunContext
+from primus_optuna.spec.study import AXES
+
+
+def _load_bench():
+    path = ROOT / "scripts" / "bench_search.py"
+    spec = importlib.util.spec_from_file_location("bench_search", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_search"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return StudySpec.from_dict(small_moe_study())
+
+
+@pytest.fixture(scope="module")
+def configs(spec):
+    return Space(spec).configs()
+
+
+def test_deterministic_per_seed(spec, configs):
+    a, b = bench.HiddenObjective(spec, 7), bench.HiddenObjective(spec, 7)
+    assert a.axis_factor == b.axis_factor and a.pair_factor == b.pair_factor
+    assert [a.multiplier(c) for c in configs] == [b.multiplier(c) for c in configs]
+
+
+def test_bounded_by_twenty_percent(spec, configs):
+    for seed in range(5):
+        h = bench.HiddenObjective(spec, seed)
+        for factors in h.axis_factor.values():
+            assert all(0.8 <= f <= 1.2 for f in factors.values())
+        for factors in h.pair_factor.values():
+            assert all(0.95 <= f <= 1.05 for f in factors.values())
+        ms = [h.multiplier(c) for c in configs]
+        assert all(0.8 <= m <= 1.2 for m in ms)
+        # not degenerate: the perturbation really reorders configurations
+        assert max(ms) - min(ms) > 0.1
+
+
+def test_every_axis_value_and_pair_has_a_factor(spec):
+    h = bench.HiddenObjective(spec, 0)
+    space = Space(spec)
+    for a in AXES:
+        assert set(h.axis_factor[a]) == {str(v) for v in space.candidates[a]}
+    assert len(h.pair_factor) == len(AXES) * (len(AXES) - 1) // 2
+
+
+def test_differs_between_seeds_and_studies(spec, configs):
+    h0, h1 = bench.HiddenObjective(spec, 0), bench.HiddenObjective(spec, 1)
+    m0, m1 = [h0.multiplier(c) for c in configs], [h1.multiplier(c) for c in configs]
+    assert sum(1 for x, y in zip(m0, m1, strict=True) if not math.isclose(x, y)) > 0.9 * len(configs)
+    dense = StudySpec.from_dict(small_dense_study())
+    assert (
+        bench.HiddenObjective(dense, 0).axis_factor["mbs"]
+        != bench.HiddenObjective(spec, 0).axis_factor["mbs"]
+    )
+
+
+def test_runner_reports_a_measurement_and_ooms_like_a_cluster(spec, configs, tmp_path):
+    h = bench.HiddenObjective(spec, 3)
+    runner = bench.HiddenRunner(h)
+    fit = next(c for c in configs if estimate_memory(spec, c).fits)
+    m = runner.run(fit, RunContext(spec, tmp_path))
+    assert m.source == "measured"
+    assert m.tokens_per_s_per_gpu == pytest.approx(
+        estimate_throughput(spec, fit).tokens_per_s_per_gpu * h.multiplier(fit)
+    )
+    assert m.tokens_per_s_per_gpu == pytest.approx(h.value(fit))
+    nofit = next(c for c in configs if not estimate_memory(spec, c).fits)
+    with pytest.raises(OutOfMemory):
+        runner.run(nofit, RunContext(spec, tmp_path))
+
+
+def test_true_optimum_is_the_maximum_over_every_feasible_configuration(spec, configs):
+    land = bench.Landscape.of(spec)
+    assert set(land.model_tps) == {c for c in configs if estimate_memory(spec, c).fits}
+    h = bench.HiddenObjective(spec, 5)
+    best, value = land.optimum(h)
+    assert value == pytest.approx(max(h.value(c) for c in land.model_tps))
+    assert land.model_rank(max(land.model_tps, key=land.model_tps.get)) == 1
+    assert 1 <= land.model_rank(best) <= len(land.model_tps)
+
+
+def test_best_so_far_counts_pruned_trials_as_trials():
+    fr = bench.best_so_far([None, 5.0, None, 8.0, 10.0], [1, 2, 4, 5], 10.0)
+    assert fr == {1: 0.0, 2: 0.5, 4: 0.8, 5: 1.0}
+
+
+def test_a_sampler_sees_the_perturbation_only_as_measured_trials(spec, tmp_path):
+    h = bench.HiddenObjective(spec, 2)
+    land = bench.Landscape.of(spec)
+    result = bench.run_optuna(land, h, "primus", 2, [5, 12])
+    assert 0.0 < result.fractions[5] <= result.fractions[12] <= 1.0
+    assert result.overhead_s_per_trial > 0
+    study = optuna.create_study(direction="maximize")
+    study.optimize(
+        bench.make_objective(spec, bench.HiddenRunner(h), runs_dir=tmp_path),
+        n_trials=3,
+        catch=(bench.RunFailure,),
+    )
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    for t in done:
+        assert t.user_attrs["source"] == "measured"
+        assert t.value == pytest.approx(t.user_attrs["measured_tokens_per_s_per_gpu"], rel=1e-4)
+
+
+def test_bench_script_runs_end_to_end(capsys):
+    small = ROOT / "studies" / "qwen3-30b-a3b-h200-bf16.yaml"
+    assert bench.main(["--seeds", "1", "--studies", str(small), "--budgets", "5", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    for name in ("primus", "tpe", "random", "sweep+random", "sweep-only"):
+        assert f"\n  {name} " in out
+    assert "true optimum's rank" in out and "goal (primus median" in out
