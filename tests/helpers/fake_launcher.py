@@ -1,6 +1,7 @@
 """A stand-in for a training launcher: replays recorded log lines or misbehaves on purpose.
 
-usage: fake_launcher.py MODE [ARGS...]; MODE is replay FILE | oom | hang PIDFILE | crash | silent | echo
+usage: fake_launcher.py MODE [ARGS...]; MODE is replay FILE | oom | hang PIDFILE | crash | teardown | midway |
+silent | echo
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def main(argv: list[str]) -> int:
     if mode == "crash":
         print("Traceback (most recent call last):\nValueError: bad launch configuration", flush=True)
         return 3
+    if mode in ("teardown", "midway"):  # exits non-zero after all (teardown) or one (midway) of 3 iterations
+        for i in range(1, 4 if mode == "teardown" else 2):
+            print(
+                f" iteration {i}/ 3 | elapsed time per iteration (ms): 10.0 | tokens per GPU (tokens/s/GPU): 7.0 |"
+            )
+        print("terminate called without an active exception", flush=True)
+        return 134
     if mode == "silent":
         print("training finished, nothing logged", flush=True)
         return 0

@@ -74,6 +74,13 @@ def test_crash(spec, tmp_path: Path) -> None:
     assert "bad launch configuration" in exc.value.log_tail
 
 
+def test_teardown_crash_after_the_last_iteration_keeps_the_measurement(spec, tmp_path: Path) -> None:
+    m = CommandRunner(spec, fake_argv("teardown")).run(baseline(spec), _ctx(spec, tmp_path))
+    assert m.tokens_per_s_per_gpu == pytest.approx(7.0) and m.details["exit_code"] == 134
+    with pytest.raises(LaunchFailure, match="code 134"):
+        CommandRunner(spec, fake_argv("midway")).run(baseline(spec), _ctx(spec, tmp_path, 1))
+
+
 def test_missing_executable(spec, tmp_path: Path) -> None:
     with pytest.raises(LaunchFailure, match="could not start"):
         CommandRunner(spec, ["/nonexistent/launcher"]).run(baseline(spec), _ctx(spec, tmp_path))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from primus_optuna.physics.throughput import estimate_throughput
 from tests.helpers.runners import mixtral_spec
 
 from primus_optuna.errors import SpecError
 from primus_optuna.physics.shapes import LayerShape
+from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.run import profile
 from primus_optuna.run.base import RunContext
 from primus_optuna.run.factory import make_runner

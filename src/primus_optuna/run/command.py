@@ -8,6 +8,11 @@ Each template element renders to exactly one argv element; nothing is ever passe
 field name outside that set, attribute access (``{tp.x}``) or indexing is refused when the runner is built.
 A configuration whose values are not the legal enumerated ones is refused before anything starts.
 
+Outcome: an out-of-memory message anywhere in the log → :class:`OutOfMemory`; the timeout → the whole process
+group is killed, :class:`RunTimeout`; a non-zero exit → :class:`LaunchFailure`, unless the log reached its last
+iteration (``iteration N/ N``) with a throughput (a crash at teardown, common with NCCL/gloo, keeps the
+measurement and records ``exit_code``); a clean exit without a throughput → :class:`NoThroughput`.
+
 Example::
 
     runner = CommandRunner(spec, ["bash", "train.sh", "--tp", "{tp}", "--mbs", "{mbs}"], timeout_s=3600)
@@ -271,7 +276,7 @@ class CommandRunner:
             raise OutOfMemory(f"out of memory: {parsed.oom_line}", **where)
         if timed_out:
             raise RunTimeout(f"killed after the {self.timeout_s:g} s timeout (process group)", **where)
-        if rc != 0:
+        if rc != 0 and not (parsed.completed and parsed.tokens_per_s_per_gpu):
             raise LaunchFailure(f"{launch.argv[0]} exited with code {rc}", **where)
         if not parsed.tokens_per_s_per_gpu or not parsed.step_time_s:
             raise NoThroughput(
@@ -284,7 +289,13 @@ class CommandRunner:
             source="measured",
             peak_memory_gib=parsed.peak_memory_gib,
             log_path=str(log_path),
-            details={**parsed.to_dict(), "argv": launch.argv, "wall_s": round(wall, 3), "runner": self.kind},
+            details={
+                **parsed.to_dict(),
+                "argv": launch.argv,
+                "exit_code": rc,  # non-zero only when it failed at teardown after its last iteration
+                "wall_s": round(wall, 3),
+                "runner": self.kind,
+            },
         )
 
 

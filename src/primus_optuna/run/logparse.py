@@ -65,6 +65,8 @@ class IterationRecord:
     """One logged iteration (instantaneous values)."""
 
     iteration: int
+    target: int | None = None
+    """the run's last iteration when the line says ``iteration i/ N``"""
     elapsed_ms: float | None = None
     tokens_per_s_per_gpu: float | None = None
     tflops_per_gpu: float | None = None
@@ -88,6 +90,12 @@ class ParsedLog:
     def oom(self) -> bool:
         return self.oom_line is not None
 
+    @property
+    def completed(self) -> bool:
+        """The log reached its last iteration (``iteration N/ N``)."""
+        last = self.records[-1] if self.records else None
+        return last is not None and last.target is not None and last.iteration >= last.target
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "iterations_logged": len(self.records),
@@ -106,7 +114,7 @@ def _parse_line(line: str) -> IterationRecord | None:
         m = _TITAN_STEP.search(line)
         if m is None:
             return None
-    rec = IterationRecord(iteration=int(m.group(1)))
+    rec = IterationRecord(iteration=int(m.group(1)), target=int(m.group(2)) if m.re is _ITER else None)
     if e := _ELAPSED.search(line):
         rec.elapsed_ms = _f(e.group(1))
     for pat in _TOKENS:

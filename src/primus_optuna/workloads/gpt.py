@@ -264,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_json:
             args.report_json.write_text(json.dumps(report, indent=2) + "\n")
     if world > 1:
+        dist.barrier()  # both ranks tear down together (gloo aborts when a peer vanishes mid-teardown)
         dist.destroy_process_group()
     return 0
 
