@@ -49,7 +49,8 @@ def plan(study: str, top_n: int, as_json: bool) -> None:
         where = (
             f"rank {result.baseline_rank} of {result.feasible_configs}"
             if result.baseline_rank
-            else "does not fit in memory"
+            else f"does not fit in memory ({base.peak_gib:.1f} GiB); by throughput alone it would rank "
+            f"{result.baseline_throughput_rank} of {result.feasible_configs}"
         )
         click.echo(f"baseline ({where}):")
         click.echo(_line(result.baseline_rank or "-", base))

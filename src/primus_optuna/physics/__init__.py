@@ -1,6 +1,8 @@
 """Analytical models of a configuration: per-GPU memory (and, later, step time). Pure Python, no torch/Optuna."""
 
+from .calibration import BREAKDOWN_TERMS, Calibration
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
+from .plan import PlanEntry, PlanResult, plan_space
 from .shapes import (
     LayerParams,
     LayerShape,
@@ -11,9 +13,19 @@ from .shapes import (
     layers_in_flight,
     stage_chunks,
 )
+from .throughput import ThroughputEstimate, estimate_throughput, format_throughput, throughput_section
 
 __all__ = [
     "BREAKDOWN_KEYS",
+    "BREAKDOWN_TERMS",
+    "Calibration",
+    "PlanEntry",
+    "PlanResult",
+    "ThroughputEstimate",
+    "estimate_throughput",
+    "format_throughput",
+    "plan_space",
+    "throughput_section",
     "LayerParams",
     "LayerShape",
     "MemoryEstimate",

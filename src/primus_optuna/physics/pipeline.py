@@ -151,6 +151,8 @@ def simulate(
     f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
     wmax = [pp - 1] * pp
     remaining = [len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)]
+    # stages whose passes a stage waits for (the neighbours of its chunks)
+    feeds = [{st[j] for k in chunks[s] for j in (k - 1, k + 1) if 0 <= j < nv} for s in range(pp)]
     busy = [0.0] * pp
     free = [0.0] * pp
     version = [0] * pp
@@ -248,12 +250,16 @@ def simulate(
         if remaining[s]:
             seq += 1
             heapq.heappush(heap, (end, seq, s, version[s]))
-        for w_ in waiting:
-            if w_ != s:
-                version[w_] += 1
-                seq += 1
-                heapq.heappush(heap, (free[w_], seq, w_, version[w_]))
-        waiting = []
+        if waiting:
+            still = []
+            for w_ in waiting:
+                if w_ != s and s in feeds[w_]:
+                    version[w_] += 1
+                    seq += 1
+                    heapq.heappush(heap, (free[w_], seq, w_, version[w_]))
+                elif w_ != s:
+                    still.append(w_)
+            waiting = still
     if any(remaining):
         raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
     # coefficients of (f, b, w, c, f_last, b_last, w_last) along the critical path

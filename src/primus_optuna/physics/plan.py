@@ -58,6 +58,8 @@ class PlanResult:
     baseline: PlanEntry | None
     baseline_rank: int | None
     """1-based rank among the feasible configurations; None when the baseline is illegal or does not fit"""
+    baseline_throughput_rank: int | None
+    """1 + feasible configurations estimated faster than the baseline (its place if memory were no limit)"""
     pareto: list[PlanEntry]
     """feasible configurations no other beats on both throughput (higher) and peak memory (lower)"""
     ranked: list[PlanEntry] = field(default_factory=list, repr=False)
@@ -71,6 +73,7 @@ class PlanResult:
                 "config": self.baseline.config.to_params(),
                 "tokens_per_s_per_gpu": self.baseline.tokens_per_s_per_gpu,
                 "rank": self.baseline_rank,
+                "throughput_rank": self.baseline_throughput_rank,
                 "peak_gib": self.baseline.peak_gib,
                 "fits": self.baseline.fits,
             }
@@ -123,12 +126,16 @@ def plan_space(
             baseline = PlanEntry(
                 base_cfg, estimate_throughput(spec, base_cfg, calibration), mem.peak_gib, mem.fits
             )
+    trank = None
+    if baseline is not None:
+        trank = 1 + sum(e.tokens_per_s_per_gpu > baseline.tokens_per_s_per_gpu for e in feasible)
     return PlanResult(
         legal_configs=len(configs),
         feasible_configs=len(feasible),
         top=feasible[: max(0, top)],
         baseline=baseline,
         baseline_rank=rank,
+        baseline_throughput_rank=trank,
         pareto=pareto_front(feasible),
         ranked=feasible,
     )

@@ -1,0 +1,74 @@
+"""``plan``: JSON contract, ranking, baseline rank, Pareto set; the library function behind it."""
+
+import json
+
+import yaml
+from click.testing import CliRunner
+from tests.conftest import small_moe_study
+
+from primus_optuna.cli import cli
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.physics.plan import plan_space
+from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.space import Space
+from primus_optuna.spec import StudySpec
+
+
+def study_file(tmp_path, data=None):
+    p = tmp_path / "study.yaml"
+    p.write_text(yaml.safe_dump(data or small_moe_study()))
+    return p
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_plan_json_contract_and_ranking(tmp_path):
+    r = invoke("plan", study_file(tmp_path), "--json", "--top", "5")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert list(doc) == ["legal_configs", "feasible_configs", "top", "baseline", "pareto"]
+    assert 0 < doc["feasible_configs"] <= doc["legal_configs"]
+    assert len(doc["top"]) == 5
+    assert all(set(e) == {"config", "tokens_per_s_per_gpu", "peak_gib"} for e in doc["top"])
+    tps = [e["tokens_per_s_per_gpu"] for e in doc["top"]]
+    assert tps == sorted(tps, reverse=True)
+    base = doc["baseline"]
+    assert {"config", "tokens_per_s_per_gpu", "rank"} <= set(base)
+    if base["rank"] is not None:
+        assert base["rank"] >= 1 and (
+            base["rank"] > 5 or doc["top"][base["rank"] - 1]["config"] == base["config"]
+        )
+    # Pareto set: sorted by throughput, memory strictly falling, nobody dominated
+    pareto = doc["pareto"]
+    assert pareto and pareto[0]["tokens_per_s_per_gpu"] == tps[0]
+    mems = [e["peak_gib"] for e in pareto]
+    assert mems == sorted(mems, reverse=True) and len(set(mems)) == len(mems)
+
+
+def test_plan_matches_brute_force(tmp_path):
+    spec = StudySpec.from_dict(small_moe_study())
+    space = Space(spec)
+    result = plan_space(spec, space, top=3)
+    feasible = [c for c in space.configs() if estimate_memory(spec, c).fits]
+    assert result.feasible_configs == len(feasible)
+    best = max(feasible, key=lambda c: estimate_throughput(spec, c).tokens_per_s_per_gpu)
+    assert result.top[0].tokens_per_s_per_gpu == estimate_throughput(spec, best).tokens_per_s_per_gpu
+    for e in result.ranked:  # nothing feasible is better on both axes than a Pareto member
+        for p in result.pareto:
+            assert not (e.tokens_per_s_per_gpu > p.tokens_per_s_per_gpu and e.peak_gib < p.peak_gib)
+    if result.baseline_rank:
+        assert result.ranked[result.baseline_rank - 1] is result.baseline
+
+
+def test_plan_text(tmp_path):
+    r = invoke("plan", study_file(tmp_path), "--top", "2")
+    assert r.exit_code == 0, r.output
+    assert "legal configurations" in r.output and "baseline" in r.output and "Pareto set" in r.output
+    assert "compute_mlp" in r.output
+
+
+def test_plan_bad_study_is_a_user_error(tmp_path):
+    r = invoke("plan", tmp_path / "missing.yaml")
+    assert r.exit_code == 2 and "error:" in r.output
