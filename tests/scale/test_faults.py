@@ -6,8 +6,6 @@ import time
 
 import optuna
 import pytest
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
 from click.testing import CliRunner
 from tests.helpers.openai_server import OpenAIServer, Reply
 

@@ -9,8 +9,6 @@ from contextlib import contextmanager
 
 import pytest
 
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
-
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.record.storage import make_storage

@@ -7,8 +7,6 @@ import sys
 
 import optuna
 import pytest
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
 from tests.conftest import ROOT, small_dense_study, small_moe_study
 
 from primus_optuna import Space, StudySpec
