@@ -81,7 +81,6 @@ def table(storage: str) -> list[str]:
 
 def profile_mixtral(scale: float) -> list[str]:
     from primus_optuna.physics.throughput import estimate_throughput
-
     from primus_optuna.run.base import RunContext
     from primus_optuna.run.profile import LAYER_TERMS, ProfileRunner
     from primus_optuna.space import Space

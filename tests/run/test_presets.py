@@ -154,3 +154,25 @@ def test_injection_cannot_reach_any_preset(spec: StudySpec, tmp_path: Path) -> N
             with pytest.raises(LaunchFailure, match="refused"):
                 r.build(config, _ctx(spec, tmp_path, i))
     assert not list(tmp_path.rglob("*.yaml")) and not list(tmp_path.rglob("*.sh"))
+
+
+def test_factory_builds_every_kind(spec: StudySpec) -> None:
+    options = {
+        "command": {"argv": ["train"]},
+        "local": {},
+        "primus": {},
+        "megatron": {"megatron_path": "/m"},
+        "slurm": {"preset": "primus", "mode": "sbatch"},
+        "profile": {"scale": 0.1},
+    }
+    for kind, opts in options.items():
+        s = spec.model_copy(update={"runner": spec.runner.model_copy(update={"kind": kind, "options": opts})})
+        assert make_runner(s).kind == kind
+    assert make_runner(spec, "analytical").kind == "analytical"
+    # --runner with another kind than the study's: the study's options are not passed to it
+    s = spec.model_copy(update={"runner": spec.runner.model_copy(update={"kind": "megatron", "options": {}})})
+    with pytest.raises(SpecError, match="megatron_path: required"):
+        make_runner(s)
+    assert make_runner(s, "local").kind == "local"
+    with pytest.raises(SpecError, match="unknown runner kind"):
+        make_runner(spec, "ssh")
