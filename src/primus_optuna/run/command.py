@@ -35,20 +35,12 @@ from typing import Any
 
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
-from ..spec import StudySpec
+from ..spec import AXES, StudySpec
 from .base import LaunchFailure, Measurement, NoThroughput, OutOfMemory, RunContext, RunTimeout
 from .logparse import parse_log, tail
 
 CONFIG_FIELDS: tuple[str, ...] = (
-    "tp",
-    "pp",
-    "ep",
-    "cp",
-    "vpp",
-    "mbs",
-    "recompute",
-    "moe_dispatcher",
-    "pp_schedule",
+    *AXES,
     "dp",
     "num_microbatches",
     "world",
