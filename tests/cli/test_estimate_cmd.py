@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from click.testing import CliRunner
 from tests.conftest import FLAGSHIP
 
@@ -18,7 +19,7 @@ def test_json_document_matches_the_library() -> None:
     code, out = run("--config", "tp=2,pp=8,vpp=1,pp_schedule=1f1b,recompute=full,mbs=1", "--json")
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"config", "legal", "reasons", "memory"}
+    assert set(doc) == {"config", "legal", "reasons", "memory", "throughput"}
     assert doc["legal"] is True and doc["reasons"] == []
     assert doc["config"]["tp"] == 2 and doc["config"]["dp"] == 4
     m = doc["memory"]
@@ -65,3 +66,24 @@ def test_illegal_but_computable_config_still_has_memory() -> None:
 def test_user_error_exit_2() -> None:
     code, _ = run("--config", "tq=2")
     assert code == 2
+
+
+def test_estimate_includes_the_step_time_breakdown() -> None:
+    from primus_optuna import Space, StudySpec
+    from primus_optuna.physics import estimate_throughput
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["estimate", str(FLAGSHIP), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    thr = doc["throughput"]
+    assert set(thr) == {"tokens_per_s_per_gpu", "step_time_s", "mfu", "breakdown_s"}
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    direct = estimate_throughput(spec, Space(spec).baseline)
+    assert thr["tokens_per_s_per_gpu"] == pytest.approx(direct.tokens_per_s_per_gpu)
+    assert sum(thr["breakdown_s"].values()) == pytest.approx(thr["step_time_s"], rel=1e-6)
+    text = runner.invoke(cli, ["estimate", str(FLAGSHIP)]).output
+    assert "tokens/s/GPU" in text and "compute_mlp" in text
+    # an illegal configuration has no throughput section
+    bad = json.loads(runner.invoke(cli, ["estimate", str(FLAGSHIP), "--config", "tp=3", "--json"]).output)
+    assert "throughput" not in bad and bad["legal"] is False

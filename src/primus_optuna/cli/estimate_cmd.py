@@ -1,7 +1,7 @@
-"""``estimate``: the analytical per-stage memory of one configuration (legality first).
+"""``estimate``: the analytical per-stage memory and step time of one configuration (legality first).
 
 Exit code 0 when the configuration is legal, 1 when it is not (the reasons are printed; memory is still
-estimated when the divisions allow it).
+estimated when the divisions allow it; the step time only for legal configurations).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
+from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ._common import (
@@ -35,15 +36,14 @@ def _memory_or_none(spec: StudySpec, config: TrainingConfig) -> MemoryEstimate |
 
 
 def estimate_document(spec: StudySpec, space: Space, config: TrainingConfig) -> dict[str, Any]:
-    """The ``estimate --json`` document: config, legality and (when computable) memory.
-
-    Other estimates (e.g. throughput) add their own top-level section here.
-    """
+    """The ``estimate --json`` document: config, legality, memory (when computable) and throughput (legal only)."""
     reasons = space.check(config)
     doc: dict[str, Any] = {"config": config.to_dict(), "legal": not reasons, "reasons": reasons}
     mem = _memory_or_none(spec, config)
     if mem is not None:
         doc["memory"] = mem.to_dict()
+    if not reasons:
+        doc["throughput"] = throughput_section(estimate_throughput(spec, config))
     return doc
 
 
@@ -79,7 +79,7 @@ def _memory_table(mem: dict[str, Any]) -> list[str]:
 @json_option
 @user_errors
 def estimate(study: str, config_text: str, as_json: bool) -> None:
-    """Estimate one configuration's per-GPU memory, stage by stage (exit 1 when the configuration is illegal)."""
+    """Estimate one configuration's per-GPU memory per stage and its step time (exit 1 when illegal)."""
     spec, sp = load_study(study)
     config = config_from_option(sp, config_text)
     doc = estimate_document(spec, sp, config)
@@ -96,5 +96,7 @@ def estimate(study: str, config_text: str, as_json: bool) -> None:
             click.echo(line)
     else:
         click.echo("memory: not estimated (the configuration's sizes do not divide)")
+    if doc["legal"]:
+        click.echo(format_throughput(estimate_throughput(spec, config)))
     if not doc["legal"]:
         raise SystemExit(1)
