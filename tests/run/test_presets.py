@@ -83,6 +83,10 @@ def test_primus_runner_writes_overlay_and_passes_it(spec: StudySpec, tmp_path: P
         "flex",
         "full",
     )
+    # end to end: the launch command runs with the overlay and its Primus log is parsed
+    runner.argv = fake_argv("replay", "primus.log")
+    m = runner.run(config, _ctx(spec, tmp_path, 1))
+    assert m.tokens_per_s_per_gpu == pytest.approx(3620.8) and (tmp_path / "trial-1" / OVERLAY_NAME).is_file()
 
 
 def test_megatron_argv(spec: StudySpec, tmp_path: Path) -> None:
