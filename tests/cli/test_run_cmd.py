@@ -2,10 +2,7 @@ import subprocess
 import sys
 
 import optuna
-import pytest
 from click.testing import CliRunner
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
 from tests.conftest import ROOT, small_moe_study
 
 from primus_optuna.cli import cli

@@ -1,13 +1,11 @@
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
-from primus_optuna.physics.throughput import estimate_throughput
 from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.run.analytical import AnalyticalRunner
 from primus_optuna.run.base import OutOfMemory, RunContext, Runner
 from primus_optuna.run.factory import make_runner

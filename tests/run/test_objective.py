@@ -3,8 +3,6 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.artifacts import FileSystemArtifactStore
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
 from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec

@@ -1,12 +1,10 @@
 import optuna
 import pytest
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
-from primus_optuna.physics.throughput import estimate_throughput
 from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.search.fallback import ModelGuidedProposer, calibration_from_trials, corrected_tps
 
 
@@ -24,12 +22,12 @@ def test_best_untried_feasible_by_estimate(spec):
     prop = ModelGuidedProposer(spec, space, exploration=0.0)
     feasible = _feasible(spec, space)
     ranked = sorted(feasible, key=lambda c: -estimate_throughput(spec, c).tokens_per_s_per_gpu)
-    config, why = prop.propose([], trial_number=5, exclude=set())
+    config, why = prop.propose([], index=5, exclude=set())
     assert estimate_throughput(spec, config).tokens_per_s_per_gpu == pytest.approx(
         estimate_throughput(spec, ranked[0]).tokens_per_s_per_gpu
     )
     assert "model-guided best" in why and "uncalibrated" in why
-    second, _ = prop.propose([], trial_number=6, exclude={config})
+    second, _ = prop.propose([], index=6, exclude={config})
     assert second != config and estimate_memory(spec, second).fits and not space.check(second)
 
 
@@ -37,8 +35,8 @@ def test_exploration_is_a_pure_function_of_seed_and_trial_number(spec):
     space = Space(spec)
     a = ModelGuidedProposer(spec, space, seed=3, exploration=1.0)
     b = ModelGuidedProposer(spec, space, seed=3, exploration=1.0)
-    picks_a = [a.propose([], trial_number=n, exclude=set())[0] for n in range(8)]
-    picks_b = [b.propose([], trial_number=n, exclude=set())[0] for n in reversed(range(8))][::-1]
+    picks_a = [a.propose([], index=n, exclude=set())[0] for n in range(8)]
+    picks_b = [b.propose([], index=n, exclude=set())[0] for n in reversed(range(8))][::-1]
     assert picks_a == picks_b
     assert len(set(picks_a)) > 1
 
@@ -50,7 +48,7 @@ def test_exhausted_space_returns_none():
     space = Space(spec)
     prop = ModelGuidedProposer(spec, space)
     tried = set(space.configs())
-    assert prop.propose([], trial_number=0, exclude=tried) is None
+    assert prop.propose([], index=0, exclude=tried) is None
 
 
 def test_calibration_from_measured_trials_corrects_the_ranking_values(spec):

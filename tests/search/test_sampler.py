@@ -5,8 +5,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
 from tests.conftest import ROOT, small_moe_study
 
 from primus_optuna import StudySpec
@@ -21,13 +19,23 @@ WORKER = Path(__file__).with_name("worker.py")
 State = optuna.trial.TrialState
 
 
+SHORT = {
+    "sweep_order": ["mbs", "recompute", "moe_dispatcher"]
+}  # a 7-point sweep keeps the storage tests short
+
+
 @pytest.fixture
 def spec():
     return StudySpec.from_dict(small_moe_study())
 
 
+@pytest.fixture
+def short():
+    return StudySpec.from_dict(small_moe_study(**SHORT))
+
+
 def _run(spec, url, n):
-    handle = open_study(spec, storage=url, pruner=MemoryPrefilterPruner())
+    handle = open_study(spec, storage=url, pruner=MemoryPrefilterPruner(), heartbeat_interval=None)
     handle.study.sampler = PrimusSampler(spec)
     handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n, catch=(RunFailure,))
     return handle.study
@@ -64,22 +72,25 @@ def test_plain_optuna_study_sweeps_then_falls_back(spec):
     assert len(set(_keys(study))) == len(trials)
 
 
-def test_resume_on_reopened_storage_continues_the_same_sequence(spec, tmp_path):
-    full = _run(spec, f"sqlite:///{tmp_path / 'full.db'}", 30)
+def test_resume_on_reopened_storage_continues_the_same_sequence(short, tmp_path):
+    spec = short
+    assert len(PrimusSampler(spec).plan) == 7
+    full = _run(spec, f"sqlite:///{tmp_path / 'full.db'}", 14)
     url = f"sqlite:///{tmp_path / 'parts.db'}"
-    _run(spec, url, 9)
-    _run(spec, url, 8)
-    resumed = _run(spec, url, 13)
+    _run(spec, url, 4)  # inside the sweep
+    _run(spec, url, 6)  # across the end of the sweep
+    resumed = _run(spec, url, 4)  # fallback
     assert _keys(resumed) == _keys(full)
     _no_repeats(resumed)
 
 
-def test_killed_process_resumes_with_nothing_repeated(spec, tmp_path, write_study):
-    study_file = write_study(small_moe_study())
-    full = _run(spec, f"sqlite:///{tmp_path / 'full.db'}", 20)
+def test_killed_process_resumes_with_nothing_repeated(short, tmp_path, write_study):
+    spec = short
+    study_file = write_study(small_moe_study(**SHORT))
+    full = _run(spec, f"sqlite:///{tmp_path / 'full.db'}", 10)
     url = f"sqlite:///{tmp_path / 'killed.db'}"
     proc = subprocess.run(
-        [sys.executable, str(WORKER), str(study_file), url, "20", "5"],
+        [sys.executable, str(WORKER), str(study_file), url, "10", "4"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -94,7 +105,7 @@ def test_killed_process_resumes_with_nothing_repeated(spec, tmp_path, write_stud
         spec, storage=url, pruner=MemoryPrefilterPruner(), heartbeat_interval=1, grace_period=1
     )
     handle.study.sampler = PrimusSampler(spec)
-    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=20 - killed_at)
+    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=10 - killed_at)
     trials = handle.study.trials
     assert trials[killed_at].state == State.FAIL
     retry = trials[killed_at + 1]
@@ -104,13 +115,14 @@ def test_killed_process_resumes_with_nothing_repeated(spec, tmp_path, write_stud
     _no_repeats(handle.study)
 
 
-def test_two_processes_on_one_sqlite_study_never_run_a_configuration_twice(spec, tmp_path, write_study):
-    study_file = write_study(small_moe_study())
+def test_two_processes_on_one_sqlite_study_never_run_a_configuration_twice(short, tmp_path, write_study):
+    spec = short
+    study_file = write_study(small_moe_study(**SHORT))
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     open_study(spec, storage=url)  # create once so the two workers only load it
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), str(study_file), url, "14", "0"], cwd=ROOT, stderr=subprocess.PIPE
+            [sys.executable, str(WORKER), str(study_file), url, "10", "0"], cwd=ROOT, stderr=subprocess.PIPE
         )
         for _ in range(2)
     ]
@@ -118,7 +130,7 @@ def test_two_processes_on_one_sqlite_study_never_run_a_configuration_twice(spec,
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()[-2000:]
     study = optuna.load_study(study_name=spec.name, storage=url)
-    assert len(study.trials) == 28
+    assert len(study.trials) == 20
     _no_repeats(study)
     sweep = [t.user_attrs["sweep_index"] for t in study.trials if t.user_attrs.get("phase") == "sweep"]
     assert len(sweep) == len(set(sweep))

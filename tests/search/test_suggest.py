@@ -1,7 +1,5 @@
 import optuna
 import pytest
-
-pytest.importorskip("primus_optuna.physics.throughput")  # TEMP until the step-time model lands
 from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec

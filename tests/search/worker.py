@@ -2,7 +2,8 @@
 
     python worker.py STUDY.yaml STORAGE_URL N_TRIALS KILL_AT_RUN
 
-KILL_AT_RUN > 0 makes the process SIGKILL itself inside its KILL_AT_RUN-th runner call (a trial left RUNNING).
+KILL_AT_RUN > 0 makes the process SIGKILL itself inside its KILL_AT_RUN-th runner call (a trial left RUNNING);
+only then is the storage heartbeat on (1 s), so the next run fails and retries that trial.
 """
 
 from __future__ import annotations

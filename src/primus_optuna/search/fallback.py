@@ -3,13 +3,14 @@
 It ranks every untried, legal configuration that fits in memory by the step-time model's tokens/s/GPU, corrected
 by a :class:`~primus_optuna.physics.calibration.Calibration` fitted from the completed trials' (estimate,
 measurement) pairs, and picks the best — or, with probability ``exploration``, a random one of the top few.
-Randomness derives from ``(seed, trial.number)`` only, so the choice is reproducible and thread-safe.
+Randomness derives from ``(seed, index)`` only, where ``index`` is the sampler's storage-derived count of
+earlier free trials (unchanged by heartbeat retries), so the choice is reproducible, resumable and thread-safe.
 For a Pareto study the score is ``log(tokens/s) - w·log(peak GiB)`` with ``w`` drawn per trial from [0, 1].
 
 Example::
 
     proposer = ModelGuidedProposer(spec, Space(spec))
-    config, rationale = proposer.propose(study.trials, trial_number=40, exclude=set())
+    config, rationale = proposer.propose(study.trials, index=40, exclude=set())
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ class Row:
     peak_gib: float
 
 
-def rng_for(seed: int, number: int, salt: int = 0) -> np.random.Generator:
-    """The generator of one trial: a pure function of ``(seed, trial number)``."""
-    return np.random.default_rng([abs(int(seed)), int(number), salt])
+def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
+    """The generator of one draw: a pure function of ``(seed, index, salt)``."""
+    return np.random.default_rng([abs(int(seed)), int(index), salt])
 
 
 def calibration_from_trials(
@@ -104,10 +105,12 @@ class ModelGuidedProposer:
             return self._rows
 
     def propose(
-        self, trials: list[optuna.trial.FrozenTrial], *, trial_number: int, exclude: set[TrainingConfig]
+        self, trials: list[optuna.trial.FrozenTrial], *, index: int, exclude: set[TrainingConfig]
     ) -> tuple[TrainingConfig, str] | None:
-        """The next configuration and a one-line rationale, or ``None`` when every feasible one was tried."""
-        rng = rng_for(self.seed, trial_number)
+        """The next configuration and a one-line rationale, or ``None`` when every feasible one was tried.
+
+        ``index`` seeds the exploration (the sampler passes its count of earlier free trials)."""
+        rng = rng_for(self.seed, index)
         untried = [r for r in self.rows() if r.config not in exclude]
         if not untried:
             return None

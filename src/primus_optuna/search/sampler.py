@@ -77,7 +77,8 @@ class PrimusSampler(BaseSampler):
 
     Args:
         spec: the study.
-        seed: seeds exploration and any non-axis parameter, combined with the trial number.
+        seed: seeds exploration (with the count of earlier free trials) and any non-axis parameter (with the
+            trial number).
         llm: ``None`` (no planner), a LiteLLM model string, an :class:`~primus_optuna.spec.study.LLMSpec`, or a
             ``dspy.BaseLM`` (e.g. ``dspy.utils.DummyLM`` in tests).
         fallback: ``"model"`` (calibrated step-time ranking) or ``"random"``.
@@ -176,7 +177,8 @@ class PrimusSampler(BaseSampler):
         plan = self.plan
         if k < len(plan):
             p = plan[k]
-            extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": p.value}
+            value = p.value if p.axis else p.config.key()
+            extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": value}
             return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
         others = [t for t in trials if t.number != trial.number]
         # a configuration whose only trials were pruned as duplicates (both of a concurrent pair) is untried
@@ -205,7 +207,7 @@ class PrimusSampler(BaseSampler):
             note = (
                 f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
             )
-        found = self.fallback.propose(others, trial_number=trial.number, exclude=exclude)
+        found = self.fallback.propose(others, index=k, exclude=exclude)
         if found is None:
             log.info("every feasible configuration has been tried; stopping the study")
             try:
