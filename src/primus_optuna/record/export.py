@@ -34,6 +34,7 @@ import yaml
 
 from ..errors import SpecError
 from ..space import TrainingConfig
+from ..space.megatron_args import config_from_megatron, megatron_overrides
 from ..spec import StudySpec
 
 FORMATS: tuple[str, ...] = ("primus", "megatron", "env", "json")
@@ -50,94 +51,6 @@ ENV_NAMES: dict[str, str] = {
     "pp_schedule": "PRIMUS_PP_SCHEDULE",
 }
 """``env`` format: one variable per axis (plus ``PRIMUS_GBS``/``PRIMUS_DP``/``PRIMUS_SEQ_LENGTH``)."""
-
-
-def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
-    """The Megatron/Primus arguments (underscore names) that select ``config`` for ``spec``'s workload."""
-    c = config
-    out: dict[str, Any] = {
-        "tensor_model_parallel_size": c.tp,
-        "pipeline_model_parallel_size": c.pp,
-        "expert_model_parallel_size": c.ep,
-        "context_parallel_size": c.cp,
-        "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 else None,
-        "sequence_parallel": c.tp > 1,
-        "micro_batch_size": c.mbs,
-        "global_batch_size": spec.workload.global_batch_size,
-        "seq_length": spec.workload.seq_length,
-        "use_distributed_optimizer": spec.workload.distributed_optimizer,
-    }
-    if c.recompute == "none":
-        out.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None)
-    elif c.recompute == "full":
-        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    else:
-        out.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None)
-    if spec.model.is_moe:
-        deepep = c.moe_dispatcher == "deepep"
-        out.update(
-            moe_token_dispatcher_type="flex" if deepep else "alltoall",
-            moe_enable_deepep=deepep,
-            use_turbo_deepep=deepep,
-        )
-        if deepep:
-            out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
-    zb = c.pp_schedule in ("zb1p", "zbv")
-    out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
-    if c.pp_schedule == "zbv":
-        out["zero_bubble_v_schedule_mem_setup"] = "zb"
-    if zb:  # required by Primus's zero-bubble pipeline (Primus docs: zero-bubble required args)
-        out.update(overlap_grad_reduce=False, overlap_param_gather=False)
-    precision = spec.workload.precision
-    out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
-    out["fp8"] = "hybrid" if precision == "fp8" else None
-    return out
-
-
-def config_from_overrides(values: dict[str, Any], spec: StudySpec | None = None) -> TrainingConfig:
-    """The :class:`TrainingConfig` that a dict of Megatron/Primus arguments selects (inverse of
-    :func:`megatron_overrides`; absent arguments take Megatron's defaults)."""
-
-    def get(name: str, default: Any = None) -> Any:
-        v = values.get(name, default)
-        return default if v is None else v
-
-    vpp = int(get("num_virtual_stages_per_pipeline_rank", get("virtual_pipeline_model_parallel_size", 1)))
-    if _truthy(get("zero_bubble_v_schedule", False)):
-        schedule = "zbv"
-    elif _truthy(get("enable_zero_bubble", False)) or _truthy(get("patch_zero_bubble", False)):
-        schedule = "zb1p"
-    elif vpp > 1:
-        schedule = "interleaved"
-    else:
-        schedule = "1f1b"
-    granularity = get("recompute_granularity")
-    recompute = granularity if granularity in ("full", "selective") else "none"
-    deepep = (
-        get("moe_token_dispatcher_type") == "flex"
-        or _truthy(get("moe_enable_deepep", False))
-        or _truthy(get("use_turbo_deepep", False))
-    )
-    config = TrainingConfig.from_params(
-        {
-            "tp": get("tensor_model_parallel_size", 1),
-            "pp": get("pipeline_model_parallel_size", 1),
-            "ep": get("expert_model_parallel_size", 1),
-            "cp": get("context_parallel_size", 1),
-            "vpp": vpp,
-            "mbs": get("micro_batch_size", 1),
-            "recompute": recompute,
-            "moe_dispatcher": "deepep" if deepep else "alltoall",
-            "pp_schedule": schedule,
-        }
-    )
-    return _derive(config, spec)
-
-
-def _truthy(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    return bool(v)
 
 
 def _derive(config: TrainingConfig, spec: StudySpec | None) -> TrainingConfig:
@@ -243,7 +156,7 @@ def parse_primus_yaml(text: str, spec: StudySpec | None = None) -> TrainingConfi
     overrides = (
         doc.get("modules", {}).get("pre_trainer", {}).get("overrides", doc) if "modules" in doc else doc
     )
-    return config_from_overrides(overrides, spec)
+    return config_from_megatron(overrides, spec)
 
 
 def parse_megatron_args(text: str | list[str], spec: StudySpec | None = None) -> TrainingConfig:
@@ -271,7 +184,7 @@ def parse_megatron_args(text: str | list[str], spec: StudySpec | None = None) ->
         else:
             values[name] = True
             i += 1
-    return config_from_overrides(values, spec)
+    return config_from_megatron(values, spec)
 
 
 def parse_env(text: str, spec: StudySpec | None = None) -> TrainingConfig:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import SpecError
 from ..space import TrainingConfig
+from ..space.megatron_args import megatron_overrides
 from ..spec import AXES, StudySpec
 from .base import LaunchFailure, RunContext
 from .command import CommandRunner, Launch, Wrap
@@ -124,11 +125,8 @@ def validate_options(model: type[BaseModel], options: dict[str, Any], kind: str)
 def primus_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
     """The Megatron-named overrides Primus needs for ``config`` (validated, canonical).
 
-    One mapping serves the exporter and the runners: it lives in :mod:`primus_optuna.record.export`
-    (imported lazily here).
+    One mapping serves the exporter and the runners: :func:`primus_optuna.space.megatron_args.megatron_overrides`.
     """
-    from ..record.export import megatron_overrides
-
     return megatron_overrides(spec, config)
 
 

@@ -1,0 +1,64 @@
+"""Megatron/Primus argument names of a configuration, both ways.
+
+:func:`megatron_overrides` is the one mapping from a :class:`TrainingConfig` to Megatron-LM/Primus arguments
+(underscore names), used by the exporter and by the launch presets; :func:`config_from_megatron` is its
+inverse (through :func:`primus_optuna.spec.primus_import.baseline_from_megatron`, which the Primus importer
+uses for baselines).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import StudySpec
+from ..spec.primus_import import baseline_from_megatron
+from .config import TrainingConfig
+
+
+def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
+    """The Megatron/Primus arguments (underscore names) that select ``config`` for ``spec``'s workload."""
+    c = config
+    out: dict[str, Any] = {
+        "tensor_model_parallel_size": c.tp,
+        "pipeline_model_parallel_size": c.pp,
+        "expert_model_parallel_size": c.ep,
+        "context_parallel_size": c.cp,
+        "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 else None,
+        "sequence_parallel": c.tp > 1,
+        "micro_batch_size": c.mbs,
+        "global_batch_size": spec.workload.global_batch_size,
+        "seq_length": spec.workload.seq_length,
+        "use_distributed_optimizer": spec.workload.distributed_optimizer,
+    }
+    if c.recompute == "none":
+        out.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None)
+    elif c.recompute == "full":
+        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    else:
+        out.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None)
+    if spec.model.is_moe:
+        deepep = c.moe_dispatcher == "deepep"
+        out.update(
+            moe_token_dispatcher_type="flex" if deepep else "alltoall",
+            moe_enable_deepep=deepep,
+            use_turbo_deepep=deepep,
+        )
+        if deepep:
+            out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
+    zb = c.pp_schedule in ("zb1p", "zbv")
+    out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
+    if c.pp_schedule == "zbv":
+        out["zero_bubble_v_schedule_mem_setup"] = "zb"
+    if zb:  # required by Primus's zero-bubble pipeline (Primus docs: zero-bubble required args)
+        out.update(overlap_grad_reduce=False, overlap_param_gather=False)
+    precision = spec.workload.precision
+    out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
+    out["fp8"] = "hybrid" if precision == "fp8" else None
+    return out
+
+
+def config_from_megatron(values: dict[str, Any], spec: StudySpec | None = None) -> TrainingConfig:
+    """The :class:`TrainingConfig` a dict of Megatron/Primus arguments selects (absent ones: Megatron defaults);
+    derived for ``spec``'s cluster and batch when given."""
+    config = TrainingConfig.from_params(baseline_from_megatron(values))
+    return config.derive(spec.world, spec.workload.global_batch_size) if spec is not None else config
