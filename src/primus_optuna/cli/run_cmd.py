@@ -16,6 +16,23 @@ def _category(reason: str) -> str:
     return reason.split(":", 1)[0].strip() or "unknown"
 
 
+def _baseline_note(trials: list[Any], best: float) -> str:
+    """Why there is no measured gain, and the gain against the baseline's estimate when it has one."""
+    base = next((t for t in trials if t.user_attrs.get("sweep_axis") == "baseline"), None)
+    if base is None:
+        return "n/a (no baseline trial in this study)"
+    why = (
+        base.user_attrs.get("prune_reason")
+        or base.user_attrs.get("failure_reason")
+        or base.state.name.lower()
+    )
+    est = base.user_attrs.get("estimate_tokens_per_s_per_gpu")
+    note = f"n/a: the baseline (trial {base.number}) did not complete ({why})"
+    if est:
+        note += f"; against its estimate of {est:.1f} tokens/s/GPU: {best / est - 1.0:+.1%}"
+    return note
+
+
 def summarize(study: Any, storage_url: str) -> list[str]:
     """The end-of-run report: best configuration, gain over the baseline, prune/fail counts, next commands."""
     import optuna
@@ -43,7 +60,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
             gain = best.values[0] / base.values[0] - 1.0
             lines.append(f"  gain over the baseline (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")
         else:
-            lines.append("  gain over the baseline: n/a (the baseline has not completed)")
+            lines.append("  gain over the baseline: " + _baseline_note(trials, best.values[0]))
         if multi:
             front = sorted(study.best_trials, key=lambda t: -t.values[0])
             lines.append(f"Pareto front ({len(front)} trials, tokens/s/GPU vs peak GiB):")
