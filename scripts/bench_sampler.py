@@ -86,8 +86,10 @@ def main() -> None:
     if base is not None and base.state == State.COMPLETE:
         print(f"  baseline: {base.value:.1f} tokens/s/GPU -> gain {best.value / base.value - 1:+.1%}")
     elif base is not None:
+        est = base.user_attrs["estimate_tokens_per_s_per_gpu"]
+        print(f"  baseline: {base.state.name.lower()} ({base.user_attrs.get('prune_reason', '')})")
         print(
-            f"  baseline: {base.state.name.lower()} ({base.user_attrs.get('prune_reason', '')}) -> gain n/a"
+            f"            its estimate {est:.1f} tokens/s/GPU -> gain over that estimate {best.value / est - 1:+.1%}"
         )
     pruned = sum(t.state == State.PRUNED for t in study.trials)
     print(f"  complete {len(done)}, pruned {pruned}")
