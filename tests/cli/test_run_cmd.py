@@ -86,3 +86,49 @@ def test_run_without_llm_never_imports_dspy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "best configuration" in proc.stdout
+
+
+def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
+    import json
+
+    from tests.helpers.openai_server import OpenAIServer
+
+    from primus_optuna import Space, StudySpec
+    from primus_optuna.physics.memory import estimate_memory
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    data = small_moe_study(sweep_order=["mbs"])
+    spec = StudySpec.from_dict(data)
+    space = Space(spec)
+    pick = next(c for c in reversed(space.configs()) if estimate_memory(spec, c).fits)
+    reply = (
+        "[[ ## reasoning ## ]]\ntry it\n\n[[ ## candidates ## ]]\n"
+        + json.dumps([{**pick.to_params(), "rationale": "from the test"}])
+        + "\n\n[[ ## completed ## ]]"
+    )
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with OpenAIServer([reply]) as srv:
+        r = invoke(
+            "run",
+            _write(tmp_path, data),
+            "--storage",
+            url,
+            "--n-trials",
+            6,
+            "--no-progress",
+            "--llm",
+            "openai/test-model",
+            "--llm-api-base",
+            srv.url,
+        )
+    assert r.exit_code == 0, r.output
+    assert (
+        "and planner openai/test-model" in r.output
+        and "LLM planner: 2 calls, 300 tokens, $0.0000, 1 candidates rejected" in r.output
+    )
+    loaded = optuna.load_study(study_name="small-moe", storage=url)
+    planned = [t for t in loaded.trials if t.user_attrs.get("phase") == "planner"]
+    assert [t.user_attrs["config_key"] for t in planned] == [pick.key()]
+    # the second round repeats the same answer: rejected as a duplicate, so the last trial is the fallback's
+    assert loaded.trials[-1].user_attrs["phase"] == "fallback"
+    assert (tmp_path / "l-dspy-cache").is_dir()
