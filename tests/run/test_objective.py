@@ -50,9 +50,8 @@ def test_attrs_values_memory_pruning_and_hooks(spec, tmp_path):
     assert ua["estimate_tokens_per_s_per_gpu"] == pytest.approx(ok.value, rel=1e-4)
     assert "measured_tokens_per_s_per_gpu" not in ua and "estimate_error" not in ua
     assert ua["breakdown_s"] and ua["step_time_s"] > 0 and ua["memory_peak_gib"] > 0
-    assert (tmp_path / "trial-00000").is_dir()
+    assert not (tmp_path / "trial-00000").exists()  # the analytical runner needs no work directory
     assert pruned.state == State.PRUNED and pruned.user_attrs["prune_reason"].startswith("memory: ")
-    assert not (tmp_path / "trial-00001").exists()  # nothing ran
     assert [n for n, _ in seen] == [0] and seen[0][1]["config_key"] == fit[0].key()
 
 
@@ -129,6 +128,6 @@ def test_default_runs_dir_is_next_to_a_sqlite_storage(spec, tmp_path):
         storage=f"sqlite:///{tmp_path / 'x.db'}", study_name="x", direction="maximize"
     )
     study.enqueue_trial(fit[0].to_params())
-    study.optimize(make_objective(spec), n_trials=1)
+    study.optimize(make_objective(spec, _Measured(spec)), n_trials=1)
     assert (tmp_path / "x-runs" / "trial-00000").is_dir()
     assert Path(tmp_path / "x.db").is_file()

@@ -23,6 +23,8 @@ class AnalyticalRunner:
     """Turns a configuration into its estimate."""
 
     kind = "analytical"
+    uses_workdir = False
+    """the objective does not create a per-trial directory for it"""
 
     def __init__(self, spec: StudySpec) -> None:
         self.spec = spec

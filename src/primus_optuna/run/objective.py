@@ -123,7 +123,8 @@ def make_objective(
         else:
             prune_if_infeasible(trial, spec, config)
         workdir = (fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
-        workdir.mkdir(parents=True, exist_ok=True)
+        if getattr(runner, "uses_workdir", True):  # the analytical runner writes nothing
+            workdir.mkdir(parents=True, exist_ok=True)
         context = RunContext(
             spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
         )
