@@ -104,13 +104,6 @@ def test_four_workers_share_one_postgresql_study(tmp_path):
         assert set(done) == feasible, f"never ran: {sorted(feasible - set(done))}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (record/storage.py make_storage): workers that open a brand-new PostgreSQL database at the same "
-    "moment race on Optuna's schema creation (UniqueViolation on alembic_version / pg_type) and all but one "
-    "exit with 'cannot open the storage' — e.g. a Slurm array's first tasks; retrying the RDBStorage "
-    "construction once fixes it",
-)
 def test_workers_opening_a_brand_new_database_at_once_all_start():
     errors: list[str] = []
     with fresh_database() as url:

@@ -11,6 +11,9 @@ import click
 
 from ._common import study_argument, user_errors
 
+ANALYTICAL_HEARTBEAT_S = 10
+"""analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
+
 
 def _category(reason: str) -> str:
     return reason.split(":", 1)[0].strip() or "unknown"
@@ -123,6 +126,14 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     metavar="DIR",
     help="Per-trial work directories (default next to the storage).",
 )
+@click.option(
+    "--heartbeat",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Trial heartbeat interval; a trial silent for 3x this long (a killed worker) is failed and retried. "
+    "Default 10 for the analytical runner, 30 otherwise; 0 disables (then a killed run leaves a RUNNING trial).",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @user_errors
 def run(
@@ -137,6 +148,7 @@ def run(
     seed: int | None,
     n_jobs: int,
     runs_dir: str | None,
+    heartbeat: int | None,
     no_progress: bool,
 ) -> None:
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
@@ -157,16 +169,17 @@ def run(
     spec = StudySpec.from_yaml(study)
     runner = make_runner(spec, runner_kind)
     llm = None if no_llm else (llm_model or spec.llm.model)
-    # a heartbeat (stale RUNNING trials failed and retried after a kill) matters for real runs; analytical
-    # trials take microseconds and the heartbeat thread would cost ~80 ms each
-    heartbeat = None if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
+    # the heartbeat lets a resumed or parallel run fail and retry the trial of a killed worker instead of leaving
+    # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
+    if heartbeat is None:
+        heartbeat = ANALYTICAL_HEARTBEAT_S if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
     handle = open_study(
         spec,
         storage=storage,
         study_name=study_name,
         pruner=MemoryPrefilterPruner(),
         runs_dir=runs_dir,
-        heartbeat_interval=heartbeat,
+        heartbeat_interval=heartbeat or None,
     )
     st = handle.study
     st.sampler = PrimusSampler(

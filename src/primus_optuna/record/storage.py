@@ -3,7 +3,8 @@
 Default storage is ``sqlite:///<study name>.db`` in the working directory. Any Optuna URL works
 (``postgresql://...``, ``mysql://...``), and a journal file is accepted as ``journal:PATH`` or a path ending in
 ``.log``/``.jsonl``. RDB storages get a heartbeat so a killed worker's trial is failed and retried
-(:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize``.
+(:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize`` once it is older than
+the grace period (default 3 x the heartbeat interval).
 
 At creation the study stores ``primus_spec`` (the study file as JSON) and ``primus_space_hash`` in its user
 attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +34,13 @@ from ..space import Space
 from ..spec import StudySpec
 
 HEARTBEAT_INTERVAL_S = 30
-GRACE_PERIOD_S = 90
+GRACE_FACTOR = 3
+"""grace period = GRACE_FACTOR x heartbeat interval when only the interval is given"""
 MAX_RETRY = 2
 CONNECT_TIMEOUT_S = 30
+CREATE_ATTEMPTS = 6
+"""workers opening a brand-new database together race on Optuna's schema creation (a Slurm array's first
+tasks): the loser sees a unique-violation / already-exists error and simply retries"""
 
 
 def default_storage_url(spec: StudySpec) -> str:
@@ -71,7 +78,7 @@ def make_storage(
     url: str,
     *,
     heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
-    grace_period: int | None = GRACE_PERIOD_S,
+    grace_period: int | None = None,
     max_retry: int = MAX_RETRY,
 ) -> optuna.storages.BaseStorage:
     """An Optuna storage for ``url`` (RDB with heartbeat and retry of stale trials, or a journal file)."""
@@ -93,22 +100,36 @@ def make_storage(
     else:
         connect_args = {}
     heartbeat: dict[str, Any] = {}
-    try:
+    if heartbeat_interval:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if heartbeat_interval:
-                heartbeat = {
-                    "heartbeat_interval": heartbeat_interval,
-                    "grace_period": grace_period,
-                    "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        max_retry=max_retry
-                    ),
-                }
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args}, **heartbeat)
-    except (ImportError, ModuleNotFoundError) as exc:
-        raise SpecError(f"--storage {url!r}: the database driver is missing ({exc})") from None
-    except Exception as exc:  # sqlalchemy ArgumentError / OperationalError: a user-facing URL problem
-        raise SpecError(f"--storage {url!r}: cannot open the storage: {exc}") from None
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+        heartbeat = {
+            "heartbeat_interval": heartbeat_interval,
+            "grace_period": grace_period or GRACE_FACTOR * heartbeat_interval,
+            "heartbeat_stale_trial_callback": retry,
+        }
+    for attempt in range(CREATE_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs={"connect_args": connect_args}, **heartbeat
+                )
+        except (ImportError, ModuleNotFoundError) as exc:
+            raise SpecError(f"--storage {url!r}: the database driver is missing ({exc})") from None
+        except Exception as exc:  # sqlalchemy ArgumentError / OperationalError: a user-facing URL problem
+            if attempt + 1 < CREATE_ATTEMPTS and _schema_race(exc):
+                time.sleep(0.2 + random.random() * 0.5 * (attempt + 1))
+                continue
+            raise SpecError(f"--storage {url!r}: cannot open the storage: {exc}") from None
+    raise AssertionError("unreachable")
+
+
+def _schema_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is another worker creating the same tables at the same moment."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(k in text for k in ("uniqueviolation", "already exists", "duplicate key", "integrityerror"))
 
 
 def space_hash(spec: StudySpec) -> str:
@@ -160,7 +181,7 @@ def open_study(
     artifact_dir: str | Path | None = None,
     runs_dir: str | Path | None = None,
     heartbeat_interval: int | None = HEARTBEAT_INTERVAL_S,
-    grace_period: int | None = GRACE_PERIOD_S,
+    grace_period: int | None = None,
 ) -> StudyHandle:
     """Create the study, or resume it after checking that its space is unchanged.
 
