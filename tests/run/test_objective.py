@@ -52,7 +52,9 @@ def test_attrs_values_memory_pruning_and_hooks(spec, tmp_path):
     assert ua["breakdown_s"] and ua["step_time_s"] > 0 and ua["memory_peak_gib"] > 0
     assert not (tmp_path / "trial-00000").exists()  # the analytical runner needs no work directory
     assert pruned.state == State.PRUNED and pruned.user_attrs["prune_reason"].startswith("memory: ")
-    assert [n for n, _ in seen] == [0] and seen[0][1]["config_key"] == fit[0].key()
+    # the hooks see every outcome: the completed trial, then the pruned one with its reason
+    assert [n for n, _ in seen] == [0, 1] and seen[0][1]["config_key"] == fit[0].key()
+    assert seen[1][1]["prune_reason"].startswith("memory: ") and "value" not in seen[1][1]
 
 
 def test_duplicate_configuration_is_pruned(spec, tmp_path):
@@ -76,7 +78,9 @@ class _Measured:
         if self.fail:
             raise self.fail("boom", log_path=self.log, log_tail="HIP out of memory")
         m = self.inner.run(config, context)
-        return Measurement(m.tokens_per_s_per_gpu * 0.8, m.step_time_s / 0.8, "measured", 10.0, details={})
+        return Measurement(
+            m.tokens_per_s_per_gpu * 0.8, m.step_time_s / 0.8, "measured", 10.0, log_path=self.log, details={}
+        )
 
 
 def test_measured_runner_records_the_estimate_error(spec, tmp_path):
@@ -100,15 +104,38 @@ def test_run_failure_is_recorded_with_its_log_and_the_study_goes_on(spec, tmp_pa
     (tmp_path / "artifacts").mkdir()
     study = _study(spec)
     study.enqueue_trial(fit[0].to_params())
+    seen = []
     objective = make_objective(
-        spec, _Measured(spec, OutOfMemory, str(log)), runs_dir=tmp_path, artifact_store=store
+        spec,
+        _Measured(spec, OutOfMemory, str(log)),
+        runs_dir=tmp_path,
+        artifact_store=store,
+        trial_hooks=[lambda t, a: seen.append(a)],
     )
     study.optimize(objective, n_trials=2, catch=(RunFailure,))
     assert study.trials[0].state == State.FAIL and len(study.trials) == 2  # caught: the study went on
+    assert seen[0]["failure_reason"] == "oom"  # the hooks (dashboard note) see the failure too
     ua = study.trials[0].user_attrs
     assert ua["failure_reason"] == "oom" and "HIP out of memory" in ua["log_tail"]
     assert ua["memory_model_miss"] is True  # the model said it fits
     assert any(p.read_text() == log.read_text() for p in (tmp_path / "artifacts").iterdir())
+
+
+def test_successful_measured_run_keeps_its_log(spec, tmp_path):
+    fit, _ = _configs(spec)
+    log = tmp_path / "train.log"
+    log.write_text("iteration 3/ 3 | elapsed time per iteration (ms): 1000.0\n")
+    (tmp_path / "artifacts").mkdir()
+    store = FileSystemArtifactStore(str(tmp_path / "artifacts"))
+    study = _study(spec)
+    study.enqueue_trial(fit[0].to_params())
+    study.optimize(
+        make_objective(spec, _Measured(spec, log=str(log)), runs_dir=tmp_path, artifact_store=store),
+        n_trials=1,
+    )
+    t = study.trials[0]
+    assert t.state == State.COMPLETE and "elapsed time per iteration" in t.user_attrs["log_tail"]
+    assert [p.read_text() for p in (tmp_path / "artifacts").iterdir()] == [log.read_text()]
 
 
 def test_pareto_objective_returns_throughput_and_memory(tmp_path):

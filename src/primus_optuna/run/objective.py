@@ -7,7 +7,8 @@ attrs → trial hooks → tokens/s/GPU, or ``(tokens/s/GPU, peak GiB)`` for a Pa
 
 A :class:`~primus_optuna.run.base.RunFailure` is recorded (``failure_reason``, ``log_tail``, the log as a trial
 artifact, ``memory_model_miss`` for an OOM the memory model did not predict) and re-raised: optimise with
-``catch=(RunFailure,)`` so the trial is FAIL and the study goes on.
+``catch=(RunFailure,)`` so the trial is FAIL and the study goes on. A successful run's log is attached too.
+The trial hooks (e.g. the dashboard note) run for every outcome: complete, pruned or failed.
 
 Example::
 
@@ -105,6 +106,7 @@ def make_objective(
         dup = duplicate_of(study, trial, space, config)
         if dup:
             trial.set_user_attr("prune_reason", dup)
+            _notify(hooks, trial, {"config_key": config.key(), "prune_reason": dup})
             raise optuna.TrialPruned(dup)
         mem = estimate_memory(spec, config)
         est = estimate_throughput(spec, config)
@@ -116,12 +118,18 @@ def make_objective(
             "memory_peak_stage": mem.peak_stage,
         }
         set_attrs(trial, attrs)
-        if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
-            if trial.should_prune():
-                trial.set_user_attr("prune_reason", trial.user_attrs.get("prune_reason") or mem.reason())
-                raise optuna.TrialPruned(mem.reason())
-        else:
-            prune_if_infeasible(trial, spec, config)
+        try:
+            if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
+                if trial.should_prune():
+                    trial.set_user_attr("prune_reason", trial.user_attrs.get("prune_reason") or mem.reason())
+                    raise optuna.TrialPruned(mem.reason())
+            else:
+                prune_if_infeasible(trial, spec, config)
+        except optuna.TrialPruned:
+            _notify(
+                hooks, trial, {**attrs, "prune_reason": trial.user_attrs.get("prune_reason", mem.reason())}
+            )
+            raise
         workdir = (fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
         if getattr(runner, "uses_workdir", True):  # the analytical runner writes nothing
             workdir.mkdir(parents=True, exist_ok=True)
@@ -131,14 +139,12 @@ def make_objective(
         try:
             m = runner.run(config, context)
         except RunFailure as exc:
-            trial.set_user_attr("failure_reason", exc.reason)
-            trial.set_user_attr("log_tail", (exc.log_tail or str(exc))[-LOG_TAIL_CHARS:])
+            failed = {"failure_reason": exc.reason, "log_tail": (exc.log_tail or str(exc))[-LOG_TAIL_CHARS:]}
             if exc.reason == "oom" and mem.fits:
-                trial.set_user_attr("memory_model_miss", True)
-            if artifact_store is not None and exc.log_path and Path(exc.log_path).is_file():
-                optuna.artifacts.upload_artifact(
-                    artifact_store=artifact_store, file_path=str(exc.log_path), study_or_trial=trial
-                )
+                failed["memory_model_miss"] = True
+            set_attrs(trial, failed)
+            _attach_log(artifact_store, trial, exc.log_path)
+            _notify(hooks, trial, {**attrs, **failed})
             raise
         peak = m.peak_memory_gib if m.peak_memory_gib is not None else mem.peak_gib
         result: dict[str, Any] = {
@@ -156,11 +162,33 @@ def make_objective(
             )
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
+        if m.log_path and Path(m.log_path).is_file():
+            result["log_tail"] = _tail(Path(m.log_path))
+            _attach_log(artifact_store, trial, m.log_path)
         set_attrs(trial, result)
         attrs.update(result)
         attrs["value"] = m.tokens_per_s_per_gpu
-        for hook in hooks:
-            hook(trial, attrs)
+        _notify(hooks, trial, attrs)
         return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
 
     return objective
+
+
+def _notify(hooks: tuple[TrialHook, ...], trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    for hook in hooks:
+        hook(trial, attrs)
+
+
+def _tail(path: Path) -> str:
+    with path.open("rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - LOG_TAIL_CHARS))
+        return f.read().decode("utf-8", "replace")
+
+
+def _attach_log(artifact_store: Any, trial: optuna.Trial, log_path: str | None) -> None:
+    """Upload a run's log as a trial artifact (when there is a store and the file exists)."""
+    if artifact_store is not None and log_path and Path(log_path).is_file():
+        optuna.artifacts.upload_artifact(
+            artifact_store=artifact_store, file_path=str(log_path), study_or_trial=trial
+        )
