@@ -10,7 +10,8 @@ import optuna
 import pytest
 from tests.helpers.recorded_study import FALLBACK_WHY, SENTINEL_KEY, make_study
 
-from primus_optuna.record.report import build_report, fmt_gib, fmt_pct, fmt_tok, load_record, redact
+from primus_optuna.record.report import build_report, fmt_gib, fmt_pct, fmt_tok, load_record
+from primus_optuna.redaction import redact
 
 SECTIONS = (
     "## 1. Setup",

@@ -4,7 +4,7 @@ Imports stay light (no optuna-dashboard or matplotlib until a function needs the
 
 from .dashboard import dashboard_app, note_hook, refresh_study_note, serve_dashboard, trial_note
 from .export import FORMATS, export_config, parse_export, select_trial, study_spec, trial_config
-from .report import build_report, default_report_dir, load_record, redact
+from .report import build_report, default_report_dir, load_record
 
 __all__ = [
     "FORMATS",
@@ -15,7 +15,6 @@ __all__ = [
     "load_record",
     "note_hook",
     "parse_export",
-    "redact",
     "refresh_study_note",
     "select_trial",
     "serve_dashboard",

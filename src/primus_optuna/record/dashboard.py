@@ -7,7 +7,7 @@
 - :func:`serve_dashboard` starts optuna-dashboard with the study's file artifact store (logs, planner
   transcripts, profiles); :func:`dashboard_app` is the same as a WSGI app (tests serve it in a thread).
 
-Every text goes through :func:`~primus_optuna.record.report.redact`, so an API key that leaked into a log tail
+Every text goes through :func:`~primus_optuna.redaction.redact`, so an API key that leaked into a log tail
 or an LLM rationale never reaches a note.
 
 Example::
@@ -23,8 +23,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..redaction import redact
 from ..spec.study import AXES
-from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, gain, gpu_hours_saved, record_of, redact
+from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, gain, gpu_hours_saved, record_of
 
 
 def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, number: int | None = None) -> str:
@@ -139,7 +140,7 @@ def study_summary(rec: StudyRecord) -> str:
         f"Export: `primus-optuna export --storage {storage} --study-name {rec.study_name} --format primus`",
     ]
     extra = (rec.spec.llm.api_key_env,) if rec.spec.llm.api_key_env else ()
-    return redact("\n".join(lines) + "\n", extra)
+    return redact("\n".join(lines) + "\n", names=extra)
 
 
 def refresh_study_note(study: Any, storage_url: str = "") -> str:

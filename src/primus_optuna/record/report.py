@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
 import platform
 import re
 import statistics
@@ -29,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from ..redaction import redact
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
@@ -44,19 +44,6 @@ FLAT_LOSS = 0.03
 """Neighbours within this fraction of the best's estimate make an axis "flat" (a broad basin)."""
 
 PACKAGES = ("primus-optuna", "optuna", "optuna-dashboard", "dspy", "litellm", "matplotlib", "pydantic")
-SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-
-
-# --- secrets ------------------------------------------------------------------------------------------------
-
-
-def redact(text: str, extra_names: tuple[str, ...] = ()) -> str:
-    """Replace the value of every secret-looking environment variable (``*KEY*``, ``*TOKEN*``, ...; at least
-    8 characters) and of the variables named in ``extra_names`` with ``[redacted]``."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 8 and (SECRET_ENV.search(name) or name in extra_names):
-            text = text.replace(value, "[redacted]")
-    return text
 
 
 # --- what storage holds -------------------------------------------------------------------------------------
@@ -1011,8 +998,8 @@ def build_report(
     doc = render(rec)
     extra = (rec.spec.llm.api_key_env,) if rec.spec.llm.api_key_env else ()
     paths = {"md": out / "report.md", "html": out / "report.html", "study": out / "study.yaml"}
-    paths["md"].write_text(redact(doc.markdown(), extra))
-    paths["html"].write_text(redact(doc.html(f"primus-optuna report: {rec.study_name}"), extra))
+    paths["md"].write_text(redact(doc.markdown(), names=extra))
+    paths["html"].write_text(redact(doc.html(f"primus-optuna report: {rec.study_name}"), names=extra))
     paths["study"].write_text(yaml.safe_dump(rec.spec.to_dict(), sort_keys=False))
     if doc.images:
         (out / "plots").mkdir(exist_ok=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -34,6 +33,7 @@ import optuna
 from pydantic import BaseModel, Field
 
 from ..errors import SpecError
+from ..redaction import redact
 from ..space import Space, TrainingConfig
 from ..space.rules import RULES
 from ..spec import StudySpec
@@ -97,19 +97,6 @@ class PlannerOutcome:
     tokens: int = 0
     cost_usd: float = 0.0
     artifact_id: str | None = None
-
-
-def _secrets() -> list[str]:
-    """Environment values that look like credentials (scrubbed from anything we store)."""
-    pat = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD)$")
-    return [v for k, v in os.environ.items() if pat.search(k) and len(v) >= 6]
-
-
-def scrub(text: str, extra: list[str] | None = None) -> str:
-    for secret in sorted({*_secrets(), *(extra or [])}, key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 def configure_cache(cache_dir: str | Path) -> None:
@@ -263,14 +250,15 @@ class Planner:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
             reasoning = str(getattr(pred, "reasoning", ""))
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
-            out.error = scrub(f"{type(exc).__name__}: {exc}", [self._api_key or ""])[:800]
+            out.error = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:800]
             reasoning = ""
             log.warning("planner call failed, falling back: %s", out.error)
         history = list(getattr(lm, "history", [])[start:])
         out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
         seen: set[TrainingConfig] = set()
         for cand in raw:
-            rationale = str(cand.pop("rationale", "") or "")
+            # the LM's words go to storage, notes and reports: no secret it may echo gets through
+            rationale = redact(str(cand.pop("rationale", "") or ""), values=[self._api_key])
             config, reason = validate(cand)
             if config is not None and config in seen:
                 config, reason = None, "duplicate: proposed twice in this answer"
@@ -317,7 +305,7 @@ class Planner:
     def _store(self, study: optuna.Study, transcript: dict[str, Any]) -> str | None:
         if self.artifact_store is None:
             return None
-        text = scrub(json.dumps(transcript, indent=1, default=str), [self._api_key or ""])
+        text = redact(json.dumps(transcript, indent=1, default=str), values=[self._api_key])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"planner-call-{transcript.get('trial_number')}.json"
             path.write_text(text)
