@@ -1,3 +1,5 @@
+import math
+
 import optuna
 import pytest
 from tests.conftest import small_moe_study
@@ -5,7 +7,12 @@ from tests.conftest import small_moe_study
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.physics.throughput import estimate_throughput
-from primus_optuna.search.fallback import ModelGuidedProposer, calibration_from_trials, corrected_tps
+from primus_optuna.search.fallback import (
+    AxisValueFactors,
+    ModelGuidedProposer,
+    calibration_from_trials,
+    corrected_tps,
+)
 
 
 @pytest.fixture
@@ -77,3 +84,45 @@ def test_calibration_from_measured_trials_corrects_the_ranking_values(spec):
         optuna.trial.create_trial(params={}, distributions={}, value=1.0, user_attrs={"source": "analytical"})
     ]
     assert calibration_from_trials(spec, space, analytical).is_identity
+
+
+def _measured_trial(space, config, measured):
+    return optuna.trial.create_trial(
+        params=config.to_params(),
+        distributions={
+            a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in config.to_params()
+        },
+        value=measured,
+        user_attrs={"source": "measured", "measured_tokens_per_s_per_gpu": measured},
+    )
+
+
+def test_axis_value_factors_carry_a_measured_penalty_to_untried_configs(spec):
+    """A cluster where every mbs=1 configuration runs at half the model's speed: after a few measurements the
+    fallback expects untried mbs=1 configurations to be slow too, so its pick is no longer an mbs=1 one."""
+    space = Space(spec)
+    prop = ModelGuidedProposer(spec, space, exploration=0.0)
+    feasible = _feasible(spec, space)
+    raw_best, _ = prop.propose([], index=0, exclude=set())
+    penalty = {1: 0.5}
+    measured = [c for c in feasible if c.mbs == 1 and c != raw_best][:4] + [
+        c for c in feasible if c.mbs == 2
+    ][:4]
+    trials = [
+        _measured_trial(space, c, estimate_throughput(spec, c).tokens_per_s_per_gpu * penalty.get(c.mbs, 1.0))
+        for c in measured
+    ]
+    factors = AxisValueFactors.fit(space, [(c, math.log(penalty.get(c.mbs, 1.0))) for c in measured])
+    idx = AxisValueFactors.feature_index(space)
+    assert factors.beta[idx[("mbs", 1)]] - factors.beta[idx[("mbs", 2)]] < -0.3  # log(0.5) = -0.69, shrunk
+    config, why = prop.propose(trials, index=1, exclude=set(measured))
+    assert "per-axis-value factors" in why
+    # the raw model's favourite among these untried configurations has mbs=1; the corrected pick does not
+    assert raw_best.mbs == 1 and raw_best not in measured
+    assert config.mbs != 1
+
+
+def test_axis_value_factors_need_a_few_measurements(spec):
+    space = Space(spec)
+    c = _feasible(spec, space)[0]
+    assert AxisValueFactors.fit(space, [(c, -0.5), (c, -0.5)]).is_identity

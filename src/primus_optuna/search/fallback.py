@@ -1,8 +1,12 @@
 """The model-guided proposer: used when there is no planner, it fails, it is over budget, or it has no valid idea.
 
 It ranks every untried, legal configuration that fits in memory by the step-time model's tokens/s/GPU, corrected
-by a :class:`~primus_optuna.physics.calibration.Calibration` fitted from the completed trials' (estimate,
-measurement) pairs, and picks the best — or, with probability ``exploration``, a random one of the top few.
+in two steps from the completed trials' (estimate, measurement) pairs — a
+:class:`~primus_optuna.physics.calibration.Calibration` of the model's terms (compute, communication,
+bubble), then a per-(axis, value) factor: a ridge regression of log(measured / calibrated estimate) on one-hot
+axis values, so an effect the model misses for one value (a slow kernel for mbs=1, a dispatcher that
+underperforms on this fabric) carries over to every untried configuration with that value. It picks the best —
+or, with probability ``exploration``, a random one of the top few.
 Randomness derives from ``(seed, index)`` only, where ``index`` is the sampler's storage-derived count of
 earlier free trials (unchanged by heartbeat retries), so the choice is reproducible, resumable and thread-safe.
 For a Pareto study the score is ``log(tokens/s) - w·log(peak GiB)`` with ``w`` drawn per trial from [0, 1].
@@ -33,6 +37,10 @@ from .suggest import complete_config
 EXPLORATION = 0.2
 TOP_K = 20
 """exploration picks uniformly among this many best-ranked untried configurations"""
+RIDGE = 1.0
+"""ridge penalty on the per-(axis, value) log factors: with few measurements they stay near 0 (no correction);
+one measurement that deviates by d moves its values' factors by about d/2"""
+MIN_PAIRS_FOR_AXIS_FACTORS = 3
 
 
 @dataclass(frozen=True)
@@ -47,11 +55,11 @@ def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
     return np.random.default_rng([abs(int(seed)), int(index), salt])
 
 
-def calibration_from_trials(
+def measured_pairs(
     spec: StudySpec, space: Space, trials: list[optuna.trial.FrozenTrial]
-) -> Calibration:
-    """Fit a :class:`Calibration` from completed trials that were measured (not analytical)."""
-    pairs: list[tuple[Any, float]] = []
+) -> list[tuple[TrainingConfig, ThroughputEstimate, float]]:
+    """(config, estimate, measured tokens/s/GPU) of every completed, measured (not analytical) trial."""
+    pairs: list[tuple[TrainingConfig, ThroughputEstimate, float]] = []
     for t in trials:
         if (
             t.state != optuna.trial.TrialState.COMPLETE
@@ -61,8 +69,72 @@ def calibration_from_trials(
         measured = t.user_attrs.get("measured_tokens_per_s_per_gpu")
         config = complete_config(space, t.params)
         if measured and config is not None:
-            pairs.append((estimate_throughput(spec, config), float(measured)))
+            pairs.append((config, estimate_throughput(spec, config), float(measured)))
+    return pairs
+
+
+def calibration_from_trials(
+    spec: StudySpec, space: Space, trials: list[optuna.trial.FrozenTrial]
+) -> Calibration:
+    """Fit a :class:`Calibration` from completed trials that were measured (not analytical)."""
+    pairs = [(est, m) for _, est, m in measured_pairs(spec, space, trials)]
     return Calibration.fit(pairs) if pairs else Calibration()
+
+
+class AxisValueFactors:
+    """Per-(axis, value) multiplicative corrections, fitted by ridge regression in log space.
+
+    Example::
+
+        f = AxisValueFactors.fit(space, [(config, residual_log_ratio), ...])
+        f.factor(config)  # exp(sum of the factors of its axis values)
+    """
+
+    def __init__(self, features: dict[tuple[str, Any], int], beta: np.ndarray) -> None:
+        self.features, self.beta = features, beta
+
+    @classmethod
+    def identity(cls) -> AxisValueFactors:
+        return cls({}, np.zeros(0))
+
+    @staticmethod
+    def feature_index(space: Space) -> dict[tuple[str, Any], int]:
+        """One feature per candidate value of every axis that has more than one."""
+        index: dict[tuple[str, Any], int] = {}
+        for axis, values in space.candidates.items():
+            if len(values) > 1:
+                for v in values:
+                    index[(axis, v)] = len(index)
+        return index
+
+    @classmethod
+    def fit(
+        cls, space: Space, samples: list[tuple[TrainingConfig, float]], ridge: float = RIDGE
+    ) -> AxisValueFactors:
+        if len(samples) < MIN_PAIRS_FOR_AXIS_FACTORS:
+            return cls.identity()
+        index = cls.feature_index(space)
+        x = np.zeros((len(samples), len(index)))
+        for i, (c, _) in enumerate(samples):
+            for j in cls.columns(index, c):
+                x[i, j] = 1.0
+        y = np.array([r for _, r in samples])
+        y = y - y.mean()  # the global level is the Calibration's job
+        beta = np.linalg.solve(x.T @ x + ridge * np.eye(len(index)), x.T @ y)
+        return cls(index, beta)
+
+    @staticmethod
+    def columns(index: dict[tuple[str, Any], int], config: TrainingConfig) -> list[int]:
+        return [j for a, v in config.to_params().items() if (j := index.get((a, v))) is not None]
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.beta.size or not np.any(self.beta)
+
+    def log_factor(self, config: TrainingConfig) -> float:
+        return (
+            float(sum(self.beta[j] for j in self.columns(self.features, config))) if self.beta.size else 0.0
+        )
 
 
 def corrected_tps(est: ThroughputEstimate, cal: Calibration) -> float:
@@ -90,6 +162,7 @@ class ModelGuidedProposer:
         self.spec, self.space, self.seed = spec, space, seed
         self.exploration, self.mode = exploration, mode
         self._rows: list[Row] | None = None
+        self._onehot: np.ndarray | None = None
         self._lock = threading.Lock()
 
     def rows(self) -> list[Row]:
@@ -104,6 +177,21 @@ class ModelGuidedProposer:
                 self._rows = rows
             return self._rows
 
+    def _log_factors(self, factors: AxisValueFactors) -> dict[TrainingConfig, float]:
+        """Every feasible configuration's log correction (one matrix product over the cached one-hot rows)."""
+        if factors.is_identity:
+            return {}
+        rows = self.rows()
+        with self._lock:
+            if self._onehot is None:
+                index = AxisValueFactors.feature_index(self.space)
+                x = np.zeros((len(rows), len(index)))
+                for i, r in enumerate(rows):
+                    x[i, AxisValueFactors.columns(index, r.config)] = 1.0
+                self._onehot = x
+        values = self._onehot @ factors.beta
+        return {r.config: float(v) for r, v in zip(rows, values, strict=True)}
+
     def propose(
         self, trials: list[optuna.trial.FrozenTrial], *, index: int, exclude: set[TrainingConfig]
     ) -> tuple[TrainingConfig, str] | None:
@@ -117,12 +205,22 @@ class ModelGuidedProposer:
         if self.mode == "random":
             row = untried[int(rng.integers(len(untried)))]
             return row.config, f"random: one of {len(untried)} untried feasible configurations"
-        cal = calibration_from_trials(self.spec, self.space, trials)
+        pairs = measured_pairs(self.spec, self.space, trials)
+        cal = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
+        factors = AxisValueFactors.fit(
+            self.space,
+            [(c, math.log(m / max(corrected_tps(est, cal), 1e-9))) for c, est, m in pairs if m > 0],
+        )
         multi = self.spec.search.multi_objective
         w = float(rng.uniform(0.0, 1.0)) if multi else 0.0
 
+        log_f = self._log_factors(factors)
+
+        def expected(r: Row) -> float:
+            return corrected_tps(r.estimate, cal) * math.exp(log_f.get(r.config, 0.0))
+
         def score(r: Row) -> float:
-            tps = corrected_tps(r.estimate, cal)
+            tps = expected(r)
             if not multi:
                 return tps
             return math.log(max(tps, 1e-9)) - w * math.log(max(r.peak_gib, 1e-3))
@@ -132,8 +230,10 @@ class ModelGuidedProposer:
         k = TOP_K
         idx = int(rng.integers(min(k, len(ranked)))) if explore else 0
         row = ranked[idx]
-        tps = corrected_tps(row.estimate, cal)
+        tps = expected(row)
         how = f"calibrated on {cal.n_trials} measured trials" if not cal.is_identity else "uncalibrated model"
+        if not factors.is_identity:
+            how += " with per-axis-value factors"
         what = f"exploration pick {idx + 1} of the top {min(k, len(ranked))}" if explore else "best"
         obj = f" (Pareto weight w={w:.2f} on log peak memory)" if multi else ""
         return row.config, (
