@@ -2,26 +2,108 @@
 
 Example::
 
-    from primus_optuna import Space, StudySpec
+    import optuna
+    from primus_optuna import (AnalyticalRunner, MemoryPrefilterPruner, PrimusSampler, Space, StudySpec,
+                               make_objective)
 
     spec = StudySpec.from_yaml("studies/mixtral-8x22b-mi355x-fp8.yaml")
-    space = Space(spec)
-    print(len(space.configs()), space.check(space.baseline))
+    study = optuna.create_study(direction="maximize", sampler=PrimusSampler(spec),
+                                pruner=MemoryPrefilterPruner(spec=spec))
+    study.optimize(make_objective(spec, AnalyticalRunner(spec)), n_trials=30)
+
+The spec, space and physics names are imported eagerly (no Optuna, DSPy or torch); the search, run and record
+names are imported on first use, so ``import primus_optuna`` stays light.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .errors import PrimusError, SpecError
-from .space import Space, TrainingConfig
+from .physics import (
+    Calibration,
+    MemoryEstimate,
+    PlanEntry,
+    PlanResult,
+    StageMemory,
+    ThroughputEstimate,
+    estimate_memory,
+    estimate_throughput,
+    plan_space,
+)
+from .redaction import redact
+from .space import Space, TrainingConfig, parse_config_string
 from .spec import GPUSpec, ModelSpec, StudySpec
 
 __version__ = "0.1.0"
 
+_LAZY: dict[str, str] = {
+    # search (Optuna)
+    "PrimusSampler": "search.sampler",
+    "suggest_config": "search.suggest",
+    "sweep_plan": "search.sweep",
+    "MemoryPrefilterPruner": "search.pruner",
+    "prune_if_infeasible": "search.pruner",
+    # run
+    "make_objective": "run.objective",
+    "AnalyticalRunner": "run.analytical",
+    "CommandRunner": "run.command",
+    "ProfileRunner": "run.profile",
+    "make_runner": "run.factory",
+    "parse_log": "run.logparse",
+    "Measurement": "run.base",
+    "RunContext": "run.base",
+    "RunFailure": "run.base",
+    "OutOfMemory": "run.base",
+    "RunTimeout": "run.base",
+    "LaunchFailure": "run.base",
+    "NoThroughput": "run.base",
+    # record
+    "open_study": "record.storage",
+    "build_report": "record.report",
+    "export_config": "record.export",
+    "parse_export": "record.export",
+    "note_hook": "record.dashboard",
+    "refresh_study_note": "record.dashboard",
+    "serve_dashboard": "record.dashboard",
+    # spec import
+    "import_primus_yaml": "spec.primus_import",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'primus_optuna' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
+    "Calibration",
     "GPUSpec",
+    "MemoryEstimate",
     "ModelSpec",
+    "PlanEntry",
+    "PlanResult",
     "PrimusError",
     "Space",
     "SpecError",
+    "StageMemory",
     "StudySpec",
+    "ThroughputEstimate",
     "TrainingConfig",
     "__version__",
+    "estimate_memory",
+    "estimate_throughput",
+    "parse_config_string",
+    "plan_space",
+    "redact",
+    *_LAZY,
 ]
