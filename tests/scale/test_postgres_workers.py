@@ -91,7 +91,17 @@ def test_four_workers_share_one_postgresql_study(tmp_path):
         assert len(done) == len(set(done))  # no configuration ran twice
         pruned = [t.user_attrs.get("prune_reason", "") for t in ts if t.state == State.PRUNED]
         assert all(r.startswith(("memory", "duplicate")) for r in pruned), pruned
-        assert len(set(keys)) == len(keys) - sum(r.startswith("duplicate") for r in pruned)
+        # a trial pruned as a duplicate shares its configuration with another trial (two concurrent trials of
+        # one configuration may both prune; the configuration then counts as untried again)
+        dup_keys = [
+            t.user_attrs["config_key"]
+            for t in ts
+            if str(t.user_attrs.get("prune_reason", "")).startswith("duplicate")
+        ]
+        assert all(keys.count(k) >= 2 for k in dup_keys)
+        assert (
+            len(dup_keys) <= WORKERS
+        )  # concurrent fallback picks spread over the ranking instead of colliding
 
         # round 2: more trials than configurations left: every feasible configuration runs exactly once, then
         # the workers stop

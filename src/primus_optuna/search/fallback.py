@@ -48,6 +48,7 @@ class Row:
     config: TrainingConfig
     estimate: ThroughputEstimate
     peak_gib: float
+    key: str
 
 
 def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
@@ -173,7 +174,7 @@ class ModelGuidedProposer:
                 for c in self.space.configs():
                     mem = estimate_memory(self.spec, c)
                     if mem.fits:
-                        rows.append(Row(c, estimate_throughput(self.spec, c), mem.peak_gib))
+                        rows.append(Row(c, estimate_throughput(self.spec, c), mem.peak_gib, c.key()))
                 self._rows = rows
             return self._rows
 
@@ -193,13 +194,21 @@ class ModelGuidedProposer:
         return {r.config: float(v) for r, v in zip(rows, values, strict=True)}
 
     def propose(
-        self, trials: list[optuna.trial.FrozenTrial], *, index: int, exclude: set[TrainingConfig]
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        *,
+        index: int,
+        exclude: set[TrainingConfig],
+        exclude_keys: set[str] = frozenset(),  # type: ignore[assignment]
+        skip: int = 0,
     ) -> tuple[TrainingConfig, str] | None:
         """The next configuration and a one-line rationale, or ``None`` when every feasible one was tried.
 
-        ``index`` seeds the exploration (the sampler passes its count of earlier free trials)."""
+        ``index`` seeds the exploration (the sampler passes its count of earlier free trials); ``exclude`` and
+        ``exclude_keys`` (configuration keys claimed by running trials) are never proposed; ``skip`` leaves
+        that many best-ranked picks to earlier trials still being sampled by other workers."""
         rng = rng_for(self.seed, index)
-        untried = [r for r in self.rows() if r.config not in exclude]
+        untried = [r for r in self.rows() if r.config not in exclude and r.key not in exclude_keys]
         if not untried:
             return None
         if self.mode == "random":
@@ -228,13 +237,17 @@ class ModelGuidedProposer:
         ranked = sorted(untried, key=lambda r: (-score(r), r.config.key()))
         explore = rng.random() < self.exploration
         k = TOP_K
-        idx = int(rng.integers(min(k, len(ranked)))) if explore else 0
+        idx = int(rng.integers(min(k, len(ranked)))) if explore else min(skip, len(ranked) - 1)
         row = ranked[idx]
         tps = expected(row)
         how = f"calibrated on {cal.n_trials} measured trials" if not cal.is_identity else "uncalibrated model"
         if not factors.is_identity:
             how += " with per-axis-value factors"
-        what = f"exploration pick {idx + 1} of the top {min(k, len(ranked))}" if explore else "best"
+        what = (
+            f"exploration pick {idx + 1} of the top {min(k, len(ranked))}"
+            if explore
+            else ("best" if idx == 0 else f"pick {idx + 1} (the better ones left to {idx} concurrent trials)")
+        )
         obj = f" (Pareto weight w={w:.2f} on log peak memory)" if multi else ""
         return row.config, (
             f"model-guided {what} of {len(ranked)} untried feasible configurations{obj}: "

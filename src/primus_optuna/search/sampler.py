@@ -47,6 +47,7 @@ from .suggest import axis_distributions, complete_config
 from .sweep import SweepPoint, sweep_plan
 
 log = logging.getLogger(__name__)
+RUNNING = optuna.trial.TrialState.RUNNING
 
 
 @dataclass
@@ -185,6 +186,23 @@ class PrimusSampler(BaseSampler):
         counted = [t for t in others if not str(t.user_attrs.get("prune_reason", "")).startswith("duplicate")]
         ordered = [c for c in (trial_config(self.space, t) for t in counted) if c is not None]
         exclude = set(ordered)
+        # concurrent workers: a trial being proposed right now has its config_key attr before its params, and
+        # an earlier free trial still being sampled has neither; skip the former's choice and leave the latter
+        # the better-ranked picks, so simultaneous fallback trials spread instead of colliding
+        claimed = {
+            str(t.user_attrs["config_key"])
+            for t in counted
+            if t.state == RUNNING and t.user_attrs.get("config_key")
+        }
+        pending = sum(
+            1
+            for t in others
+            if t.number < trial.number
+            and t.state == RUNNING
+            and is_free(t)
+            and not t.params
+            and "config_key" not in t.user_attrs
+        )
         note = ""
         if self.planner is not None:
             out = self.planner.propose(
@@ -207,7 +225,7 @@ class PrimusSampler(BaseSampler):
             note = (
                 f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
             )
-        found = self.fallback.propose(others, index=k, exclude=exclude)
+        found = self.fallback.propose(others, index=k, exclude=exclude, exclude_keys=claimed, skip=pending)
         if found is None:
             log.info("every feasible configuration has been tried; stopping the study")
             try:
