@@ -662,7 +662,7 @@ def _setup(doc: Doc, rec: StudyRecord) -> None:
         [
             f"**Model**: {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads{moe}",
             f"**Cluster**: {spec.cluster.nodes} × {spec.cluster.gpus_per_node} {g.name} ({spec.world} GPUs, "
-            f"{g.hbm_gb} GB HBM each)",
+            f"{g.hbm_gb:g} GB HBM, {g.hbm_gib:.1f} GiB device memory each)",
             f"**Workload**: sequence {spec.workload.seq_length}, global batch {spec.workload.global_batch_size}, "
             f"{spec.workload.precision}, distributed optimizer {spec.workload.distributed_optimizer}",
             f"**Objective(s)**: {', '.join(s.objectives)}; memory safety margin {s.memory_safety_margin:.0%}",

@@ -201,7 +201,7 @@ class Planner:
             f"model {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, FFN {m.ffn_hidden_size}, "
             f"{m.num_attention_heads} heads / {m.query_groups} KV groups, vocab {m.vocab_size}{moe}. "
             f"cluster: {spec.cluster.nodes} nodes x {spec.cluster.gpus_per_node} {g.name} "
-            f"({g.hbm_gb} GB HBM, {g.bf16_tflops} bf16 TFLOPS, {g.fp8_tflops} fp8 TFLOPS, topology {g.topology}). "
+            f"({g.hbm_gib:.1f} GiB device memory, {g.bf16_tflops} bf16 TFLOPS, {g.fp8_tflops} fp8 TFLOPS, topology {g.topology}). "
             f"workload: seq {spec.workload.seq_length}, global batch {spec.workload.global_batch_size}, "
             f"{spec.workload.precision}, distributed optimizer {spec.workload.distributed_optimizer}{mem}."
         )
