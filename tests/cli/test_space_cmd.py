@@ -78,3 +78,21 @@ def test_empty_space_exit_2(tmp_path):
     p.write_text(yaml.safe_dump(small_moe_study(axes={"tp": [3]})))
     r = invoke("space", p)
     assert r.exit_code == 2 and "eliminated the most" in r.output
+
+
+def test_study_file_errors_exit_2_naming_the_field(tmp_path):
+    cases = [
+        (
+            {"workload": {"seq_length": 4096, "global_batch_size": 32, "precision": "bf16", "seq_len": 1}},
+            "workload.seq_len",
+        ),
+        ({"cluster": {"gpu": "mi300x", "nodes": 0, "gpus_per_node": 4}}, "cluster.nodes"),
+        ({"model": {"catalog": "mixtral-8x7"}}, "did you mean 'mixtral-8x7b'"),
+    ]
+    for override, needle in cases:
+        p = tmp_path / "bad.yaml"
+        p.write_text(yaml.safe_dump({**small_moe_study(), **override}))
+        for cmd in ("space", "check", "estimate", "plan"):
+            r = invoke(cmd, p)
+            assert r.exit_code == 2, (cmd, override, r.output)
+            assert r.output.startswith("error: ") and needle in r.output, r.output
