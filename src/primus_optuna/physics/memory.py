@@ -44,6 +44,7 @@ from .shapes import (
     output_params,
     stage_ends,
 )
+from .spec_cache import per_spec
 
 # --- documented constants ------------------------------------------------------------------------------------
 WEIGHT_BYTES = 2
@@ -224,16 +225,7 @@ class _Axes:
     mbs: int
 
 
-_CONTEXTS: dict[int, _Context] = {}
-
-
-def _context(spec: StudySpec) -> _Context:
-    ctx = _CONTEXTS.get(id(spec))
-    if ctx is None or ctx.spec is not spec:
-        if len(_CONTEXTS) > 64:
-            _CONTEXTS.clear()
-        ctx = _CONTEXTS[id(spec)] = _Context(spec)
-    return ctx
+_context = per_spec(_Context)
 
 
 # --- the estimate ---------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, model_flops_per_token
 from .pipeline import pipeline_timing
 from .shapes import LayerShape, embedding_params, layer_params, output_params
+from .spec_cache import per_spec
 
 ACT = 2
 """bf16 activation bytes (communication and memory-bound kernels)"""
@@ -254,16 +255,7 @@ class _Context:
         return r
 
 
-_CONTEXTS: dict[int, _Context] = {}
-
-
-def _context(spec: StudySpec) -> _Context:
-    ctx = _CONTEXTS.get(id(spec))
-    if ctx is None or ctx.spec is not spec:
-        if len(_CONTEXTS) > 64:
-            _CONTEXTS.clear()
-        ctx = _CONTEXTS[id(spec)] = _Context(spec)
-    return ctx
+_context = per_spec(_Context)
 
 
 def estimate_throughput(
