@@ -143,3 +143,28 @@ def test_non_primus_study_is_a_user_error(tmp_path: Path) -> None:
     optuna.create_study(study_name="plain", storage=storage)
     with pytest.raises(SpecError, match="not created by primus-optuna"):
         build_report(storage, "plain", tmp_path)
+
+
+def test_report_shows_the_running_calibration(small_study, tmp_path: Path) -> None:
+    from primus_optuna.physics.calibration import Calibration
+    from primus_optuna.physics.throughput import estimate_throughput
+    from primus_optuna.record.export import study_spec, trial_config
+    from primus_optuna.search.fallback import corrected_tps
+
+    storage, study = small_study
+    spec = study_spec(study)
+    done = [
+        t
+        for t in study.trials
+        if t.state.name == "COMPLETE" and t.user_attrs.get("measured_tokens_per_s_per_gpu")
+    ]
+    pairs = [
+        (estimate_throughput(spec, trial_config(t, spec)), t.user_attrs["measured_tokens_per_s_per_gpu"])
+        for t in done
+    ]
+    cal = Calibration.fit(pairs)
+    study.set_user_attr("calibration", cal.to_dict())
+    md = build_report(storage, "small", tmp_path / "out")["md"].read_text()
+    assert f"fitted on {cal.n_trials} measured trials" in md
+    after = statistics.fmean(abs(corrected_tps(e, cal) / m - 1.0) for e, m in pairs)
+    assert f"mean absolute error on these trials (in-sample) is {fmt_pct(after)}" in md

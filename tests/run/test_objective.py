@@ -6,6 +6,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
+from primus_optuna.physics.calibration import Calibration
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.run.analytical import AnalyticalRunner
 from primus_optuna.run.base import Measurement, OutOfMemory, RunFailure
@@ -94,6 +95,9 @@ def test_measured_runner_records_the_estimate_error(spec, tmp_path):
         0.8 * ua["estimate_tokens_per_s_per_gpu"], rel=1e-4
     )
     assert ua["estimate_error"] == pytest.approx(0.25, rel=1e-3)
+    # the study's running calibration: one trial measured at 0.8x the estimate -> global scale 1.25 on time
+    cal = Calibration.from_dict(study.user_attrs["calibration"])
+    assert cal.n_trials == 1 and cal.scale == pytest.approx(1.25, rel=1e-3)
 
 
 def test_run_failure_is_recorded_with_its_log_and_the_study_goes_on(spec, tmp_path):

@@ -28,7 +28,10 @@ from typing import Any
 
 import yaml
 
+from ..physics.calibration import Calibration
+from ..physics.throughput import estimate_throughput
 from ..redaction import redact
+from ..search.fallback import corrected_tps
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
@@ -850,6 +853,28 @@ def _estimates(doc: Doc, rec: StudyRecord) -> None:
         f"{len(pairs)} measured trials. Mean estimate_error **{fmt_pct(mean)}**, median **{fmt_pct(median)}**, "
         f"mean absolute {fmt_pct(statistics.fmean(abs(e) for e in errs))}. Optimism bias: the model is {bias}."
     )
+    cal_doc = rec.user_attrs.get("calibration")
+    if cal_doc:
+        cal = Calibration.from_dict(cal_doc)
+        terms = ", ".join(f"{k} ×{v:.2f}" for k, v in sorted(cal.multipliers.items()) if abs(v - 1.0) > 1e-9)
+        after = [
+            corrected_tps(estimate_throughput(rec.spec, t.config), cal) / m - 1.0
+            for t, _, m, _ in pairs
+            if t.config is not None and m
+        ]
+        doc.p(
+            f"Running calibration (study attr `calibration`, fitted on {cal.n_trials} measured trials): global "
+            f"scale ×{cal.scale:.3f}"
+            + (f"; per term {terms}" if terms else "")
+            + ". "
+            + (
+                f"With it, the mean absolute error on these trials (in-sample) is "
+                f"{fmt_pct(statistics.fmean(abs(e) for e in after))} instead of "
+                f"{fmt_pct(statistics.fmean(abs(e) for e in errs))}; the fallback proposer ranks with it."
+                if after
+                else ""
+            )
+        )
     misses = [t for t, *_ in pairs if t.attr("memory_model_miss")]
     if misses:
         doc.p(

@@ -25,8 +25,10 @@ from typing import Any
 
 import optuna
 
+from ..physics.calibration import Calibration
 from ..physics.memory import estimate_memory
 from ..physics.throughput import estimate_throughput
+from ..search.fallback import measured_pairs
 from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
 from ..search.sampler import trial_config
 from ..search.suggest import suggest_config
@@ -166,12 +168,24 @@ def make_objective(
             result["log_tail"] = _tail(Path(m.log_path))
             _attach_log(artifact_store, trial, m.log_path)
         set_attrs(trial, result)
+        if m.source != "analytical" and m.tokens_per_s_per_gpu > 0:
+            update_calibration(study, spec, space, (est, m.tokens_per_s_per_gpu))
         attrs.update(result)
         attrs["value"] = m.tokens_per_s_per_gpu
         _notify(hooks, trial, attrs)
         return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
 
     return objective
+
+
+def update_calibration(
+    study: optuna.Study, spec: StudySpec, space: Space, current: tuple[Any, float]
+) -> None:
+    """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from every completed
+    measured trial plus the one finishing now; the fallback proposer and the report read it."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    pairs = [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
+    study.set_user_attr("calibration", Calibration.fit(pairs).to_dict())
 
 
 def _notify(hooks: tuple[TrialHook, ...], trial: optuna.Trial, attrs: dict[str, Any]) -> None:
