@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from dataclasses import dataclass
@@ -234,9 +235,10 @@ class ModelGuidedProposer:
                 return tps
             return math.log(max(tps, 1e-9)) - w * math.log(max(r.peak_gib, 1e-3))
 
-        ranked = sorted(untried, key=lambda r: (-score(r), r.config.key()))
-        explore = rng.random() < self.exploration
         k = TOP_K
+        # only the head of the ranking is ever used: the top k for exploration, or the skip-th best
+        ranked = heapq.nsmallest(max(k, skip + 1), untried, key=lambda r: (-score(r), r.key))
+        explore = rng.random() < self.exploration
         idx = int(rng.integers(min(k, len(ranked)))) if explore else min(skip, len(ranked) - 1)
         row = ranked[idx]
         tps = expected(row)
@@ -250,6 +252,6 @@ class ModelGuidedProposer:
         )
         obj = f" (Pareto weight w={w:.2f} on log peak memory)" if multi else ""
         return row.config, (
-            f"model-guided {what} of {len(ranked)} untried feasible configurations{obj}: "
+            f"model-guided {what} of {len(untried)} untried feasible configurations{obj}: "
             f"{tps:.0f} tokens/s/GPU expected ({how}), peak {row.peak_gib:.1f} GiB"
         )
