@@ -73,3 +73,26 @@ def test_illegal_baseline_is_repaired_as_the_centre():
     space = Space(spec)
     plan = sweep_plan(space)
     assert not space.check(plan[0].config) and "illegal" in plan[0].rationale
+
+
+def test_default_order_follows_the_model_when_the_baseline_does_not_fit():
+    """The flagship baseline does not fit in the memory model: impact is then measured against the median of
+    the feasible sweep points instead of silently falling back to the canonical axis order."""
+    from tests.conftest import FLAGSHIP
+
+    from primus_optuna.physics.memory import estimate_memory
+    from primus_optuna.physics.throughput import estimate_throughput
+    from primus_optuna.search.sweep import axis_points, default_order, sweep_center
+
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    space = Space(spec)
+
+    def score(c):
+        return estimate_throughput(spec, c).tokens_per_s_per_gpu if estimate_memory(spec, c).fits else None
+
+    center, _ = sweep_center(space)
+    assert score(center) is None
+    order = default_order(space, center, score)
+    assert order != list(AXES)
+    feasible = [v for _, c, _ in axis_points(space, center, order[0]) if (v := score(c))]
+    assert feasible  # the first axis has feasible points that move the estimate

@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -134,16 +135,23 @@ def axis_points(space: Space, center: TrainingConfig, axis: str) -> list[tuple[A
 
 
 def default_order(space: Space, center: TrainingConfig, score: Score | None) -> list[str]:
-    """Axes by decreasing expected impact (see the module docstring); canonical order without a model."""
+    """Axes by decreasing expected impact (see the module docstring); canonical order without a model.
+
+    The impact of an axis is its largest relative change of the score against the baseline's; when the
+    baseline itself does not fit (no score), against the median score of every feasible sweep point, so the
+    order still follows the model rather than falling back to the canonical one."""
     if score is None:
         return list(AXES)
+    values = {axis: [score(c) for _, c, _ in axis_points(space, center, axis)] for axis in AXES}
     base = score(center)
+    if not base:
+        feasible_all = [v for vs in values.values() for v in vs if v is not None and v > 0]
+        base = statistics.median(feasible_all) if feasible_all else None
     impact: dict[str, float] = {}
     for axis in AXES:
-        values = [score(c) for _, c, _ in axis_points(space, center, axis)]
-        feasible = [v for v in values if v is not None and v > 0]
+        feasible = [v for v in values[axis] if v is not None and v > 0]
         if not feasible or not base:
-            impact[axis] = -1.0 if not values else 0.0
+            impact[axis] = -1.0 if not values[axis] else 0.0
             continue
         impact[axis] = max(abs(v / base - 1.0) for v in feasible)
     return sorted(AXES, key=lambda a: (-impact[a], AXES.index(a)))
