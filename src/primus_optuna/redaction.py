@@ -36,3 +36,16 @@ def redact(text: str, *, names: Iterable[str] = (), values: Iterable[str | None]
     for secret in sorted({*secret_values(names), *(v for v in values if v)}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]+):(?P<pw>[^@/\s]+)@")
+
+
+def redact_url(url: str) -> str:
+    """A URL with its password replaced by ``***`` (``postgresql://u:pw@host/db`` -> ``postgresql://u:***@host/db``)."""
+    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:***@", url)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable name (``WANDB_API_KEY``, ``HF_TOKEN``, ...) looks like it holds a credential."""
+    return bool(SECRET_ENV.search(name))

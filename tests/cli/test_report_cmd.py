@@ -98,3 +98,20 @@ def test_dashboard_starts_the_server_with_the_artifact_store(
     assert r.exit_code == 0, r.output
     assert seen["port"] == 8099 and seen["host"] == "127.0.0.1"
     assert Path(seen["artifact_store"]._base_path) == tmp_path / "small-artifacts"
+
+
+def test_export_into_a_new_directory_and_a_pruned_trial_warns(storage: str, tmp_path: Path) -> None:
+    study = optuna.load_study(study_name="small", storage=storage)
+    out = tmp_path / "new" / "dir" / "best.yaml"
+    r = invoke("export", "--storage", storage, "--study-name", "small", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert out.is_file()
+    pruned = next(t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED)
+    r = invoke(
+        "export", "--storage", storage, "--study-name", "small", "--trial", pruned.number, "--format", "json"
+    )
+    assert r.exit_code == 0 and f"warning: trial {pruned.number} is pruned" in r.output
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    r = invoke("export", "--storage", storage, "--study-name", "small", "-o", blocked / "x.yaml")
+    assert r.exit_code == 2 and r.output.startswith("error: --output")

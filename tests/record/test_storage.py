@@ -10,10 +10,10 @@ from primus_optuna.record.storage import (
     make_storage,
     normalize_url,
     open_study,
-    redact_url,
     space_hash,
     storage_file,
 )
+from primus_optuna.redaction import redact_url
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -100,3 +100,30 @@ def test_postgresql_storage(tmp_path, monkeypatch):
     handle = open_study(_spec(), storage=os.environ["PRIMUS_OPTUNA_PG_URL"], study_name=name)
     assert handle.created and handle.artifact_dir.resolve() == (tmp_path / f"{name}-artifacts").resolve()
     assert open_study(_spec(), storage=os.environ["PRIMUS_OPTUNA_PG_URL"], study_name=name).created is False
+
+
+def test_stored_spec_and_report_copy_carry_no_credentials(tmp_path, monkeypatch):
+    from primus_optuna.record.report import build_report
+
+    monkeypatch.setenv("PRIMUS_TEST_TOKEN", "env-sentinel-987654")
+    data = small_moe_study()
+    data["storage"] = "postgresql+psycopg2://optuna:Hunter2pass@db.example.org/primus"
+    data["llm"] = {"model": "openai/x", "api_base": "https://user:apipass99@llm.example.org/v1"}
+    data["runner"] = {
+        "kind": "command",
+        "options": {
+            "argv": ["train", "--note", "env-sentinel-987654"],
+            "env": {"WANDB_API_KEY": "literal-42-secret"},
+        },
+    }
+    spec = StudySpec.from_dict(data)
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    open_study(spec, storage=url)
+    out = build_report(url, None, tmp_path / "rep")
+    for blob in ((tmp_path / "p.db").read_bytes(), out["study"].read_bytes()):
+        for secret in (b"Hunter2pass", b"apipass99", b"literal-42-secret", b"env-sentinel-987654"):
+            assert secret not in blob
+    public = spec.to_public_dict()
+    assert public["storage"] == "postgresql+psycopg2://optuna:***@db.example.org/primus"
+    assert public["runner"]["options"]["env"] == {"WANDB_API_KEY": "[redacted]"}
+    assert StudySpec.from_dict(public).model == spec.model  # still a valid study file

@@ -162,3 +162,45 @@ def test_default_runs_dir_is_next_to_a_sqlite_storage(spec, tmp_path):
     study.optimize(make_objective(spec, _Measured(spec)), n_trials=1)
     assert (tmp_path / "x-runs" / "trial-00000").is_dir()
     assert Path(tmp_path / "x.db").is_file()
+
+
+def test_secrets_in_a_jobs_output_never_reach_storage_artifacts_or_the_exception(spec, tmp_path, monkeypatch):
+    """A launched job that dumps its environment (a key in its log, its OOM message) — the trial's log_tail,
+    the uploaded log and the re-raised failure are redacted; the log on disk is the job's own and untouched."""
+    secret = "wandb-sentinel-0123456789"
+    monkeypatch.setenv("WANDB_API_KEY", secret)
+    fit, _ = _configs(spec)
+    log = tmp_path / "train.log"
+    log.write_text(f"WANDB_API_KEY={secret}\nHIP out of memory\n")
+    (tmp_path / "artifacts").mkdir()
+    store = FileSystemArtifactStore(str(tmp_path / "artifacts"))
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    study.enqueue_trial(fit[0].to_params())
+
+    class Leaky:
+        kind = "fake"
+
+        def run(self, config, context):
+            raise OutOfMemory(
+                f"out of memory; env WANDB_API_KEY={secret}", log_path=str(log), log_tail=log.read_text()
+            )
+
+    raised = []
+    objective = make_objective(spec, Leaky(), runs_dir=tmp_path, artifact_store=store)
+
+    def wrapped(trial):
+        try:
+            return objective(trial)
+        except RunFailure as exc:
+            raised.append(str(exc))
+            raise
+
+    study.optimize(wrapped, n_trials=1, catch=(RunFailure,))
+    t = study.trials[0]
+    assert t.state == State.FAIL and "[redacted]" in t.user_attrs["log_tail"]
+    assert secret not in raised[0] and "[redacted]" in raised[0]
+    assert secret.encode() not in (tmp_path / "s.db").read_bytes()
+    uploaded = [p.read_text() for p in (tmp_path / "artifacts").iterdir()]
+    assert uploaded and all(secret not in u and "HIP out of memory" in u for u in uploaded)
+    assert secret in log.read_text()  # the job's own log file is left as the job wrote it

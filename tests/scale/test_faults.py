@@ -175,6 +175,15 @@ def test_study_file_edited_so_the_space_changes_is_refused(tmp_path):
         "sequence": {**data, "workload": {**data["workload"], "seq_length": 8192}},
         "baseline": {**data, "search": {**s, "baseline": {"tp": 4, "pp": 2, "mbs": 1}}},
         "sweep order": {**data, "search": {**s, "sweep_order": ["mbs", "tp"]}},
+        # the sweep plan and the memory filter depend on the GPU figures and the margin too
+        "gpu": {
+            **data,
+            "cluster": {
+                **data["cluster"],
+                "gpu": {"catalog": data["cluster"]["gpu"], "hbm_gb": 100, "memory_gib": 93.0},
+            },
+        },
+        "memory margin": {**data, "search": {**s, "memory_safety_margin": 0.2}},
     }
     for what, edited in edits.items():
         write_study(path, edited)
@@ -184,7 +193,7 @@ def test_study_file_edited_so_the_space_changes_is_refused(tmp_path):
     after = optuna.load_study(study_name="scale", storage=url)
     assert len(after.trials) == 4 and after.user_attrs == stored
 
-    # edits that keep the space (budget, seed, LLM settings, memory margin) resume the same study
+    # edits that keep the space and its estimates (budget, seed, LLM settings) resume the same study
     write_study(
         path,
         {**data, "search": {**s, "n_trials": 9, "seed": 3}, "llm": {"model": "openai/x", "max_calls": 1}},

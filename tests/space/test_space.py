@@ -104,3 +104,8 @@ def test_summary_shape():
         "moe_dispatcher",
         "pp_schedule",
     ]
+
+
+def test_repeated_axis_in_config_string_is_refused():
+    with pytest.raises(SpecError, match="given twice"):
+        parse_config_string("tp=1,tp=2")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import SpecError
 from ._common import user_errors
 
 storage_option = click.option(
@@ -148,8 +149,20 @@ def export(
     header = f"primus-optuna study {study.study_name}, trial {trial.number}{value}: {config.key()}"
     extra = {"study": study.study_name, "trial": trial.number, "values": trial.values}
     text = export_config(spec, config, fmt, header=header, extra=extra)
+    if trial.state.name != "COMPLETE":
+        reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason") or ""
+        click.echo(
+            f"warning: trial {trial.number} is {trial.state.name.lower()}"
+            + (f" ({reason})" if reason else "")
+            + "; it never ran to completion",
+            err=True,
+        )
     if output:
-        Path(output).write_text(text)
+        try:
+            Path(output).parent.mkdir(parents=True, exist_ok=True)
+            Path(output).write_text(text)
+        except OSError as exc:
+            raise SpecError(f"--output {output!r}: cannot write it ({exc.strerror or exc})") from None
         click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(text)

@@ -40,7 +40,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     """The end-of-run report: best configuration, gain over the baseline, prune/fail counts, next commands."""
     import optuna
 
-    from ..record.storage import redact_url
+    from ..redaction import redact_url
 
     State = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
@@ -177,7 +177,7 @@ def run(
         spec,
         storage=storage,
         study_name=study_name,
-        pruner=MemoryPrefilterPruner(),
+        pruner=MemoryPrefilterPruner(spec=spec),
         runs_dir=runs_dir,
         heartbeat_interval=heartbeat or None,
     )

@@ -1025,7 +1025,7 @@ def build_report(
     paths = {"md": out / "report.md", "html": out / "report.html", "study": out / "study.yaml"}
     paths["md"].write_text(redact(doc.markdown(), names=extra))
     paths["html"].write_text(redact(doc.html(f"primus-optuna report: {rec.study_name}"), names=extra))
-    paths["study"].write_text(yaml.safe_dump(rec.spec.to_dict(), sort_keys=False))
+    paths["study"].write_text(yaml.safe_dump(rec.spec.to_public_dict(), sort_keys=False))
     if doc.images:
         (out / "plots").mkdir(exist_ok=True)
         for name, png in doc.images.items():

@@ -133,19 +133,21 @@ def _schema_race(exc: BaseException) -> bool:
 
 
 def space_hash(spec: StudySpec) -> str:
-    """A hash of everything that defines the search space, its objectives and the sweep plan.
+    """A hash of everything that defines the search space, the estimates and the sweep plan.
 
-    Covers the candidate values of every axis, the facts the legality rules read (world size, model shape,
-    sequence length, global batch), the objectives, the baseline and the sweep order. Editing the LLM, runner,
-    memory margin or trial budget keeps the hash.
+    Covers the candidate values of every axis and the whole model, cluster (GPU figures included) and workload,
+    the objectives, memory margin, baseline, axes and sweep order: each of them changes which configuration a
+    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget or
+    seed keeps the hash.
     """
-    space = Space(spec)
+    data = spec.to_dict()
+    search = {k: v for k, v in data["search"].items() if k not in ("n_trials", "seed")}
     doc = {
-        "candidates": space.candidates,
-        "facts": {k: getattr(space.facts, k) for k in space.facts.__slots__},
-        "objectives": spec.search.objectives,
-        "baseline": spec.search.baseline.model_dump(),
-        "sweep_order": spec.search.sweep_order,
+        "candidates": Space(spec).candidates,
+        "model": data["model"],
+        "cluster": data["cluster"],
+        "workload": data["workload"],
+        "search": search,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -200,9 +202,10 @@ def open_study(
         if old is not None and old != h:
             raise SpecError(
                 f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
-                f"file gives {h}): the study file was edited between runs in a way that changes the space "
-                "(axes, model, cluster, workload, objectives, baseline or sweep order). Restore the file, or "
-                "start a new study with --study-name NAME or another --storage."
+                f"file gives {h}): the study file was edited between runs in a way that changes the space or "
+                "its estimates (axes, model, cluster or GPU figures, workload, objectives, memory margin, "
+                "baseline or sweep order). Restore the file, or start a new study with --study-name NAME or "
+                "another --storage."
             )
     try:
         study = optuna.create_study(
@@ -216,7 +219,7 @@ def open_study(
     except ValueError as exc:
         raise SpecError(f"study {name!r} in {url}: {exc}") from None
     if study.user_attrs.get("primus_space_hash") is None:
-        study.set_user_attr("primus_spec", spec.to_dict())
+        study.set_user_attr("primus_spec", spec.to_public_dict())
         study.set_user_attr("primus_space_hash", h)
     if study.metric_names is None:
         with warnings.catch_warnings():
@@ -234,14 +237,3 @@ def open_study(
         cache_dir=sibling_dir(url, name, "-dspy-cache"),
         created=not existed,
     )
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for printing)."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        cred, host = rest.rsplit("@", 1)
-        if ":" in cred:
-            cred = cred.split(":", 1)[0] + ":***"
-        return f"{scheme}://{cred}@{host}"
-    return url

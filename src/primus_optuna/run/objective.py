@@ -28,6 +28,7 @@ import optuna
 from ..physics.calibration import Calibration
 from ..physics.memory import estimate_memory
 from ..physics.throughput import estimate_throughput
+from ..redaction import looks_secret, redact
 from ..search.fallback import measured_pairs
 from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
 from ..search.sampler import trial_config
@@ -100,6 +101,14 @@ def make_objective(
     space = space or Space(spec)
     hooks = tuple(trial_hooks)
     multi = spec.search.multi_objective
+    env = spec.runner.options.get("env")
+    literal_secrets = (
+        [str(v) for k, v in (env or {}).items() if looks_secret(k)] if isinstance(env, dict) else []
+    )
+
+    def hide(text: str) -> str:
+        return redact(text, values=literal_secrets)
+
     fixed_runs = Path(runs_dir) if runs_dir is not None else None
 
     def objective(trial: optuna.Trial) -> Any:
@@ -141,11 +150,15 @@ def make_objective(
         try:
             m = runner.run(config, context)
         except RunFailure as exc:
-            failed = {"failure_reason": exc.reason, "log_tail": (exc.log_tail or str(exc))[-LOG_TAIL_CHARS:]}
+            # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
+            # stored, uploaded or re-raised (Optuna logs the exception) unredacted
+            exc.args = tuple(hide(str(a)) for a in exc.args)
+            exc.log_tail = hide(exc.log_tail or str(exc))
+            failed = {"failure_reason": exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
             if exc.reason == "oom" and mem.fits:
                 failed["memory_model_miss"] = True
             set_attrs(trial, failed)
-            _attach_log(artifact_store, trial, exc.log_path)
+            _attach_log(artifact_store, trial, exc.log_path, hide)
             _notify(hooks, trial, {**attrs, **failed})
             raise
         peak = m.peak_memory_gib if m.peak_memory_gib is not None else mem.peak_gib
@@ -165,8 +178,8 @@ def make_objective(
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
         if m.log_path and Path(m.log_path).is_file():
-            result["log_tail"] = _tail(Path(m.log_path))
-            _attach_log(artifact_store, trial, m.log_path)
+            result["log_tail"] = hide(_tail(Path(m.log_path)))
+            _attach_log(artifact_store, trial, m.log_path, hide)
         set_attrs(trial, result)
         if m.source != "analytical" and m.tokens_per_s_per_gpu > 0:
             update_calibration(study, spec, space, (est, m.tokens_per_s_per_gpu))
@@ -200,9 +213,15 @@ def _tail(path: Path) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def _attach_log(artifact_store: Any, trial: optuna.Trial, log_path: str | None) -> None:
-    """Upload a run's log as a trial artifact (when there is a store and the file exists)."""
-    if artifact_store is not None and log_path and Path(log_path).is_file():
+def _attach_log(
+    artifact_store: Any, trial: optuna.Trial, log_path: str | None, hide: Callable[[str], str]
+) -> None:
+    """Upload a redacted copy of a run's log as a trial artifact (when there is a store and the file exists)."""
+    if artifact_store is None or not log_path or not Path(log_path).is_file():
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(log_path).name
+        copy.write_text(hide(Path(log_path).read_text(errors="replace")))
         optuna.artifacts.upload_artifact(
-            artifact_store=artifact_store, file_path=str(log_path), study_or_trial=trial
+            artifact_store=artifact_store, file_path=str(copy), study_or_trial=trial
         )

@@ -114,6 +114,8 @@ def parse_config_string(text: str) -> dict[str, Any]:
         key, value = (s.strip() for s in part.split("=", 1))
         if key not in AXES:
             raise SpecError(f"--config: unknown axis {key!r}; axes are {', '.join(AXES)}")
+        if key in out:
+            raise SpecError(f"--config: {key} is given twice ({out[key]} and {value}); give each axis once")
         out[key] = value
     TrainingConfig.from_params(out)  # validates names and types
     return {k: (int(v) if k in INT_AXES else v) for k, v in out.items()}
