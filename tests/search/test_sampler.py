@@ -7,7 +7,8 @@ import optuna
 import pytest
 from tests.conftest import ROOT, small_moe_study
 
-from primus_optuna import StudySpec
+from primus_optuna import Space, StudySpec
+from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.record.storage import open_study
 from primus_optuna.run.base import RunFailure
 from primus_optuna.run.objective import make_objective
@@ -162,3 +163,19 @@ def test_pareto_study_returns_a_front():
         str(t.user_attrs["prune_reason"]).split(":")[0] in ("memory", "illegal", "duplicate") for t in pruned
     )
     assert not [t for t in study.trials if t.state == State.FAIL]
+
+
+def test_exhausted_space_prunes_with_a_reason_instead_of_a_random_trial():
+    spec = StudySpec.from_dict(
+        small_moe_study(axes={"tp": [1], "cp": [1], "ep": [4], "mbs": [1], "recompute": ["none", "full"]})
+    )
+    feasible = [c for c in Space(spec).configs() if estimate_memory(spec, c).fits]
+    study = optuna.create_study(
+        direction="maximize", sampler=PrimusSampler(spec), pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=len(Space(spec).configs()) + 3)
+    done = [t.user_attrs["config_key"] for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(done) == sorted(c.key() for c in feasible)  # each feasible configuration exactly once
+    tail = study.trials[-1]
+    assert tail.state == optuna.trial.TrialState.PRUNED and tail.user_attrs["phase"] == "exhausted"
+    assert tail.user_attrs["prune_reason"].startswith("exhausted: ")

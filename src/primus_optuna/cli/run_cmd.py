@@ -78,6 +78,8 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     )
     if pruned:
         lines.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in pruned.most_common()))
+    if pruned.get("exhausted"):
+        lines.append("the search is complete: every legal configuration that fits in memory has been tried")
     failed = Counter(
         str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL
     )

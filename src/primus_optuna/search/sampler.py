@@ -48,6 +48,7 @@ from .sweep import SweepPoint, sweep_plan
 
 log = logging.getLogger(__name__)
 RUNNING = optuna.trial.TrialState.RUNNING
+EXHAUSTED = "exhausted: every legal configuration that fits in memory has been tried"
 
 
 @dataclass
@@ -155,7 +156,10 @@ class PrimusSampler(BaseSampler):
         if not search_space or not is_free(trial):
             return {}
         proposal = self.propose(study, trial)
-        if proposal is None:
+        if proposal is None:  # every feasible configuration has been tried: this trial runs nothing
+            for key, value in (("phase", "exhausted"), ("prune_reason", EXHAUSTED)):
+                study._storage.set_trial_user_attr(trial._trial_id, key, value)
+                trial.user_attrs[key] = value
             return {}
         self._record(study, trial, proposal)
         return proposal.config.to_params()

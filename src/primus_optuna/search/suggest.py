@@ -43,6 +43,9 @@ def suggest_config(trial: optuna.Trial, spec: StudySpec, space: Space | None = N
     """
     space = space or Space(spec)
     params = {a: trial.suggest_categorical(a, list(space.candidates[a])) for a in AXES}
+    if trial.user_attrs.get("phase") == "exhausted":  # PrimusSampler has nothing left to propose
+        reason = str(trial.user_attrs.get("prune_reason", "exhausted"))
+        raise optuna.TrialPruned(reason)
     config = space.canonical(TrainingConfig.from_params(params))
     if trial.user_attrs.get("config_key") != config.key():  # PrimusSampler has usually written it already
         trial.set_user_attr("config_key", config.key())
