@@ -126,3 +126,16 @@ def test_axis_value_factors_need_a_few_measurements(spec):
     space = Space(spec)
     c = _feasible(spec, space)[0]
     assert AxisValueFactors.fit(space, [(c, -0.5), (c, -0.5)]).is_identity
+
+
+def test_memory_calibration_widens_or_narrows_the_feasible_pool(spec):
+    """With the study's memory calibration at 0.5 (measured peaks half the model's), configurations the model
+    alone rejects become candidates; at 2.0 fewer remain."""
+    space = Space(spec)
+    prop = ModelGuidedProposer(spec, space, exploration=0.0)
+    n_model = len(prop.rows())
+    assert len(prop.rows(0.5)) > n_model > len(prop.rows(2.0))
+    widened = {r.config for r in prop.rows(0.5)} - {r.config for r in prop.rows()}
+    assert widened and all(not estimate_memory(spec, c).fits for c in widened)
+    config, why = prop.propose([], index=0, exclude=set(), memory_scale=0.5)
+    assert f"of {len(prop.rows(0.5))} untried feasible configurations" in why

@@ -116,3 +116,39 @@ def test_multi_objective_helper(setup: tuple) -> None:
         assert t.user_attrs["memory_peak_stage"] == est.peak_stage
         if not est.fits:
             assert t.user_attrs["prune_reason"] == est.reason()
+
+
+def test_the_study_memory_calibration_decides(setup) -> None:
+    """A study whose measured peaks came in at half the model (study attr memory_calibration) lets an
+    estimated-infeasible configuration through, and a pessimistic one prunes a fitting configuration."""
+    spec, space, _ = setup
+    configs = space.configs()
+    over = next(
+        c
+        for c in configs
+        if 1.0 < estimate_memory(spec, c).peak_gib / estimate_memory(spec, c).usable_gib < 1.8
+    )
+    fit = next(
+        c
+        for c in configs
+        if 0.6 < estimate_memory(spec, c).peak_gib / estimate_memory(spec, c).usable_gib < 1.0
+    )
+    for scale, config, pruned in ((0.5, over, False), (2.0, fit, True)):
+        study = optuna.create_study(direction="maximize", pruner=MemoryPrefilterPruner(spec=spec))
+        study.set_user_attr("memory_calibration", {"scale": scale, "n_trials": 3, "n_oom": 0})
+        study.enqueue_trial(config.to_params())
+
+        def objective(trial: optuna.Trial) -> float:
+            suggest_all(trial, space)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+            return 1.0
+
+        study.optimize(objective, n_trials=1)
+        t = study.trials[0]
+        assert (t.state == optuna.trial.TrialState.PRUNED) is pruned
+        est = estimate_memory(spec, config)
+        assert t.user_attrs["memory_peak_gib"] == pytest.approx(est.peak_gib, abs=1e-3)
+        assert t.user_attrs["memory_peak_calibrated_gib"] == pytest.approx(est.peak_gib * scale, abs=1e-3)
+        if pruned:
+            assert "calibrated ×2.00 from 3 measured peaks" in t.user_attrs["prune_reason"]

@@ -27,10 +27,11 @@ import optuna
 
 from ..physics.calibration import Calibration
 from ..physics.memory import estimate_memory
+from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..redaction import looks_secret, redact
 from ..search.fallback import measured_pairs
-from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
+from ..search.pruner import CALIBRATION_ATTR, MemoryPrefilterPruner, prune_if_infeasible
 from ..search.sampler import trial_config
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
@@ -158,6 +159,10 @@ def make_objective(
             if exc.reason == "oom" and mem.fits:
                 failed["memory_model_miss"] = True
             set_attrs(trial, failed)
+            if exc.reason == "oom" and mem.peak_gib > 0:
+                update_memory_calibration(
+                    study, oom_bound=mem.capacity_gib / mem.peak_gib, capacity=mem.capacity_gib
+                )
             _attach_log(artifact_store, trial, exc.log_path, hide)
             _notify(hooks, trial, {**attrs, **failed})
             raise
@@ -177,6 +182,10 @@ def make_objective(
             )
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
+                if mem.peak_gib > 0:
+                    update_memory_calibration(
+                        study, ratio=m.peak_memory_gib / mem.peak_gib, capacity=mem.capacity_gib
+                    )
         if m.log_path and Path(m.log_path).is_file():
             result["log_tail"] = hide(_tail(Path(m.log_path)))
             _attach_log(artifact_store, trial, m.log_path, hide)
@@ -199,6 +208,25 @@ def update_calibration(
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     pairs = [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
     study.set_user_attr("calibration", Calibration.fit(pairs).to_dict())
+
+
+def update_memory_calibration(
+    study: optuna.Study, *, capacity: float, ratio: float | None = None, oom_bound: float | None = None
+) -> None:
+    """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from every
+    completed trial with a measured peak, every out-of-memory trial, and the trial finishing now."""
+    ratios, bounds = [], []
+    for t in study.get_trials(deepcopy=False):
+        est = t.user_attrs.get("memory_peak_gib")
+        if not est:
+            continue
+        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("measured_peak_memory_gib"):
+            ratios.append(float(t.user_attrs["measured_peak_memory_gib"]) / float(est))
+        elif t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("failure_reason") == "oom":
+            bounds.append(capacity / float(est))
+    ratios += [ratio] if ratio else []
+    bounds += [oom_bound] if oom_bound else []
+    study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
 
 
 def _notify(hooks: tuple[TrialHook, ...], trial: optuna.Trial, attrs: dict[str, Any]) -> None:

@@ -163,36 +163,52 @@ class ModelGuidedProposer:
             raise ValueError(f"fallback must be 'model' or 'random', got {mode!r}")
         self.spec, self.space, self.seed = spec, space, seed
         self.exploration, self.mode = exploration, mode
-        self._rows: list[Row] | None = None
-        self._onehot: np.ndarray | None = None
+        self._peaks: list[tuple[TrainingConfig, float]] | None = None
+        self._usable = 0.0
+        self._row_cache: dict[TrainingConfig, Row] = {}
+        self._onehot: tuple[dict[TrainingConfig, int], np.ndarray] | None = None
         self._lock = threading.Lock()
 
-    def rows(self) -> list[Row]:
-        """Every legal configuration that fits in memory, with its (uncalibrated) estimate; computed once."""
+    def _all_peaks(self) -> list[tuple[TrainingConfig, float]]:
+        """Every legal configuration with its estimated peak memory (computed once)."""
+        if self._peaks is None:
+            peaks = []
+            for c in self.space.configs():
+                mem = estimate_memory(self.spec, c)
+                peaks.append((c, mem.peak_gib))
+                self._usable = mem.usable_gib
+            self._peaks = peaks
+        return self._peaks
+
+    def rows(self, memory_scale: float = 1.0) -> list[Row]:
+        """Every legal configuration whose peak × ``memory_scale`` (the study's memory calibration) fits,
+        with its uncalibrated step-time estimate (each computed once)."""
         with self._lock:
-            if self._rows is None:
-                rows = []
-                for c in self.space.configs():
-                    mem = estimate_memory(self.spec, c)
-                    if mem.fits:
-                        rows.append(Row(c, estimate_throughput(self.spec, c), mem.peak_gib, c.key()))
-                self._rows = rows
-            return self._rows
+            peaks = self._all_peaks()
+            out = []
+            for c, peak in peaks:
+                if peak * memory_scale <= self._usable:
+                    row = self._row_cache.get(c)
+                    if row is None:
+                        row = self._row_cache[c] = Row(c, estimate_throughput(self.spec, c), peak, c.key())
+                    out.append(row)
+            return out
 
     def _log_factors(self, factors: AxisValueFactors) -> dict[TrainingConfig, float]:
-        """Every feasible configuration's log correction (one matrix product over the cached one-hot rows)."""
+        """Every legal configuration's log correction (one matrix product over cached one-hot rows)."""
         if factors.is_identity:
             return {}
-        rows = self.rows()
         with self._lock:
+            configs = [c for c, _ in self._all_peaks()]
             if self._onehot is None:
                 index = AxisValueFactors.feature_index(self.space)
-                x = np.zeros((len(rows), len(index)))
-                for i, r in enumerate(rows):
-                    x[i, AxisValueFactors.columns(index, r.config)] = 1.0
-                self._onehot = x
-        values = self._onehot @ factors.beta
-        return {r.config: float(v) for r, v in zip(rows, values, strict=True)}
+                x = np.zeros((len(configs), len(index)))
+                for i, c in enumerate(configs):
+                    x[i, AxisValueFactors.columns(index, c)] = 1.0
+                self._onehot = ({c: i for i, c in enumerate(configs)}, x)
+            _, x = self._onehot
+        values = x @ factors.beta
+        return {c: float(v) for c, v in zip(configs, values, strict=True)}
 
     def propose(
         self,
@@ -202,14 +218,18 @@ class ModelGuidedProposer:
         exclude: set[TrainingConfig],
         exclude_keys: set[str] = frozenset(),  # type: ignore[assignment]
         skip: int = 0,
+        memory_scale: float = 1.0,
     ) -> tuple[TrainingConfig, str] | None:
         """The next configuration and a one-line rationale, or ``None`` when every feasible one was tried.
 
         ``index`` seeds the exploration (the sampler passes its count of earlier free trials); ``exclude`` and
         ``exclude_keys`` (configuration keys claimed by running trials) are never proposed; ``skip`` leaves
-        that many best-ranked picks to earlier trials still being sampled by other workers."""
+        that many best-ranked picks to earlier trials still being sampled by other workers; ``memory_scale``
+        is the study's memory calibration (a configuration is feasible when its peak × scale fits)."""
         rng = rng_for(self.seed, index)
-        untried = [r for r in self.rows() if r.config not in exclude and r.key not in exclude_keys]
+        untried = [
+            r for r in self.rows(memory_scale) if r.config not in exclude and r.key not in exclude_keys
+        ]
         if not untried:
             return None
         if self.mode == "random":

@@ -9,7 +9,10 @@ Multi-objective studies cannot call ``should_prune``; their objectives call :fun
 which writes the same user attrs and raises :class:`optuna.TrialPruned`.
 
 User attrs written (both paths): ``memory_peak_gib``, ``memory_usable_gib``, ``memory_peak_stage``, and
-``prune_reason`` (e.g. ``"memory: 301.2 GiB on stage 3 > 259.2 GiB usable"``) when pruned.
+``prune_reason`` (e.g. ``"memory: 301.2 GiB on stage 3 > 259.2 GiB usable"``) when pruned. When the study
+holds a :class:`~primus_optuna.physics.memory_calibration.MemoryCalibration` (study user attr
+``memory_calibration``, refitted by the objective from measured peaks and out-of-memory runs), the calibrated
+peak decides (``memory_peak_calibrated_gib``) and the reason says so.
 
 Example::
 
@@ -25,6 +28,7 @@ from optuna.pruners import BasePruner
 
 from ..errors import SpecError
 from ..physics.memory import MemoryEstimate, estimate_memory
+from ..physics.memory_calibration import MemoryCalibration
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
@@ -35,6 +39,7 @@ __all__ = [
     "memory_attrs",
     "memory_check",
     "prune_if_infeasible",
+    "study_memory_calibration",
 ]
 
 SPEC_ATTR = "primus_spec"
@@ -48,22 +53,45 @@ def config_from_params(space: Space, params: dict[str, Any]) -> TrainingConfig:
     return space.canonical(space.baseline_raw.replace(**{k: getattr(validated, k) for k in axes}))
 
 
-def memory_attrs(estimate: MemoryEstimate) -> dict[str, Any]:
-    """The trial user attrs that record a memory estimate (``prune_reason`` only when it does not fit)."""
+CALIBRATION_ATTR = "memory_calibration"
+
+
+def memory_attrs(
+    estimate: MemoryEstimate, calibration: MemoryCalibration | None = None
+) -> tuple[bool, dict[str, Any]]:
+    """Whether the configuration fits, and the trial user attrs that record it (``prune_reason`` only when it
+    does not fit)."""
     attrs: dict[str, Any] = {
         "memory_peak_gib": round(estimate.peak_gib, 3),
         "memory_usable_gib": round(estimate.usable_gib, 3),
         "memory_peak_stage": estimate.peak_stage,
     }
-    if not estimate.fits:
-        attrs["prune_reason"] = estimate.reason()
-    return attrs
+    if calibration is None or calibration.is_identity:
+        if not estimate.fits:
+            attrs["prune_reason"] = estimate.reason()
+        return estimate.fits, attrs
+    peak, fits = calibration.apply(estimate)
+    attrs["memory_peak_calibrated_gib"] = round(peak, 3)
+    if not fits:
+        attrs["prune_reason"] = (
+            f"memory: {peak:.1f} GiB on stage {estimate.peak_stage} > {estimate.usable_gib:.1f} GiB usable "
+            f"(model {estimate.peak_gib:.1f} GiB, {calibration.describe()})"
+        )
+    return fits, attrs
 
 
-def memory_check(spec: StudySpec, config: TrainingConfig) -> tuple[MemoryEstimate, dict[str, Any]]:
-    """Estimate ``config`` and the user attrs that record it."""
+def study_memory_calibration(study: optuna.Study) -> MemoryCalibration:
+    """The study's :class:`MemoryCalibration` (identity until the objective has stored one)."""
+    return MemoryCalibration.from_dict(study.user_attrs.get(CALIBRATION_ATTR))
+
+
+def memory_check(
+    spec: StudySpec, config: TrainingConfig, calibration: MemoryCalibration | None = None
+) -> tuple[MemoryEstimate, bool, dict[str, Any]]:
+    """Estimate ``config``: the estimate, whether it fits (calibrated when given) and the user attrs."""
     est = estimate_memory(spec, config)
-    return est, memory_attrs(est)
+    fits, attrs = memory_attrs(est, calibration)
+    return est, fits, attrs
 
 
 class MemoryPrefilterPruner(BasePruner):
@@ -93,11 +121,13 @@ class MemoryPrefilterPruner(BasePruner):
         if trial.last_step is not None:
             return self.wrapped.prune(study, trial) if self.wrapped is not None else False
         space = self._space_for(study)
-        est, attrs = memory_check(space.spec, config_from_params(space, trial.params))
+        _, fits, attrs = memory_check(
+            space.spec, config_from_params(space, trial.params), study_memory_calibration(study)
+        )
         storage = study._storage
         for key, value in attrs.items():
             storage.set_trial_user_attr(trial._trial_id, key, value)
-        return not est.fits
+        return not fits
 
 
 def prune_if_infeasible(
@@ -107,9 +137,9 @@ def prune_if_infeasible(
     :class:`optuna.TrialPruned` when it does not fit. ``config`` defaults to the trial's params."""
     space = Space(spec)
     cfg = space.canonical(config) if config is not None else config_from_params(space, trial.params)
-    est, attrs = memory_check(spec, cfg)
+    est, fits, attrs = memory_check(spec, cfg, study_memory_calibration(trial.study))
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
-    if not est.fits:
+    if not fits:
         raise optuna.TrialPruned(attrs["prune_reason"])
     return est

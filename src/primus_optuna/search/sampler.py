@@ -38,11 +38,13 @@ from optuna.trial import FrozenTrial
 
 from ..errors import SpecError
 from ..physics.memory import estimate_memory
+from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
 from .fallback import ModelGuidedProposer, rng_for
+from .pruner import memory_attrs, study_memory_calibration
 from .suggest import axis_distributions, complete_config
 from .sweep import SweepPoint, sweep_plan
 
@@ -207,6 +209,7 @@ class PrimusSampler(BaseSampler):
             and not t.params
             and "config_key" not in t.user_attrs
         )
+        mem_cal = study_memory_calibration(study)
         note = ""
         if self.planner is not None:
             out = self.planner.propose(
@@ -214,7 +217,7 @@ class PrimusSampler(BaseSampler):
                 others,
                 n=self.proposals_per_round,
                 tried=list(dict.fromkeys(c.key() for c in ordered)),
-                validate=lambda d: self.validate(d, exclude),
+                validate=lambda d: self.validate(d, exclude, mem_cal),
                 trial_number=trial.number,
             )
             if out.accepted:
@@ -229,7 +232,9 @@ class PrimusSampler(BaseSampler):
             note = (
                 f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
             )
-        found = self.fallback.propose(others, index=k, exclude=exclude, exclude_keys=claimed, skip=pending)
+        found = self.fallback.propose(
+            others, index=k, exclude=exclude, exclude_keys=claimed, skip=pending, memory_scale=mem_cal.scale
+        )
         if found is None:
             log.info("every feasible configuration has been tried; stopping the study")
             try:
@@ -241,7 +246,10 @@ class PrimusSampler(BaseSampler):
         return Proposal(config, "fallback", f"fallback-{self.fallback.mode}", note + rationale)
 
     def validate(
-        self, params: dict[str, Any], exclude: set[TrainingConfig]
+        self,
+        params: dict[str, Any],
+        exclude: set[TrainingConfig],
+        memory_calibration: MemoryCalibration | None = None,
     ) -> tuple[TrainingConfig | None, str]:
         """Accept a candidate only if it is legal, within the study's axes, fits in memory and is new."""
         try:
@@ -258,9 +266,9 @@ class PrimusSampler(BaseSampler):
             return None, "outside the study's axes: " + ", ".join(
                 f"{a}={getattr(config, a)}" for a in outside
             )
-        mem = estimate_memory(self.spec, config)
-        if not mem.fits:
-            return None, mem.reason()
+        fits, attrs = memory_attrs(estimate_memory(self.spec, config), memory_calibration)
+        if not fits:
+            return None, attrs["prune_reason"]
         if config in exclude:
             return None, "duplicate: already tried or queued"
         return config, ""

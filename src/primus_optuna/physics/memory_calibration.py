@@ -1,0 +1,77 @@
+""":class:`MemoryCalibration`: the memory model corrected by what measured runs showed.
+
+A measured trial that reports its peak memory gives a ratio measured / estimated peak; a trial that ran out of
+memory gives a lower bound (the device's capacity / its estimated peak). The calibration's ``scale`` is the
+median ratio, raised to every lower bound, so a configuration that ran out of memory stays out after refitting.
+The memory prefilter compares ``scale × estimated peak`` with the usable memory, so the filter learns from the
+cluster: a model that is pessimistic for a stack (e.g. MoE recipes with memory features the axes do not
+describe, see docs/benchmarks.md) stops throwing away configurations once a few measurements came back.
+
+Example::
+
+    cal = MemoryCalibration.fit(ratios=[0.82, 0.79], oom_bounds=[])
+    cal.apply(estimate)  # (calibrated peak GiB, fits)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .memory import MemoryEstimate
+
+CLAMP = (0.25, 4.0)
+"""a scale outside this range means the measurement is not comparable (e.g. host RSS against HBM)"""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCalibration:
+    """A multiplier on the estimated peak; ``MemoryCalibration()`` is the identity."""
+
+    scale: float = 1.0
+    n_trials: int = 0
+    n_oom: int = 0
+
+    @property
+    def is_identity(self) -> bool:
+        return self.scale == 1.0
+
+    @classmethod
+    def fit(cls, ratios: Iterable[float], oom_bounds: Iterable[float] = ()) -> MemoryCalibration:
+        """``ratios``: measured / estimated peak of completed runs; ``oom_bounds``: capacity / estimated peak
+        of runs that ran out of memory (the true ratio was at least this)."""
+        r = [x for x in ratios if x > 0]
+        b = [x for x in oom_bounds if x > 0]
+        if not r and not b:
+            return cls()
+        scale = statistics.median(r) if r else 1.0
+        if b:
+            scale = max(scale, max(b))
+        scale = min(max(scale, CLAMP[0]), CLAMP[1])
+        return cls(scale=scale, n_trials=len(r), n_oom=len(b))
+
+    def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:
+        """The calibrated peak (GiB) and whether it fits the usable memory."""
+        peak = estimate.peak_gib * self.scale
+        return peak, peak <= estimate.usable_gib
+
+    def describe(self) -> str:
+        src = f"{self.n_trials} measured peak{'s' if self.n_trials != 1 else ''}"
+        if self.n_oom:
+            src += f", {self.n_oom} out-of-memory run{'s' if self.n_oom != 1 else ''}"
+        return f"calibrated ×{self.scale:.2f} from {src}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scale": self.scale, "n_trials": self.n_trials, "n_oom": self.n_oom}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> MemoryCalibration:
+        if not data:
+            return cls()
+        return cls(
+            scale=float(data.get("scale", 1.0)),
+            n_trials=int(data.get("n_trials", 0)),
+            n_oom=int(data.get("n_oom", 0)),
+        )

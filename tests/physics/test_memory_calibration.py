@@ -1,0 +1,33 @@
+import pytest
+from tests.conftest import small_moe_study
+
+from primus_optuna import Space, StudySpec, estimate_memory
+from primus_optuna.physics.memory_calibration import CLAMP, MemoryCalibration
+
+
+def test_identity_and_round_trip():
+    assert MemoryCalibration().is_identity and MemoryCalibration.fit([]).is_identity
+    cal = MemoryCalibration.fit([0.8, 0.7, 0.9], [])
+    assert cal.scale == pytest.approx(0.8) and cal.n_trials == 3
+    assert MemoryCalibration.from_dict(cal.to_dict()) == cal
+
+
+def test_an_out_of_memory_run_is_a_lower_bound():
+    # runs measured at 0.7-0.8 of the model, but one config estimated at 250 GiB ran out of a 288 GiB device
+    cal = MemoryCalibration.fit([0.7, 0.8], [288 / 250])
+    assert cal.scale == pytest.approx(288 / 250) and cal.n_oom == 1
+    assert "1 out-of-memory run" in cal.describe()
+
+
+def test_scale_is_clamped():
+    assert MemoryCalibration.fit([0.01]).scale == CLAMP[0]
+    assert MemoryCalibration.fit([50.0]).scale == CLAMP[1]
+
+
+def test_apply_compares_the_calibrated_peak_with_usable_memory():
+    spec = StudySpec.from_dict(small_moe_study())
+    est = next(estimate_memory(spec, c) for c in Space(spec).configs() if not estimate_memory(spec, c).fits)
+    factor = est.usable_gib / est.peak_gib * 0.99  # just enough to fit
+    peak, fits = MemoryCalibration(scale=factor).apply(est)
+    assert fits and peak == pytest.approx(est.peak_gib * factor)
+    assert not MemoryCalibration(scale=1.0).apply(est)[1]
