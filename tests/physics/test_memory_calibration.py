@@ -2,7 +2,7 @@ import pytest
 from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec, estimate_memory
-from primus_optuna.physics.memory_calibration import CLAMP, MemoryCalibration
+from primus_optuna.physics.memory_calibration import COMPARABLE, MAX_OOM_BOUND, MemoryCalibration
 
 
 def test_identity_and_round_trip():
@@ -19,9 +19,12 @@ def test_an_out_of_memory_run_is_a_lower_bound():
     assert "1 out-of-memory run" in cal.describe()
 
 
-def test_scale_is_clamped():
-    assert MemoryCalibration.fit([0.01]).scale == CLAMP[0]
-    assert MemoryCalibration.fit([50.0]).scale == CLAMP[1]
+def test_incomparable_measurements_are_discarded_not_clamped():
+    # host RSS against HBM (0.01) or a peak far above the device (50x): no evidence about the model
+    assert MemoryCalibration.fit([0.01]).is_identity and MemoryCalibration.fit([50.0]).is_identity
+    assert MemoryCalibration.fit([0.01, 0.8, 0.9]).scale == pytest.approx(0.85) and COMPARABLE[0] <= 0.85
+    # an OOM of a configuration estimated at under 2/3 of the device does not close the space
+    assert MemoryCalibration.fit([0.8], [MAX_OOM_BOUND * 1.5]).scale == 0.8
 
 
 def test_apply_compares_the_calibrated_peak_with_usable_memory():

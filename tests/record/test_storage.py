@@ -127,3 +127,22 @@ def test_stored_spec_and_report_copy_carry_no_credentials(tmp_path, monkeypatch)
     assert public["storage"] == "postgresql+psycopg2://optuna:***@db.example.org/primus"
     assert public["runner"]["options"]["env"] == {"WANDB_API_KEY": "[redacted]"}
     assert StudySpec.from_dict(public).model == spec.model  # still a valid study file
+
+
+def test_public_spec_masks_urls_in_every_option_and_survives_numeric_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAX_TOKENS_PER_SAMPLE", "128256")  # not a secret name; and numbers are never redacted
+    monkeypatch.setenv("HF_TOKEN", "128256")  # a numeric value equal to Llama's vocab size
+    data = small_moe_study()
+    data["model"] = {"catalog": "llama3.1-8b"}
+    data["runner"] = {
+        "kind": "command",
+        "options": {
+            "argv": ["train", "--tracking", "https://ml:mlpw9876@mlflow.example.org"],
+            "env": {"DB_URL": "postgresql://u:pa/ss1234@db/x", "TOKENIZERS_PARALLELISM": "false"},
+        },
+    }
+    public = StudySpec.from_dict(data).to_public_dict()
+    text = repr(public)
+    assert "mlpw9876" not in text and "pa/ss1234" not in text
+    assert public["runner"]["options"]["env"]["TOKENIZERS_PARALLELISM"] == "false"
+    assert public["model"]["vocab_size"] == 128256

@@ -8,7 +8,6 @@ from tests.conftest import small_moe_study
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.calibration import Calibration
 from primus_optuna.physics.memory import estimate_memory
-from primus_optuna.physics.memory_calibration import CLAMP
 from primus_optuna.run.analytical import AnalyticalRunner
 from primus_optuna.run.base import Measurement, OutOfMemory, RunFailure
 from primus_optuna.run.objective import make_objective
@@ -101,8 +100,11 @@ def test_measured_runner_records_the_estimate_error(spec, tmp_path):
     assert cal.n_trials == 1 and cal.scale == pytest.approx(1.25, rel=1e-3)
     # and its memory calibration: the run reported a 10 GiB peak against the model's estimate
     mcal = study.user_attrs["memory_calibration"]
-    assert mcal["n_trials"] == 1
-    assert mcal["scale"] == pytest.approx(max(CLAMP[0], 10.0 / ua["memory_peak_gib"]), rel=1e-3)
+    ratio = 10.0 / ua["memory_peak_gib"]
+    if 0.25 <= ratio <= 4.0:
+        assert mcal["n_trials"] == 1 and mcal["scale"] == pytest.approx(ratio, rel=1e-3)
+    else:  # not comparable (the fake runner's 10 GiB against a large estimate): discarded
+        assert mcal["n_trials"] == 0 and mcal["scale"] == 1.0
 
 
 def test_run_failure_is_recorded_with_its_log_and_the_study_goes_on(spec, tmp_path):
@@ -129,7 +131,8 @@ def test_run_failure_is_recorded_with_its_log_and_the_study_goes_on(spec, tmp_pa
     assert ua["memory_model_miss"] is True  # the model said it fits
     # an out-of-memory run is a lower bound for the memory calibration: this configuration is now out
     mcal = study.user_attrs["memory_calibration"]
-    assert mcal["n_oom"] == 1 and mcal["scale"] * ua["memory_peak_gib"] >= ua["memory_usable_gib"]
+    assert spec.cluster.gpu.hbm_gib / ua["memory_peak_gib"] <= 1.5  # close enough to count as evidence
+    assert mcal["n_oom"] >= 1 and mcal["scale"] * ua["memory_peak_gib"] >= ua["memory_usable_gib"]
     assert any(p.read_text() == log.read_text() for p in (tmp_path / "artifacts").iterdir())
 
 

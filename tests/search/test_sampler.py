@@ -179,3 +179,73 @@ def test_exhausted_space_prunes_with_a_reason_instead_of_a_random_trial():
     tail = study.trials[-1]
     assert tail.state == optuna.trial.TrialState.PRUNED and tail.user_attrs["phase"] == "exhausted"
     assert tail.user_attrs["prune_reason"].startswith("exhausted: ")
+
+
+class _MeasuresEverything:
+    """A cluster on which every configuration runs (at the estimate), so nothing fails for memory."""
+
+    kind = "fake"
+
+    def __init__(self, spec):
+        from primus_optuna.run.analytical import AnalyticalRunner
+
+        self.inner = AnalyticalRunner(spec)
+        self.spec = spec
+
+    def run(self, config, context):
+        from primus_optuna.physics.throughput import estimate_throughput
+        from primus_optuna.run.base import Measurement
+
+        est = estimate_throughput(self.spec, config)
+        return Measurement(est.tokens_per_s_per_gpu, est.step_time_s, "measured")
+
+
+def test_memory_pruned_configs_come_back_when_the_memory_calibration_says_they_fit():
+    spec = StudySpec.from_dict(small_moe_study())
+    sampler = PrimusSampler(spec)
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    objective = make_objective(spec, _MeasuresEverything(spec))
+    study.optimize(objective, n_trials=len(sampler.plan))
+    from primus_optuna.physics.memory_calibration import MemoryCalibration
+    from primus_optuna.search.sampler import _counts_as_tried
+
+    pruned = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["prune_reason"].startswith("memory")
+    ]
+    assert pruned and all(_counts_as_tried(t, MemoryCalibration()) for t in pruned)
+    # measured runs showed peaks at 30% of the model: the memory-pruned sweep points are untried again
+    assert not any(_counts_as_tried(t, MemoryCalibration(scale=0.3)) for t in pruned)
+    study.set_user_attr("memory_calibration", {"scale": 0.3, "n_trials": 3, "n_oom": 0})
+    before = len(study.trials)
+    study.optimize(objective, n_trials=10)
+    after = [t for t in study.trials[before:] if t.state == optuna.trial.TrialState.COMPLETE]
+    # and the search now runs configurations that only the calibration admits
+    assert any(t.user_attrs["memory_peak_gib"] > t.user_attrs["memory_usable_gib"] for t in after)
+
+
+def test_a_killed_sampling_does_not_hold_back_the_fallback_forever(tmp_path):
+    import sqlalchemy as sa
+
+    spec = StudySpec.from_dict(small_moe_study())
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    sampler = PrimusSampler(spec)
+    study = optuna.create_study(
+        storage=url, direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=len(sampler.plan))
+    # a trial left RUNNING without params ten minutes ago (its process died while sampling), no heartbeat
+    stale = study._storage.create_new_trial(study._study_id)
+    engine = sa.create_engine(url)
+    with engine.begin() as c:
+        c.execute(
+            sa.text("UPDATE trials SET datetime_start = datetime('now', '-10 minutes') WHERE trial_id = :i"),
+            {"i": stale},
+        )
+    engine.dispose()
+    study.optimize(make_objective(spec), n_trials=2)
+    picks = [t.user_attrs.get("rationale", "") for t in study.trials[-2:]]
+    assert all("model-guided best" in r for r in picks), picks

@@ -1,7 +1,8 @@
 """:class:`MemoryCalibration`: the memory model corrected by what measured runs showed.
 
-A measured trial that reports its peak memory gives a ratio measured / estimated peak; a trial that ran out of
-memory gives a lower bound (the device's capacity / its estimated peak). The calibration's ``scale`` is the
+A measured trial that reports its peak memory gives a ratio measured / estimated peak (kept when comparable,
+:data:`COMPARABLE`); a trial that ran out of memory gives a lower bound (the device's capacity / its estimated
+peak, kept up to :data:`MAX_OOM_BOUND`). The calibration's ``scale`` is the
 median ratio, raised to every lower bound, so a configuration that ran out of memory stays out after refitting.
 The memory prefilter compares ``scale × estimated peak`` with the usable memory, so the filter learns from the
 cluster: a model that is pessimistic for a stack (e.g. MoE recipes with memory features the axes do not
@@ -22,8 +23,12 @@ from typing import Any
 
 from .memory import MemoryEstimate
 
-CLAMP = (0.25, 4.0)
-"""a scale outside this range means the measurement is not comparable (e.g. host RSS against HBM)"""
+COMPARABLE = (0.25, 4.0)
+"""a measured/estimated ratio outside this range is not comparable (e.g. host RSS against HBM): discarded"""
+MAX_OOM_BOUND = 1.5
+"""an out-of-memory run of a configuration estimated below 1/1.5 of the device is not taken as evidence about
+the memory model (an allocation failure elsewhere, e.g. NCCL host buffers, or a broken job): discarded and
+left to ``memory_model_miss``, so one such failure cannot close most of the space"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +47,13 @@ class MemoryCalibration:
     def fit(cls, ratios: Iterable[float], oom_bounds: Iterable[float] = ()) -> MemoryCalibration:
         """``ratios``: measured / estimated peak of completed runs; ``oom_bounds``: capacity / estimated peak
         of runs that ran out of memory (the true ratio was at least this)."""
-        r = [x for x in ratios if x > 0]
-        b = [x for x in oom_bounds if x > 0]
+        r = [x for x in ratios if COMPARABLE[0] <= x <= COMPARABLE[1]]
+        b = [x for x in oom_bounds if 0 < x <= MAX_OOM_BOUND]
         if not r and not b:
             return cls()
         scale = statistics.median(r) if r else 1.0
         if b:
             scale = max(scale, max(b))
-        scale = min(max(scale, CLAMP[0]), CLAMP[1])
         return cls(scale=scale, n_trials=len(r), n_oom=len(b))
 
     def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from ..physics.calibration import Calibration
+from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..redaction import redact
 from ..search.fallback import corrected_tps
@@ -809,6 +810,13 @@ def _memory(doc: Doc, rec: StudyRecord) -> None:
         + (": " + ", ".join(f"{k} {v}" for k, v in counts.most_common()) if counts else "")
         + "."
     )
+    mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
+    if not mcal.is_identity:
+        doc.p(
+            f"Memory calibration (study attr `memory_calibration`): the filter compares the estimated peak "
+            f"× {mcal.scale:.2f} with the usable memory, {mcal.describe().removeprefix('calibrated ')}; "
+            "configurations pruned before it that fit under it were offered again."
+        )
     mem = memory_pruned(rec)
     if not mem:
         doc.p("The memory filter removed no trial.")

@@ -204,8 +204,8 @@ def open_study(
                 f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
                 f"file gives {h}): the study file was edited between runs in a way that changes the space or "
                 "its estimates (axes, model, cluster or GPU figures, workload, objectives, memory margin, "
-                "baseline or sweep order). Restore the file, or start a new study with --study-name NAME or "
-                "another --storage."
+                "baseline or sweep order) — or a primus-optuna upgrade changed a catalog figure the study used. "
+                "Restore the file, or start a new study with --study-name NAME or another --storage."
             )
     try:
         study = optuna.create_study(

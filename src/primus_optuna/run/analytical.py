@@ -25,6 +25,8 @@ class AnalyticalRunner:
     kind = "analytical"
     uses_workdir = False
     """the objective does not create a per-trial directory for it"""
+    measures_cluster_memory = False
+    """its out-of-memory verdicts are the memory model's own: they never calibrate the model"""
 
     def __init__(self, spec: StudySpec) -> None:
         self.spec = spec

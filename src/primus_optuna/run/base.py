@@ -73,5 +73,7 @@ class Runner(Protocol):
     """Turns a configuration into a measurement."""
 
     kind: str
+    # optional: ``measures_cluster_memory = False`` when the runner's peak memory and out-of-memory failures
+    # come from another device than the study's GPU (the profile runner); they then do not calibrate memory
 
     def run(self, config: TrainingConfig, context: RunContext) -> Measurement: ...

@@ -133,13 +133,16 @@ def make_objective(
         try:
             if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
                 if trial.should_prune():
-                    trial.set_user_attr("prune_reason", trial.user_attrs.get("prune_reason") or mem.reason())
-                    raise optuna.TrialPruned(mem.reason())
+                    # the pruner wrote the (possibly calibrated) reason to storage; trial.user_attrs is a cache
+                    reason = _stored_attrs(trial).get("prune_reason") or mem.reason()
+                    raise optuna.TrialPruned(reason)
             else:
                 prune_if_infeasible(trial, spec, config)
         except optuna.TrialPruned:
             _notify(
-                hooks, trial, {**attrs, "prune_reason": trial.user_attrs.get("prune_reason", mem.reason())}
+                hooks,
+                trial,
+                {**attrs, "prune_reason": _stored_attrs(trial).get("prune_reason", mem.reason())},
             )
             raise
         workdir = (fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
@@ -158,8 +161,10 @@ def make_objective(
             failed = {"failure_reason": exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
             if exc.reason == "oom" and mem.fits:
                 failed["memory_model_miss"] = True
+            if exc.reason == "oom" and not getattr(runner, "measures_cluster_memory", True):
+                failed["oom_counts_for_memory"] = False  # e.g. a local profiling run: not the cluster's GPU
             set_attrs(trial, failed)
-            if exc.reason == "oom" and mem.peak_gib > 0:
+            if exc.reason == "oom" and mem.peak_gib > 0 and getattr(runner, "measures_cluster_memory", True):
                 update_memory_calibration(
                     study, oom_bound=mem.capacity_gib / mem.peak_gib, capacity=mem.capacity_gib
                 )
@@ -182,7 +187,7 @@ def make_objective(
             )
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
-                if mem.peak_gib > 0:
+                if mem.peak_gib > 0 and getattr(runner, "measures_cluster_memory", True):
                     update_memory_calibration(
                         study, ratio=m.peak_memory_gib / mem.peak_gib, capacity=mem.capacity_gib
                     )
@@ -214,7 +219,8 @@ def update_memory_calibration(
     study: optuna.Study, *, capacity: float, ratio: float | None = None, oom_bound: float | None = None
 ) -> None:
     """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from every
-    completed trial with a measured peak, every out-of-memory trial, and the trial finishing now."""
+    completed trial with a measured peak, every out-of-memory trial (also one still being recorded by another
+    worker), and the trial finishing now."""
     ratios, bounds = [], []
     for t in study.get_trials(deepcopy=False):
         est = t.user_attrs.get("memory_peak_gib")
@@ -222,11 +228,16 @@ def update_memory_calibration(
             continue
         if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("measured_peak_memory_gib"):
             ratios.append(float(t.user_attrs["measured_peak_memory_gib"]) / float(est))
-        elif t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("failure_reason") == "oom":
+        elif t.user_attrs.get("failure_reason") == "oom" and t.user_attrs.get("oom_counts_for_memory", True):
             bounds.append(capacity / float(est))
     ratios += [ratio] if ratio else []
     bounds += [oom_bound] if oom_bound else []
     study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
+
+
+def _stored_attrs(trial: optuna.Trial) -> dict[str, Any]:
+    """The trial's user attrs as stored now (``trial.user_attrs`` may be a cached copy)."""
+    return trial.study._storage.get_trial(trial._trial_id).user_attrs
 
 
 def _notify(hooks: tuple[TrialHook, ...], trial: optuna.Trial, attrs: dict[str, Any]) -> None:

@@ -150,6 +150,8 @@ class ProfileRunner:
     """Profile one layer on this device; project the cluster's tokens/s/GPU."""
 
     kind = "profile"
+    measures_cluster_memory = False
+    """its memory figures (and out-of-memory failures) are the local device's, not the cluster GPU's"""
 
     def __init__(
         self,

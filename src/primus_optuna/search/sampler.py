@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,24 @@ from .sweep import SweepPoint, sweep_plan
 log = logging.getLogger(__name__)
 RUNNING = optuna.trial.TrialState.RUNNING
 EXHAUSTED = "exhausted: every legal configuration that fits in memory has been tried"
+PENDING_S = 60.0
+"""a free trial still without a configuration this long after its start is a killed sampling, not a
+concurrent one (a proposal takes milliseconds, a planner call at most the LLM timeout)"""
+
+
+def _counts_as_tried(t: FrozenTrial, mem_cal: MemoryCalibration) -> bool:
+    """Whether ``t`` uses up its configuration: not when it was pruned as a duplicate (both of a concurrent
+    pair may be), was an exhausted-space placeholder, or was pruned by memory but fits under the study's
+    current memory calibration (measured runs showed the model was pessimistic)."""
+    attrs = t.user_attrs
+    reason = str(attrs.get("prune_reason", ""))
+    if reason.startswith("duplicate") or attrs.get("phase") == "exhausted":
+        return False
+    if t.state == optuna.trial.TrialState.PRUNED and reason.startswith("memory") and not mem_cal.is_identity:
+        peak, usable = attrs.get("memory_peak_gib"), attrs.get("memory_usable_gib")
+        if peak and usable and float(peak) * mem_cal.scale <= float(usable):
+            return False
+    return True
 
 
 @dataclass
@@ -188,8 +207,8 @@ class PrimusSampler(BaseSampler):
             extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": value}
             return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
         others = [t for t in trials if t.number != trial.number]
-        # a configuration whose only trials were pruned as duplicates (both of a concurrent pair) is untried
-        counted = [t for t in others if not str(t.user_attrs.get("prune_reason", "")).startswith("duplicate")]
+        mem_cal = study_memory_calibration(study)
+        counted = [t for t in others if _counts_as_tried(t, mem_cal)]
         ordered = [c for c in (trial_config(self.space, t) for t in counted) if c is not None]
         exclude = set(ordered)
         # concurrent workers: a trial being proposed right now has its config_key attr before its params, and
@@ -200,6 +219,7 @@ class PrimusSampler(BaseSampler):
             for t in counted
             if t.state == RUNNING and t.user_attrs.get("config_key")
         }
+        now = datetime.now()
         pending = sum(
             1
             for t in others
@@ -208,8 +228,9 @@ class PrimusSampler(BaseSampler):
             and is_free(t)
             and not t.params
             and "config_key" not in t.user_attrs
+            and t.datetime_start is not None
+            and (now - t.datetime_start).total_seconds() < PENDING_S  # a killed sampling is not pending
         )
-        mem_cal = study_memory_calibration(study)
         note = ""
         if self.planner is not None:
             out = self.planner.propose(

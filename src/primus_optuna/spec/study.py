@@ -12,7 +12,6 @@ Example::
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ from pydantic import (
 )
 
 from ..errors import SpecError
-from ..redaction import MASK, looks_secret, redact, redact_url
+from ..redaction import MASK, looks_secret, redact_data
 from .hardware import GPU_CATALOG, GPUSpec
 from .model import MODEL_CATALOG, ModelSpec
 
@@ -312,17 +311,14 @@ class StudySpec(_Strict):
         return self.model_dump(mode="json")
 
     def to_public_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` safe to store and share: URL passwords masked (``storage``, ``llm.api_base``),
-        secret-looking ``runner.options.env`` values and any secret of the environment redacted."""
+        """:meth:`to_dict` safe to store and share: URL passwords masked everywhere (``storage``,
+        ``llm.api_base``, runner options), secret-looking ``runner.options.env`` values and any secret of the
+        environment redacted (string values only; numbers and keys stay)."""
         data = self.to_dict()
-        if data.get("storage"):
-            data["storage"] = redact_url(data["storage"])
-        if data["llm"].get("api_base"):
-            data["llm"]["api_base"] = redact_url(data["llm"]["api_base"])
         env = data["runner"]["options"].get("env")
         if isinstance(env, dict):
             data["runner"]["options"]["env"] = {k: (MASK if looks_secret(k) else v) for k, v in env.items()}
-        return json.loads(redact(json.dumps(data)))
+        return redact_data(data)
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:
