@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+from tests.helpers.models import gpt_model
 
 from primus_optuna.physics import (
     BREAKDOWN_KEYS,
@@ -35,17 +36,7 @@ def korthikanti_spec(hidden: int, layers: int, heads: int, pp: int) -> StudySpec
     return StudySpec.from_dict(
         {
             "name": "korthikanti",
-            "model": {
-                "num_layers": layers,
-                "hidden_size": hidden,
-                "ffn_hidden_size": 4 * hidden,
-                "num_attention_heads": heads,
-                "vocab_size": 51200,
-                "swiglu": False,
-                "untie_embeddings_and_output_weights": False,
-                "normalization": "LayerNorm",
-                "position_embedding_type": "learned_absolute",
-            },
+            "model": {**gpt_model(hidden, layers, heads), "name": "korthikanti"},
             "cluster": {"gpu": "a100-80gb", "nodes": pp, "gpus_per_node": 8},
             "workload": {
                 "seq_length": 2048,

@@ -12,27 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.helpers.models import gpt_model
 
 from primus_optuna.physics.flops import narayanan_flops
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import TrainingConfig
 from primus_optuna.spec import MODEL_CATALOG, StudySpec
-
-
-def gpt_model(hidden: int, layers: int, heads: int) -> dict[str, Any]:
-    """GPT-3-style model of both papers: GeLU MLP (4h), LayerNorm, learned positions, vocab 51200, tied."""
-    return {
-        "name": f"gpt-{hidden}",
-        "num_layers": layers,
-        "hidden_size": hidden,
-        "ffn_hidden_size": 4 * hidden,
-        "num_attention_heads": heads,
-        "vocab_size": 51200,
-        "swiglu": False,
-        "untie_embeddings_and_output_weights": False,
-        "normalization": "LayerNorm",
-        "position_embedding_type": "learned_absolute",
-    }
 
 
 def make_spec(
