@@ -2,12 +2,12 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from tests.conftest import FLAGSHIP
 
 from primus_optuna.cli import cli
 from primus_optuna.physics import BREAKDOWN_KEYS, estimate_memory
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
+from tests.conftest import FLAGSHIP
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -4,7 +4,6 @@ import json
 
 import yaml
 from click.testing import CliRunner
-from tests.conftest import small_moe_study
 
 from primus_optuna.cli import cli
 from primus_optuna.physics.memory import estimate_memory
@@ -12,6 +11,7 @@ from primus_optuna.physics.plan import plan_space
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
+from tests.conftest import small_moe_study
 
 
 def study_file(tmp_path, data=None):

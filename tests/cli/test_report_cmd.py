@@ -8,11 +8,11 @@ from pathlib import Path
 import optuna
 import pytest
 from click.testing import CliRunner
-from tests.helpers.recorded_study import make_study, small_spec
 
 from primus_optuna.cli import cli
 from primus_optuna.record.export import FORMATS, parse_export
 from primus_optuna.space import Space
+from tests.helpers.recorded_study import make_study, small_spec
 
 
 def invoke(*args: object):

@@ -3,9 +3,9 @@ import sys
 
 import optuna
 from click.testing import CliRunner
-from tests.conftest import ROOT, small_moe_study
 
 from primus_optuna.cli import cli
+from tests.conftest import ROOT, small_moe_study
 
 State = optuna.trial.TrialState
 
@@ -91,10 +91,9 @@ def test_run_without_llm_never_imports_dspy(tmp_path):
 def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
     import json
 
-    from tests.helpers.openai_server import OpenAIServer
-
     from primus_optuna import Space, StudySpec
     from primus_optuna.physics.memory import estimate_memory
+    from tests.helpers.openai_server import OpenAIServer
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
     data = small_moe_study(sweep_order=["mbs"])

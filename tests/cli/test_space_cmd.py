@@ -2,9 +2,9 @@ import json
 
 import yaml
 from click.testing import CliRunner
-from tests.conftest import FLAGSHIP, small_moe_study
 
 from primus_optuna.cli import cli
+from tests.conftest import FLAGSHIP, small_moe_study
 
 
 def invoke(*args):

@@ -3,8 +3,6 @@
 import dataclasses
 
 import pytest
-from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
-from tests.helpers.models import gpt_model
 
 from primus_optuna.physics import (
     BREAKDOWN_KEYS,
@@ -19,6 +17,8 @@ from primus_optuna.physics import memory as mem
 from primus_optuna.physics.shapes import output_params
 from primus_optuna.space import Space
 from primus_optuna.spec import GIB, StudySpec
+from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+from tests.helpers.models import gpt_model
 
 # --- Korthikanti et al. 2022, Fig. 1 (shared/reference/validation.md) -----------------------------------------
 # (name, hidden, layers, heads, pp, vpp, gbs, mbs, params+optimizer GiB, activations GiB (SP + selective))

@@ -1,8 +1,8 @@
 import pytest
-from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec, estimate_memory
 from primus_optuna.physics.memory_calibration import COMPARABLE, MAX_OOM_BOUND, MemoryCalibration
+from tests.conftest import small_moe_study
 
 
 def test_identity_and_round_trip():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
 
 from primus_optuna.physics.calibration import (
     BREAKDOWN_TERMS,
@@ -20,6 +19,7 @@ from primus_optuna.physics.throughput import (
 )
 from primus_optuna.space import Space
 from primus_optuna.spec import GPU_CATALOG, StudySpec
+from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
 
 FLAG = StudySpec.from_yaml(FLAGSHIP)
 FLAG_SPACE = Space(FLAG)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.helpers.models import gpt_model
 
 from primus_optuna.physics.flops import narayanan_flops
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import TrainingConfig
 from primus_optuna.spec import MODEL_CATALOG, StudySpec
+from tests.helpers.models import gpt_model
 
 
 def make_spec(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import optuna
 import pytest
+
 from tests.helpers.recorded_study import SENTINEL_KEY, make_study
 
 

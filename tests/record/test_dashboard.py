@@ -13,11 +13,11 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import optuna
 import pytest
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
-from tests.helpers.recorded_study import SENTINEL_KEY, small_spec
 
 from primus_optuna.record.dashboard import dashboard_app, note_hook, refresh_study_note, trial_note
 from primus_optuna.search.suggest import suggest_config
 from primus_optuna.space import Space
+from tests.helpers.recorded_study import SENTINEL_KEY, small_spec
 
 
 class _Quiet(WSGIRequestHandler):

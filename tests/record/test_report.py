@@ -8,10 +8,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from tests.helpers.recorded_study import FALLBACK_WHY, SENTINEL_KEY, make_study
 
 from primus_optuna.record.report import build_report, fmt_gib, fmt_pct, fmt_tok, load_record
 from primus_optuna.redaction import redact
+from tests.helpers.recorded_study import FALLBACK_WHY, SENTINEL_KEY, make_study
 
 SECTIONS = (
     "## 1. Setup",

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from optuna_dashboard import get_note
-from tests.conftest import small_moe_study
-from tests.helpers.openai_server import OpenAIServer
 
 from primus_optuna.cli import cli
 from primus_optuna.record.report import build_report
 from primus_optuna.spec import StudySpec
+from tests.conftest import small_moe_study
+from tests.helpers.openai_server import OpenAIServer
 
 pytest.importorskip("primus_optuna.physics.throughput")
 

@@ -2,7 +2,6 @@ import os
 
 import optuna
 import pytest
-from tests.conftest import small_moe_study
 
 from primus_optuna import SpecError, StudySpec
 from primus_optuna.record.storage import (
@@ -14,6 +13,7 @@ from primus_optuna.record.storage import (
     storage_file,
 )
 from primus_optuna.redaction import redact_url
+from tests.conftest import small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
@@ -9,6 +8,7 @@ from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.run.analytical import AnalyticalRunner
 from primus_optuna.run.base import OutOfMemory, RunContext, Runner
 from primus_optuna.run.factory import make_runner
+from tests.conftest import small_moe_study
 
 
 def test_the_estimate_is_the_value(tmp_path: Path):

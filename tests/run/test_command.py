@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers.runners import baseline, fake_argv, mixtral_spec
 
 from primus_optuna.errors import SpecError
 from primus_optuna.run.base import LaunchFailure, NoThroughput, OutOfMemory, RunContext, RunTimeout
 from primus_optuna.run.command import CommandRunner, render, template_fields
+from tests.helpers.runners import baseline, fake_argv, mixtral_spec
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.artifacts import FileSystemArtifactStore
-from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.calibration import Calibration
@@ -13,6 +12,7 @@ from primus_optuna.run.base import Measurement, OutOfMemory, RunFailure
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
+from tests.conftest import small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 State = optuna.trial.TrialState

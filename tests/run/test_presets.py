@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.helpers.runners import fake_argv, mixtral_spec
 
 from primus_optuna.errors import SpecError
 from primus_optuna.run.base import LaunchFailure, RunContext
@@ -16,6 +15,7 @@ from primus_optuna.run.presets import OVERLAY_NAME, build_command_runner, primus
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
 from primus_optuna.spec.primus_import import import_primus_yaml
+from tests.helpers.runners import fake_argv, mixtral_spec
 
 CONFIGS = [
     {"tp": 1, "pp": 4, "vpp": 2, "ep": 8, "mbs": 2, "pp_schedule": "interleaved"},

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.helpers.runners import mixtral_spec
 
 from primus_optuna.errors import SpecError
 from primus_optuna.physics.shapes import LayerShape
@@ -16,6 +15,7 @@ from primus_optuna.run.factory import make_runner
 from primus_optuna.run.profile import ProfileRunner, layer_flops, scaled_shape
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
+from tests.helpers.runners import mixtral_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

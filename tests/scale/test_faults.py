@@ -7,12 +7,12 @@ import time
 import optuna
 import pytest
 from click.testing import CliRunner
-from tests.helpers.openai_server import OpenAIServer, Reply
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.cli import cli as cli_group
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.search.sampler import PrimusSampler
+from tests.helpers.openai_server import OpenAIServer, Reply
 
 from .helpers import (
     State,

@@ -7,13 +7,13 @@ import sys
 
 import optuna
 import pytest
-from tests.conftest import ROOT, small_dense_study, small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.run.base import OutOfMemory, RunContext
 from primus_optuna.spec.study import AXES
+from tests.conftest import ROOT, small_dense_study, small_moe_study
 
 
 def _load_bench():

@@ -2,7 +2,6 @@ import math
 
 import optuna
 import pytest
-from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
@@ -13,6 +12,7 @@ from primus_optuna.search.fallback import (
     calibration_from_trials,
     corrected_tps,
 )
+from tests.conftest import small_moe_study
 
 
 @pytest.fixture

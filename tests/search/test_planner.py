@@ -4,8 +4,6 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.artifacts import FileSystemArtifactStore
-from tests.conftest import small_moe_study
-from tests.helpers.openai_server import OpenAIServer, Reply
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
@@ -13,6 +11,8 @@ from primus_optuna.record.storage import open_study
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
+from tests.conftest import small_moe_study
+from tests.helpers.openai_server import OpenAIServer, Reply
 
 from .conftest import chat_reply
 

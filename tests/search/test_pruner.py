@@ -4,12 +4,12 @@ import re
 
 import optuna
 import pytest
-from tests.conftest import small_moe_study
 
 from primus_optuna.physics import estimate_memory
 from primus_optuna.search import MemoryPrefilterPruner, config_from_params, prune_if_infeasible
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
+from tests.conftest import small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REASON = re.compile(r"^memory: \d+\.\d GiB on stage \d+ > \d+\.\d GiB usable$")

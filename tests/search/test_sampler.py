@@ -5,7 +5,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-from tests.conftest import ROOT, small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
@@ -14,6 +13,7 @@ from primus_optuna.run.base import RunFailure
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
+from tests.conftest import ROOT, small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 WORKER = Path(__file__).with_name("worker.py")

@@ -1,11 +1,11 @@
 import optuna
 import pytest
-from tests.conftest import small_moe_study
 
 from primus_optuna import Space, StudySpec
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.suggest import axis_distributions, suggest_config
 from primus_optuna.spec.study import AXES
+from tests.conftest import small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -1,8 +1,7 @@
-from tests.conftest import small_dense_study, small_moe_study
-
 from primus_optuna import Space, StudySpec
 from primus_optuna.search.sweep import sweep_plan
 from primus_optuna.spec.study import AXES
+from tests.conftest import small_dense_study, small_moe_study
 
 
 def _diff(a, b):
@@ -78,11 +77,10 @@ def test_illegal_baseline_is_repaired_as_the_centre():
 def test_default_order_follows_the_model_when_the_baseline_does_not_fit():
     """The flagship baseline does not fit in the memory model: impact is then measured against the median of
     the feasible sweep points instead of silently falling back to the canonical axis order."""
-    from tests.conftest import FLAGSHIP
-
     from primus_optuna.physics.memory import estimate_memory
     from primus_optuna.physics.throughput import estimate_throughput
     from primus_optuna.search.sweep import axis_points, default_order, sweep_center
+    from tests.conftest import FLAGSHIP
 
     spec = StudySpec.from_yaml(FLAGSHIP)
     space = Space(spec)

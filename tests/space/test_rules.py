@@ -1,10 +1,10 @@
 """Every legality rule has a passing and a failing case."""
 
 import pytest
-from tests.conftest import FLAGSHIP, small_dense_study
 
 from primus_optuna import Space, StudySpec, TrainingConfig
 from primus_optuna.space import RULES
+from tests.conftest import FLAGSHIP, small_dense_study
 
 
 @pytest.fixture(scope="module")

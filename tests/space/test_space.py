@@ -1,8 +1,8 @@
 import pytest
-from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
 
 from primus_optuna import Space, SpecError, StudySpec, TrainingConfig
 from primus_optuna.space import parse_config_string
+from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
 
 
 def test_enumeration_equals_brute_force_filter_moe():

@@ -2,9 +2,9 @@ import json
 
 import pytest
 import yaml
-from tests.conftest import STUDIES, small_dense_study, small_moe_study
 
 from primus_optuna import GPUSpec, ModelSpec, SpecError, StudySpec
+from tests.conftest import STUDIES, small_dense_study, small_moe_study
 
 
 @pytest.mark.parametrize("path", sorted(STUDIES.glob("*.yaml")), ids=lambda p: p.name)
