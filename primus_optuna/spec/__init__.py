@@ -2,7 +2,13 @@
 
 from .hardware import GB, GIB, GPU_CATALOG, GPUSpec
 from .model import MODEL_CATALOG, ModelSpec, hf_to_megatron
-from .recompute import RECOMPUTE_MODULES, Recompute, canonical_recompute, parse_recompute, recompute_from_megatron
+from .recompute import (
+    RECOMPUTE_MODULES,
+    Recompute,
+    canonical_recompute,
+    parse_recompute,
+    recompute_from_megatron,
+)
 from .study import (
     AXES,
     CHOICES,
