@@ -67,7 +67,9 @@ def test_parse_config_string():
 
 def test_baseline_missing_axes_default_and_legality():
     space = Space(StudySpec.from_yaml(FLAGSHIP))
-    assert space.baseline == TrainingConfig(tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=2, pp_schedule="interleaved")
+    assert space.baseline == TrainingConfig(
+        tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=1, recompute="full:1", pp_schedule="interleaved"
+    )
     assert space.check(space.baseline) == []
     assert space.baseline in space
 
