@@ -233,7 +233,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
 
         artifacts = [
             {"trial": None, "filename": m.filename, "artifact_id": m.artifact_id, "mimetype": m.mimetype}
-            for m in get_all_artifact_meta(study)
+            for m in sorted(get_all_artifact_meta(study), key=lambda m: m.filename)
         ]
         for t in study.get_trials(deepcopy=False):
             artifacts += [
@@ -243,7 +243,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
                     "artifact_id": m.artifact_id,
                     "mimetype": m.mimetype,
                 }
-                for m in get_all_artifact_meta(t, storage=study._storage)
+                for m in sorted(get_all_artifact_meta(t, storage=study._storage), key=lambda m: m.filename)
             ]
     except Exception:  # artifact metadata is optional
         artifacts = []
