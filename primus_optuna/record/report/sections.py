@@ -28,15 +28,15 @@ from typing import Any
 
 import yaml
 
-from ..physics.calibration import Calibration
-from ..physics.memory_calibration import MemoryCalibration
-from ..physics.throughput import estimate_throughput
-from ..redaction import redact
-from ..search.fallback import corrected_tps
-from ..space import Space, TrainingConfig
-from ..spec import StudySpec
-from ..spec.study import AXES
-from .export import study_spec, trial_config
+from ...physics.calibration import Calibration
+from ...physics.memory_calibration import MemoryCalibration
+from ...physics.throughput import estimate_throughput
+from ...redaction import redact
+from ...search.fallback import corrected_tps
+from ...space import Space, TrainingConfig
+from ...spec import StudySpec
+from ...spec.study import AXES
+from ..export import study_spec, trial_config
 
 DEFAULT_MEASURE_STEPS = 10
 """Steps a measured run would take when ``runner.options`` names none (``train_iters`` or ``steps``): the
@@ -186,7 +186,7 @@ def load_record(
     to ``<storage stem>-artifacts`` (where ``run`` keeps logs and planner transcripts)."""
     import optuna
 
-    from .storage import make_storage, normalize_url
+    from ..storage import make_storage, normalize_url
 
     url = ""
     if isinstance(storage, str):
@@ -195,7 +195,7 @@ def load_record(
     if study_name is None:
         names = optuna.get_all_study_names(storage)
         if len(names) != 1:
-            from ..errors import SpecError
+            from ...errors import SpecError
 
             raise SpecError(
                 f"--study-name is required: the storage holds {len(names)} studies"
@@ -210,7 +210,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
     """A :class:`StudyRecord` of a loaded (or live) Optuna study."""
     from optuna.artifacts import FileSystemArtifactStore
 
-    from .storage import sibling_dir
+    from ..storage import sibling_dir
 
     if artifact_dir is None and storage_url:
         artifact_dir = sibling_dir(storage_url, study.study_name, "-artifacts")
@@ -319,8 +319,8 @@ def sensitivity(rec: StudyRecord, config: TrainingConfig) -> tuple[list[dict[str
 
     Returns (rows, verdict); rows are empty and the verdict says why when the physics is unavailable."""
     try:
-        from ..physics.memory import estimate_memory
-        from ..physics.throughput import estimate_throughput
+        from ...physics.memory import estimate_memory
+        from ...physics.throughput import estimate_throughput
     except ImportError as exc:
         return [], f"not available: the analytical models cannot be imported ({exc})"
     spec, space = rec.spec, rec.space
