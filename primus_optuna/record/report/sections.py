@@ -1,28 +1,17 @@
-"""The audit report of a primus-optuna study, built from its storage alone.
-
-:func:`build_report` writes ``report.md`` (plots as PNG files under ``plots/``), a self-contained
-``report.html`` (plots embedded as base64 PNG) and ``study.yaml`` (the study file, for the command that
-reproduces the run). Sections: setup, sweep phase, planner phase, memory filter, estimates vs measurements,
-result (best configuration, gain over the baseline, Pareto front, sensitivity), plots, all trials. It works
-on any study created by primus-optuna, finished or not; a section with nothing to show says so.
-
-Example::
-
-    paths = build_report("sqlite:///mixtral.db", "mixtral-8x22b-mi355x-fp8", "mixtral-report")
-    paths["html"]  # Path('mixtral-report/report.html')
+"""The report's sections, :func:`render` (the whole report as a :class:`~.doc.Doc`) and :func:`build_report`
+(the files). A section is a function ``(doc, rec) -> None`` that opens with ``doc.section(title)`` (numbered
+in order) and says so when it has nothing to show; :data:`SECTIONS` lists them in report order, so a new
+section is one function plus one entry there (then regenerate the golden report of
+tests/record/test_report_golden.py). May import every sibling module (record, analysis, doc, plots), the
+physics, the search's fallback (the calibrated estimate) and redaction; nothing imports this module but the
+package ``__init__``.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-import platform
-import re
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
-from importlib import metadata
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,619 +22,28 @@ from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
 from ...redaction import redact
 from ...search.fallback import corrected_tps
-from ...space import Space, TrainingConfig
-from ...spec import StudySpec
+from ...space import TrainingConfig
 from ...spec.study import AXES
-from ..export import study_spec, trial_config
-
-DEFAULT_MEASURE_STEPS = 10
-"""Steps a measured run would take when ``runner.options`` names none (``train_iters`` or ``steps``): the
-default ``train_iters`` of the primus and megatron runners (run/presets.py)."""
-
-SHARP_LOSS = 0.10
-"""A neighbour that loses at least this fraction of the best's estimate makes an axis "sharp"."""
-FLAT_LOSS = 0.03
-"""Neighbours within this fraction of the best's estimate make an axis "flat" (a broad basin)."""
-
-PACKAGES = ("primus-optuna", "optuna", "optuna-dashboard", "dspy", "litellm", "matplotlib", "pydantic")
-
-
-# --- what storage holds -------------------------------------------------------------------------------------
-
-
-@dataclass
-class TrialRow:
-    """One trial as the report sees it."""
-
-    number: int
-    state: str
-    config: TrainingConfig | None
-    values: list[float] | None
-    attrs: dict[str, Any]
-
-    @property
-    def value(self) -> float | None:
-        return self.values[0] if self.values else None
-
-    def attr(self, key: str) -> Any:
-        return self.attrs.get(key)
-
-    @property
-    def phase(self) -> str:
-        return str(self.attrs.get("phase") or "-")
-
-    @property
-    def estimate(self) -> float | None:
-        return _num(self.attrs.get("estimate_tokens_per_s_per_gpu"))
-
-    @property
-    def measured(self) -> float | None:
-        m = _num(self.attrs.get("measured_tokens_per_s_per_gpu"))
-        if m is None and self.state == "COMPLETE" and self.attrs.get("source") not in (None, "analytical"):
-            return self.value
-        return m
-
-    @property
-    def peak_gib(self) -> float | None:
-        return _num(self.attrs.get("memory_peak_gib"))
-
-    @property
-    def outcome(self) -> str:
-        if self.state == "PRUNED":
-            return f"pruned: {self.attrs.get('prune_reason') or 'no reason recorded'}"
-        if self.state == "FAIL":
-            return f"failed: {self.attrs.get('failure_reason') or 'no reason recorded'}"
-        if self.state == "COMPLETE":
-            return f"complete ({self.attrs.get('source') or 'unknown source'})"
-        return self.state.lower()
-
-    @property
-    def prune_category(self) -> str:
-        reason = str(self.attrs.get("prune_reason") or "unknown")
-        return re.split(r"[:(]", reason, maxsplit=1)[0].strip() or "unknown"
-
-
-def _num(v: Any) -> float | None:
-    try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-@dataclass
-class StudyRecord:
-    """A primus-optuna study read back from storage."""
-
-    study_name: str
-    storage_url: str
-    spec: StudySpec
-    space: Space
-    directions: list[str]
-    user_attrs: dict[str, Any]
-    trials: list[TrialRow]
-    artifacts: list[dict[str, Any]] = field(default_factory=list)
-    artifact_store: Any = None
-    """the file artifact store of the study (planner transcripts), when found"""
-
-    @property
-    def multi_objective(self) -> bool:
-        return len(self.directions) > 1
-
-    @property
-    def complete(self) -> list[TrialRow]:
-        return [t for t in self.trials if t.state == "COMPLETE" and t.values]
-
-    @property
-    def baseline_config(self) -> TrainingConfig:
-        return self.space.canonical(self.space.baseline)
-
-    @property
-    def baseline(self) -> TrialRow | None:
-        """The first trial of the baseline configuration (completed one preferred)."""
-        rows = [t for t in self.trials if t.config == self.baseline_config]
-        done = [t for t in rows if t.state == "COMPLETE"]
-        return (done or rows or [None])[0]
-
-    @property
-    def best(self) -> TrialRow | None:
-        """Highest tokens/s/GPU among completed trials (for a Pareto study: the front's fastest point)."""
-        done = self.complete
-        return max(done, key=lambda t: (t.values[0], -t.number)) if done else None
-
-    def pareto(self) -> list[TrialRow]:
-        """Non-dominated completed trials (max tokens/s, min peak memory), fastest first."""
-        if not self.multi_objective:
-            return []
-        signs = [1 if d == "MAXIMIZE" else -1 for d in self.directions]
-        pts = [(t, [s * v for s, v in zip(signs, t.values, strict=False)]) for t in self.complete]
-        front = [
-            t
-            for t, p in pts
-            if not any(
-                all(a >= b for a, b in zip(q, p, strict=False))
-                and any(a > b for a, b in zip(q, p, strict=False))
-                for _, q in pts
-            )
-        ]
-        return sorted(front, key=lambda t: -t.values[0])
-
-    @property
-    def measure_steps(self) -> int:
-        opts = self.spec.runner.options
-        for key in ("train_iters", "steps", "iterations"):
-            if isinstance(opts.get(key), int) and opts[key] > 0:
-                return int(opts[key])
-        return DEFAULT_MEASURE_STEPS
-
-
-def load_record(
-    storage: Any, study_name: str | None = None, artifact_dir: str | Path | None = None
-) -> StudyRecord:
-    """Read a study from a storage URL (any Optuna URL, a ``.db``/``.log`` path, ``journal:PATH``) or storage
-    object; ``study_name`` may be omitted when the storage holds exactly one study. ``artifact_dir`` defaults
-    to ``<storage stem>-artifacts`` (where ``run`` keeps logs and planner transcripts)."""
-    import optuna
-
-    from ..storage import make_storage, normalize_url
-
-    url = ""
-    if isinstance(storage, str):
-        url = normalize_url(storage)
-        storage = make_storage(url, heartbeat_interval=None)
-    if study_name is None:
-        names = optuna.get_all_study_names(storage)
-        if len(names) != 1:
-            from ...errors import SpecError
-
-            raise SpecError(
-                f"--study-name is required: the storage holds {len(names)} studies"
-                + (f" ({', '.join(names)})" if names else "")
-            )
-        study_name = names[0]
-    study = optuna.load_study(study_name=study_name, storage=storage)
-    return record_of(study, storage_url=url, artifact_dir=artifact_dir)
-
-
-def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None = None) -> StudyRecord:
-    """A :class:`StudyRecord` of a loaded (or live) Optuna study."""
-    from optuna.artifacts import FileSystemArtifactStore
-
-    from ..storage import sibling_dir
-
-    if artifact_dir is None and storage_url:
-        artifact_dir = sibling_dir(storage_url, study.study_name, "-artifacts")
-    store = (
-        FileSystemArtifactStore(str(artifact_dir)) if artifact_dir and Path(artifact_dir).is_dir() else None
-    )
-    spec = study_spec(study)
-    space = Space(spec)
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        try:
-            config = space.canonical(trial_config(t, spec)) if t.params else None
-        except Exception:  # a trial with hand-made params: show it without a config
-            config = None
-        rows.append(
-            TrialRow(t.number, t.state.name, config, list(t.values) if t.values else None, t.user_attrs)
-        )
-    try:
-        from optuna.artifacts import get_all_artifact_meta
-
-        artifacts = [
-            {"trial": None, "filename": m.filename, "artifact_id": m.artifact_id, "mimetype": m.mimetype}
-            for m in sorted(get_all_artifact_meta(study), key=lambda m: m.filename)
-        ]
-        for t in study.get_trials(deepcopy=False):
-            artifacts += [
-                {
-                    "trial": t.number,
-                    "filename": m.filename,
-                    "artifact_id": m.artifact_id,
-                    "mimetype": m.mimetype,
-                }
-                for m in sorted(get_all_artifact_meta(t, storage=study._storage), key=lambda m: m.filename)
-            ]
-    except Exception:  # artifact metadata is optional
-        artifacts = []
-    return StudyRecord(
-        study_name=study.study_name,
-        storage_url=storage_url,
-        spec=spec,
-        space=space,
-        directions=[d.name for d in study.directions],
-        user_attrs=dict(study.user_attrs),
-        trials=rows,
-        artifacts=artifacts,
-        artifact_store=store,
-    )
-
-
-# --- derived figures ----------------------------------------------------------------------------------------
-
-
-def step_time_s(rec: StudyRecord, t: TrialRow) -> float | None:
-    """Estimated seconds per optimizer step: the ``step_time_s`` attr, else from the tokens/s estimate."""
-    st = _num(t.attr("step_time_s"))
-    if st:
-        return st
-    est = t.estimate
-    if est:
-        return rec.spec.tokens_per_step / (est * rec.spec.world)
-    return None
-
-
-def memory_pruned(rec: StudyRecord) -> list[TrialRow]:
-    """Trials the memory filter removed."""
-    return [
-        t
-        for t in rec.trials
-        if t.state == "PRUNED" and ("memory" in t.prune_category.lower() or "fit" in t.prune_category.lower())
-    ]
-
-
-def gpu_hours_saved(rec: StudyRecord) -> tuple[float, int]:
-    """(GPU-hours not spent on memory-pruned trials, how many had a step-time estimate)."""
-    total, counted = 0.0, 0
-    for t in memory_pruned(rec):
-        st = step_time_s(rec, t)
-        if st:
-            total += st * rec.measure_steps * rec.spec.world / 3600.0
-            counted += 1
-    return total, counted
-
-
-def estimate_errors(rec: StudyRecord) -> list[tuple[TrialRow, float, float, float]]:
-    """(trial, estimate, measurement, error) for completed trials measured by a non-analytical runner.
-
-    error = ``estimate_error`` attr, else (estimate − measured) / measured; positive = optimistic model."""
-    out = []
-    for t in rec.complete:
-        if t.attr("source") in (None, "analytical"):
-            continue
-        est, meas = t.estimate, t.measured
-        if est is None or not meas:
-            continue
-        err = _num(t.attr("estimate_error"))
-        out.append((t, est, meas, err if err is not None else (est - meas) / meas))
-    return out
-
-
-def gain(new: float | None, old: float | None) -> float | None:
-    return None if not new or not old else new / old - 1.0
-
-
-def sensitivity(rec: StudyRecord, config: TrainingConfig) -> tuple[list[dict[str, Any]], str]:
-    """Each axis one candidate step either side of ``config``, estimated analytically.
-
-    Returns (rows, verdict); rows are empty and the verdict says why when the physics is unavailable."""
-    try:
-        from ...physics.memory import estimate_memory
-        from ...physics.throughput import estimate_throughput
-    except ImportError as exc:
-        return [], f"not available: the analytical models cannot be imported ({exc})"
-    spec, space = rec.spec, rec.space
-    base_est = estimate_throughput(spec, config).tokens_per_s_per_gpu
-    rows: list[dict[str, Any]] = []
-    for axis in AXES:
-        cands = space.candidates[axis]
-        cur = getattr(config, axis)
-        if cur not in cands or len(cands) < 2:
-            continue
-        i = cands.index(cur)
-        for j, direction in ((i - 1, "-1"), (i + 1, "+1")):
-            if not 0 <= j < len(cands):
-                continue
-            raw = config.replace(**{axis: cands[j]})
-            row: dict[str, Any] = {"axis": axis, "step": direction, "value": cands[j]}
-            reasons = space.check(raw)
-            if reasons:
-                row.update(status="illegal", note=reasons[0])
-            else:
-                c = space.canonical(raw)
-                mem = estimate_memory(spec, c)
-                tput = estimate_throughput(spec, c).tokens_per_s_per_gpu
-                row.update(
-                    status="fits" if mem.fits else "does not fit",
-                    tokens=tput,
-                    delta=tput / base_est - 1.0,
-                    peak_gib=mem.peak_gib,
-                    note="" if c == raw else f"canonical form {c.key()}",
-                )
-            rows.append(row)
-    feasible = [r for r in rows if r.get("status") == "fits"]
-    if not feasible:
-        return rows, "no legal, fitting neighbour: the best configuration is isolated"
-    near = [r for r in feasible if r["delta"] >= -FLAT_LOSS]
-    sharp = [r for r in feasible if r["delta"] <= -SHARP_LOSS]
-    if not near:
-        verdict = (
-            f"sharp peak: every legal neighbour loses more than {FLAT_LOSS:.0%} "
-            f"({len(sharp)} of {len(feasible)} lose {SHARP_LOSS:.0%} or more)"
-        )
-    elif len(near) * 2 >= len(feasible):
-        verdict = f"broad basin: {len(near)} of {len(feasible)} legal neighbours are within {FLAT_LOSS:.0%} of the best"
-    else:
-        verdict = f"moderate: {len(near)} of {len(feasible)} legal neighbours are within {FLAT_LOSS:.0%}"
-    return rows, verdict
-
-
-TRANSCRIPT_NAME = re.compile(r"planner-call-.*\.json$")
-
-
-def planner_rounds(rec: StudyRecord) -> list[dict[str, Any]]:
-    """The planner's calls, oldest first: the JSON transcripts the sampler stores as study artifacts
-    (``planner-call-<trial>.json``: accepted, rejected with reason, tokens, cost_usd, error), read from the
-    file artifact store. Each gets ``artifact`` (its file name); empty when the store is not found."""
-    import json
-
-    if rec.artifact_store is None:
-        return []
-    rounds = []
-    for meta in rec.artifacts:
-        if meta["trial"] is not None or not TRANSCRIPT_NAME.search(meta["filename"]):
-            continue
-        try:
-            with rec.artifact_store.open_reader(meta["artifact_id"]) as f:
-                doc = json.loads(f.read())
-        except Exception:  # a missing or unreadable transcript: list the others
-            continue
-        if isinstance(doc, dict):
-            rounds.append({**doc, "artifact": meta["filename"]})
-    return sorted(rounds, key=lambda r: (r.get("time") or "", r.get("trial_number") or 0))
-
-
-FALLBACK_NOTE = re.compile(r"^planner unavailable \((?P<why>.*?)(; (?P<n>\d+) rejected)?\); ")
-
-
-def fallback_reason(rec: StudyRecord, t: TrialRow) -> str:
-    """Why a fallback trial happened: the note the sampler puts before its rationale, else no LLM."""
-    m = FALLBACK_NOTE.match(str(t.attr("rationale") or ""))
-    if m:
-        n = int(m.group("n") or 0)
-        return m.group("why") + (f" ({n} candidates rejected)" if n else "")
-    return "no LLM configured" if not rec.spec.llm.model else "not recorded"
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for p in PACKAGES:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = "not installed"
-    return out
-
-
-def reproduce_command(rec: StudyRecord, study_file: str = "study.yaml") -> str:
-    s = rec.spec.search
-    storage = rec.storage_url or f"sqlite:///{rec.study_name}.db"
-    cmd = (
-        f"primus-optuna run {study_file} --storage {storage} --study-name {rec.study_name} "
-        f"--n-trials {s.n_trials} --seed {s.seed} --runner {rec.spec.runner.kind}"
-    )
-    return cmd + (f" --llm {rec.spec.llm.model}" if rec.spec.llm.model else " --no-llm")
+from .analysis import (
+    estimate_errors,
+    fallback_reason,
+    gain,
+    gpu_hours_saved,
+    memory_pruned,
+    planner_rounds,
+    reproduce_command,
+    sensitivity,
+    step_time_s,
+    versions,
+)
+from .doc import Doc, fmt_gib, fmt_pct, fmt_tok
+from .plots import plot_axis_effects, plot_estimate_vs_measured, plot_history, plot_pareto
+from .record import DEFAULT_MEASURE_STEPS, StudyRecord, TrialRow, as_number, load_record
 
 
 def default_report_dir(study_name: str) -> Path:
     """Where ``report`` writes when ``--out`` is not given (``run`` prints this path)."""
     return Path(f"{study_name}-report")
-
-
-# --- number formatting (the test compares the report with storage through these) ----------------------------
-
-
-def fmt_tok(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
-def fmt_gib(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
-
-def fmt_pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:+.1f}%"
-
-
-# --- a tiny document model rendered to Markdown and HTML ----------------------------------------------------
-
-
-@dataclass
-class Doc:
-    blocks: list[tuple[str, Any]] = field(default_factory=list)
-    images: dict[str, bytes] = field(default_factory=dict)
-
-    def h(self, level: int, text: str) -> None:
-        self.blocks.append(("h", (level, text)))
-
-    def p(self, text: str) -> None:
-        self.blocks.append(("p", text))
-
-    def bullets(self, items: list[str]) -> None:
-        self.blocks.append(("ul", items))
-
-    def code(self, text: str) -> None:
-        self.blocks.append(("code", text))
-
-    def table(self, headers: list[str], rows: list[list[Any]]) -> None:
-        self.blocks.append(("table", (headers, [[str(c) for c in r] for r in rows])))
-
-    def image(self, name: str, png: bytes | None, alt: str) -> None:
-        if png:
-            self.images[name] = png
-            self.blocks.append(("img", (name, alt)))
-
-    def markdown(self) -> str:
-        out: list[str] = []
-        for kind, data in self.blocks:
-            if kind == "h":
-                out.append("#" * data[0] + " " + data[1])
-            elif kind == "p":
-                out.append(data)
-            elif kind == "ul":
-                out.append("\n".join(f"- {i}" for i in data))
-            elif kind == "code":
-                out.append(f"```\n{data}\n```")
-            elif kind == "table":
-                headers, rows = data
-                cell = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
-                lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-                lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
-                out.append("\n".join(lines))
-            elif kind == "img":
-                out.append(f"![{data[1]}](plots/{data[0]}.png)")
-        return "\n\n".join(out) + "\n"
-
-    def html(self, title: str) -> str:
-        e = html.escape
-        out = [
-            "<!doctype html><html><head><meta charset='utf-8'>",
-            f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
-        ]
-        for kind, data in self.blocks:
-            if kind == "h":
-                out.append(f"<h{data[0]}>{e(data[1])}</h{data[0]}>")
-            elif kind == "p":
-                out.append(f"<p>{_inline(data)}</p>")
-            elif kind == "ul":
-                out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in data) + "</ul>")
-            elif kind == "code":
-                out.append(f"<pre>{e(data)}</pre>")
-            elif kind == "table":
-                headers, rows = data
-                out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr>")
-                out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows]
-                out.append("</table>")
-            elif kind == "img":
-                b64 = base64.b64encode(self.images[data[0]]).decode()
-                out.append(f"<figure><img alt='{e(data[1])}' src='data:image/png;base64,{b64}'></figure>")
-        out.append("</body></html>")
-        return "\n".join(out) + "\n"
-
-
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .5em;"
-    "text-align:left;vertical-align:top}th{background:#f3f3f3}pre,code{background:#f6f6f6}pre{padding:.5em;"
-    "overflow-x:auto}img{max-width:100%}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}"
-)
-
-
-def _inline(text: str) -> str:
-    """HTML-escape, then render Markdown ``code`` and **bold** spans."""
-    s = html.escape(text)
-    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", s)
-
-
-# --- plots --------------------------------------------------------------------------------------------------
-
-
-def _figure(width: float = 7.0, height: float = 4.0) -> tuple[Any, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(width, height), dpi=100)
-
-
-def _png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def plot_history(rec: StudyRecord) -> bytes | None:
-    done = sorted(rec.complete, key=lambda t: t.number)
-    if not done:
-        return None
-    fig, ax = _figure()
-    colours = {"sweep": "tab:blue", "planner": "tab:orange", "fallback": "tab:green"}
-    for phase in sorted({t.phase for t in done}):
-        pts = [t for t in done if t.phase == phase]
-        ax.scatter(
-            [t.number for t in pts], [t.value for t in pts], label=phase, c=colours.get(phase, "tab:gray")
-        )
-    best, xs, ys = float("-inf"), [], []
-    for t in done:
-        best = max(best, t.value or 0.0)
-        xs.append(t.number)
-        ys.append(best)
-    ax.step(xs, ys, where="post", color="k", lw=1, label="best so far")
-    pruned = [t for t in rec.trials if t.state in ("PRUNED", "FAIL")]
-    if pruned:
-        ax.scatter(
-            [t.number for t in pruned], [0] * len(pruned), marker="x", c="tab:red", label="pruned/failed"
-        )
-    ax.set(xlabel="trial", ylabel="tokens/s/GPU", title="Optimisation history")
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def plot_axis_effects(rec: StudyRecord) -> bytes | None:
-    done = [t for t in rec.complete if t.config]
-    axes = [a for a in AXES if len({getattr(t.config, a) for t in done}) > 1]
-    if not axes:
-        return None
-    cols = min(3, len(axes))
-    nrows = (len(axes) + cols - 1) // cols
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, grid = plt.subplots(nrows, cols, figsize=(3.4 * cols, 2.6 * nrows), dpi=100, squeeze=False)
-    for k, axis in enumerate(axes):
-        ax = grid[k // cols][k % cols]
-        values = [v for v in rec.space.candidates[axis] if any(getattr(t.config, axis) == v for t in done)]
-        for i, v in enumerate(values):
-            ys = [t.value for t in done if getattr(t.config, axis) == v]
-            ax.scatter([i] * len(ys), ys, s=14, alpha=0.7, c="tab:blue")
-            ax.plot([i - 0.25, i + 0.25], [max(ys)] * 2, color="k", lw=1)
-        ax.set_xticks(range(len(values)), [str(v) for v in values], fontsize=8)
-        ax.set_title(axis, fontsize=9)
-    for k in range(len(axes), nrows * cols):
-        grid[k // cols][k % cols].axis("off")
-    fig.suptitle("Per-axis effects (tokens/s/GPU of completed trials; bar = best)", fontsize=10)
-    return _png(fig)
-
-
-def plot_estimate_vs_measured(pairs: list[tuple[TrialRow, float, float, float]]) -> bytes | None:
-    if not pairs:
-        return None
-    fig, ax = _figure(5.0, 5.0)
-    est = [p[1] for p in pairs]
-    meas = [p[2] for p in pairs]
-    ax.scatter(meas, est)
-    lo, hi = min(est + meas) * 0.95, max(est + meas) * 1.05
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="estimate = measured")
-    for t, e, m, _ in pairs:
-        ax.annotate(str(t.number), (m, e), fontsize=7)
-    ax.set(xlabel="measured tokens/s/GPU", ylabel="estimated tokens/s/GPU", title="Estimate vs measured")
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def plot_pareto(rec: StudyRecord, front: list[TrialRow]) -> bytes | None:
-    if not front:
-        return None
-    fig, ax = _figure()
-    done = rec.complete
-    ax.scatter(
-        [t.values[1] for t in done], [t.values[0] for t in done], c="tab:gray", alpha=0.5, label="trials"
-    )
-    pts = sorted(front, key=lambda t: t.values[1])
-    ax.plot([t.values[1] for t in pts], [t.values[0] for t in pts], "o-", c="tab:red", label="Pareto front")
-    ax.set(xlabel="peak memory (GiB)", ylabel="tokens/s/GPU", title="Pareto front")
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-# --- sections -----------------------------------------------------------------------------------------------
 
 
 def _cfg(c: TrainingConfig | None) -> str:
@@ -655,7 +53,7 @@ def _cfg(c: TrainingConfig | None) -> str:
 def _setup(doc: Doc, rec: StudyRecord) -> None:
     spec, s = rec.spec, rec.spec.search
     m, g = spec.model, spec.cluster.gpu
-    doc.h(2, "1. Setup")
+    doc.section("Setup")
     try:
         legal = len(rec.space.configs())
     except Exception as exc:  # an empty space still gets a report
@@ -700,7 +98,7 @@ def _legal_values(rec: StudyRecord) -> dict[str, list[Any]]:
 
 
 def _sweep(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "2. Sweep phase")
+    doc.section("Sweep phase")
     rows = [t for t in rec.trials if t.phase == "sweep" and t.config]
     if not rows:
         doc.p("No sweep trial has run yet.")
@@ -741,7 +139,7 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _planner(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "3. Planner phase")
+    doc.section("Planner phase")
     a = rec.user_attrs
     doc.p(
         f"LLM usage: {a.get('llm_calls', 0)} calls, {a.get('llm_tokens', 0)} tokens, "
@@ -802,7 +200,7 @@ def _cand(c: Any) -> str:
 
 
 def _memory(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "4. Memory filter")
+    doc.section("Memory filter")
     pruned = [t for t in rec.trials if t.state == "PRUNED"]
     counts = Counter(t.prune_category for t in pruned)
     doc.p(
@@ -835,7 +233,7 @@ def _memory(doc: Doc, rec: StudyRecord) -> None:
                 t.number,
                 _cfg(t.config),
                 fmt_gib(t.peak_gib),
-                fmt_gib(_num(t.attr("memory_usable_gib"))),
+                fmt_gib(as_number(t.attr("memory_usable_gib"))),
                 t.attr("memory_peak_stage") if t.attr("memory_peak_stage") is not None else "-",
                 t.attr("prune_reason"),
                 "-" if step_time_s(rec, t) is None else f"{step_time_s(rec, t):.3f}",
@@ -846,7 +244,7 @@ def _memory(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _estimates(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "5. Estimates vs measurements")
+    doc.section("Estimates vs measurements")
     pairs = estimate_errors(rec)
     if not pairs:
         doc.p(
@@ -900,7 +298,7 @@ def _estimates(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _result(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "6. Result")
+    doc.section("Result")
     best = rec.best
     if best is None:
         doc.p("No completed trial yet: no best configuration.")
@@ -963,7 +361,7 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _plots(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "7. Plots")
+    doc.section("Plots")
     hist, effects = plot_history(rec), plot_axis_effects(rec)
     if not hist and not effects:
         doc.p("No completed trial to plot yet.")
@@ -972,7 +370,7 @@ def _plots(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _trials(doc: Doc, rec: StudyRecord) -> None:
-    doc.h(2, "8. All trials")
+    doc.section("All trials")
     if not rec.trials:
         doc.p("The study has no trial yet.")
         return
@@ -1002,13 +400,19 @@ def _trials(doc: Doc, rec: StudyRecord) -> None:
         )
 
 
+Section = Callable[[Doc, StudyRecord], None]
+
+SECTIONS: list[Section] = [_setup, _sweep, _planner, _memory, _estimates, _result, _plots, _trials]
+"""The report's sections in order; each is numbered by the position it is written in."""
+
+
 def render(rec: StudyRecord) -> Doc:
     """The whole report as a :class:`Doc`."""
     doc = Doc()
     state = f"{len(rec.trials)} trials ({', '.join(f'{k} {v}' for k, v in Counter(t.state for t in rec.trials).items()) or 'none'})"
     doc.h(1, f"primus-optuna report: {rec.study_name}")
     doc.p(f"{state}; target {rec.spec.search.n_trials}.")
-    for section in (_setup, _sweep, _planner, _memory, _estimates, _result, _plots, _trials):
+    for section in SECTIONS:
         section(doc, rec)
     return doc
 
