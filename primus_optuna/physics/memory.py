@@ -177,6 +177,7 @@ class _Context:
         self.usable_gib = self.capacity_gib * (1.0 - spec.search.memory_safety_margin)
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
         self.acts: dict[tuple[int, int, int, str], tuple[float, float, float, float]] = {}
+        self.stage_acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
         self.static: dict[
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
@@ -215,6 +216,37 @@ class _Context:
                 float(out),
             )
         return a
+
+    def stage_activations(
+        self,
+        tp: int,
+        cp: int,
+        mbs: int,
+        recompute: str,
+        pp: int,
+        vpp: int,
+        schedule: str,
+        m: int,
+        extra: bool,
+    ) -> tuple[float, ...]:
+        """Activation GiB per pipeline stage (memoised: independent of ep and the dispatcher)."""
+        key = (tp, cp, mbs, recompute, pp, vpp, schedule, m, extra)
+        acts = self.stage_acts.get(key)
+        if acts is not None:
+            return acts
+        r = parse_recompute(recompute)
+        plain, inp, one_layer, logits = self.activations(tp, cp, mbs, recompute)
+        per_chunk = self.layers / (pp * vpp)
+        # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
+        n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
+        chunk = n_rec * inp + (per_chunk - n_rec) * plain
+        transient = one_layer - inp if n_rec else 0.0  # backward rebuilds one recomputed layer at a time
+        out = []
+        for i, (_, has_out) in enumerate(stage_ends(pp, vpp, schedule)):
+            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else 1
+            out.append((chunks * chunk + transient + (logits if has_out else 0.0)) / GIB)
+        acts = self.stage_acts[key] = tuple(out)
+        return acts
 
     def stage_params(
         self, tp: int, pp: int, ep: int, vpp: int, schedule: str
@@ -307,25 +339,12 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
-    recompute = config.recompute
-    r = parse_recompute(recompute)
-
-    plain, inp, one_layer, logits = ctx.activations(tp, cp, mbs, recompute)
-    rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
-    layers = ctx.layers
-    per_chunk = layers / (pp * vpp)
-    # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
-    n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
-    chunk = n_rec * inp + (per_chunk - n_rec) * plain
-    transient = one_layer - inp if n_rec else 0.0  # backward rebuilds one recomputed layer at a time
     extra_chunk = bool(getattr(config, "ep_overlap", False))
+    acts = ctx.stage_activations(tp, cp, mbs, config.recompute, pp, vpp, schedule, m, extra_chunk)
+    rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
     stages: list[StageMemory] = []
-    for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):
-        chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra_chunk) if pp > 1 else 1
-        act = chunks * chunk + transient
-        if has_out:
-            act += logits
-        act /= GIB
+    for i, (weights, grads, optim, comm, disp, params, lparams, _) in enumerate(rows):
+        act = acts[i]
         allocated = weights + grads + optim + act
         overhead = CONTEXT_GIB + FRAGMENTATION * allocated
         breakdown = {
@@ -339,5 +358,5 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
         }
         stages.append(StageMemory(i, allocated + comm + disp + overhead, breakdown, params, lparams))
     return MemoryEstimate(
-        stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib, recompute=r.value
+        stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib, recompute=config.recompute
     )
