@@ -115,3 +115,26 @@ def test_summary_shape():
 def test_repeated_axis_in_config_string_is_refused():
     with pytest.raises(SpecError, match="given twice"):
         parse_config_string("tp=1,tp=2")
+
+
+def test_training_config_refuses_values_outside_the_vocabulary():
+    """Item 7 of issue 12: one ValueError naming the field and the allowed values; the CLI exits 2."""
+    from click.testing import CliRunner
+
+    from primus_optuna.cli import cli
+
+    with pytest.raises(ValueError, match=r"recompute: .*allowed values: none, selective, selective:<modules"):
+        TrainingConfig(recompute="bogus")
+    with pytest.raises(
+        ValueError, match="moe_dispatcher: 'x' is not allowed; allowed values: alltoall, deepep"
+    ):
+        TrainingConfig(moe_dispatcher="x")
+    with pytest.raises(ValueError, match="pp_schedule: 'gpipe' is not allowed"):
+        TrainingConfig(pp_schedule="gpipe")
+    with pytest.raises(ValueError, match="unknown recompute module"):
+        TrainingConfig(recompute="selective:attn")
+    # canonical spelling: module order, the default module set
+    assert TrainingConfig(recompute="selective:layernorm+moe_act").recompute == "selective:moe_act+layernorm"
+    assert TrainingConfig(recompute="selective:core_attn").recompute == "selective"
+    r = CliRunner().invoke(cli, ["estimate", str(FLAGSHIP), "--config", "recompute=bogus"])
+    assert r.exit_code == 2 and "allowed values" in r.output
