@@ -53,7 +53,7 @@ CONFIG_FIELDS: tuple[str, ...] = (
 )
 PATH_FIELDS: tuple[str, ...] = ("workdir", "log", "python")
 TEMPLATE_FIELDS: tuple[str, ...] = CONFIG_FIELDS + PATH_FIELDS
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+-]*$")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+:-]*$")  # ":" and "+": recompute values (full:2, selective:a+b)
 KILL_GRACE_S = 5.0
 LOG_NAME = "run.log"
 

@@ -213,7 +213,10 @@ def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> 
         if name in PRIMUS_ONLY or value is None or value is False:
             continue
         flag = "--" + ("fp8_format" if name == "fp8" else name).replace("_", "-")
-        a += [flag] if value is True else [flag, str(value)]
+        if isinstance(value, list):  # nargs="*" (``--recompute-modules moe_act layernorm``)
+            a += [flag, *(str(v) for v in value)]
+        else:
+            a += [flag] if value is True else [flag, str(value)]
     return a
 
 
