@@ -26,8 +26,6 @@ Local spec vs TE spec (what the swaps model):
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from primus_optuna.physics import RECOMPUTE_DROPS, LayerShape, layer_activation_terms
@@ -56,7 +54,7 @@ MODULES = {
 
 
 @pytest.fixture(scope="module")
-def megatron_cpu():
+def megatron_cpu(tmp_path_factory):
     import warnings
 
     warnings.filterwarnings("ignore", module="megatron")
@@ -65,17 +63,18 @@ def megatron_cpu():
     from tests.mcore import cpu_shims
 
     cpu_shims.install()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29531")
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    owned = not dist.is_initialized()
+    if owned:  # a file rendezvous: no TCP port to collide with other processes
+        store = tmp_path_factory.mktemp("gloo") / "store"
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     from megatron.core import parallel_state
 
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
     yield
     parallel_state.destroy_model_parallel()
-    dist.destroy_process_group()
+    if owned:
+        dist.destroy_process_group()
 
 
 def saved_bytes(moe: bool, modules: tuple[str, ...]) -> int:
