@@ -1,6 +1,8 @@
 """Analytical models of a configuration: per-GPU memory (and, later, step time). Pure Python, no torch/Optuna."""
 
 from .calibration import BREAKDOWN_TERMS, Calibration
+from .fidelity import FidelityReport, ranking_fidelity, spearman
+from .gemm_efficiency import EfficiencyCurve, gemm_seconds
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
 from .plan import PlanEntry, PlanResult, plan_space
 from .shapes import (
@@ -19,6 +21,11 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "BREAKDOWN_TERMS",
     "Calibration",
+    "EfficiencyCurve",
+    "FidelityReport",
+    "gemm_seconds",
+    "ranking_fidelity",
+    "spearman",
     "PlanEntry",
     "PlanResult",
     "ThroughputEstimate",

@@ -39,6 +39,7 @@ from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, model_flops_per_token
+from .gemm_efficiency import gemm_seconds
 from .pipeline import pipeline_timing
 from .shapes import LayerShape, embedding_params, layer_params, output_params
 from .spec_cache import per_spec
@@ -52,8 +53,6 @@ PARAM_GATHER_BYTES = 2
 ADAM_BYTES_PER_PARAM = 36
 """Adam step traffic per local parameter: read+write fp32 master, exp_avg, exp_avg_sq (24), read the fp32 grad
 (4), write the bf16 param (2), grad-norm/zeroing passes (~6)"""
-TILE = 128
-"""MoE grouped GEMMs pad each expert's tokens to whole tiles (assumption: 128-row tiles)"""
 KERNELS_DENSE = 20
 KERNELS_MOE = 35
 """kernels per layer forward outside the GEMMs/attention (norms, residuals, rotary, activation, casts;
@@ -96,6 +95,8 @@ class _Layer:
     ep_f: float
     ep_b: float
     expert_f: float  # expert GEMM time (what DeepEP overlaps with)
+    host_f: float  # wait for the host beyond the GPU's work, forward
+    host_b: float  # and backward
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +120,14 @@ class _Context:
         self.gbs = w.global_batch_size
         self.world = spec.world
         self.fp8 = w.precision == "fp8"
-        self.bf16_rate = gpu.bf16_tflops * 1e12 * self.k.gemm_eff_bf16
-        fp8_rate = gpu.peak_tflops("fp8") * 1e12 * self.k.gemm_eff_fp8 if self.fp8 else 0.0
-        self.lin_rate = max(self.bf16_rate, fp8_rate)  # FP8 never slower than BF16
+        self.bf16_peak = gpu.bf16_tflops * 1e12
+        # FP8 linear GEMMs: the family's measured FP8/BF16 speed-up at the same shape, never slower than BF16
+        self.lin_peak = self.bf16_peak * (max(1.0, self.k.fp8_gemm_speedup) if self.fp8 else 1.0)
         self.lin_bytes = 1 if self.fp8 else ACT
-        self.attn_rate = gpu.bf16_tflops * 1e12 * self.k.attn_eff
+        self.flash = w.flash_attention
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
+        self.host_s = self.k.host_kernel_us * 1e-6
         self.peak = gpu.peak_tflops(w.precision) * 1e12
         self.tokens_per_step = spec.tokens_per_step
         self.model_flops_step = model_flops_per_token(m, self.seq) * self.tokens_per_step
@@ -140,16 +142,22 @@ class _Context:
         """Time of one forward GEMM (or one of its two backward GEMMs, same size)."""
         if g.count <= 0 or g.m <= 0:
             return 0.0
-        m = math.ceil(g.m / TILE) * TILE if grouped else g.m
-        d = min(m, g.n, g.k)
-        eff = d / (d + self.k.gemm_dim_half)
-        if grouped:
-            eff *= self.k.grouped_gemm_eff
-        rate = (self.lin_rate if linear else self.bf16_rate) * eff
+        peak = self.lin_peak if linear else self.bf16_peak
+        if grouped and g.count > 1:  # several local experts in one grouped kernel
+            peak *= self.k.grouped_gemm_eff
         elt = self.lin_bytes if linear else ACT
-        t_flops = 2.0 * m * g.n * g.k * g.count / rate
-        t_mem = (g.m * g.k + g.k * g.n + g.m * g.n) * elt * g.count / self.hbm
-        return max(t_flops, t_mem) + self.kernel_s
+        t = gemm_seconds(
+            self.k.gemm,
+            g.m,
+            g.n,
+            g.k,
+            g.count,
+            peak_flops=peak,
+            hbm_bytes_per_s=self.hbm,
+            elt_bytes=elt,
+            grouped=grouped,
+        )
+        return t + self.kernel_s
 
     def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str) -> _Layer:
         key = (tp, cp, ep, mbs, dispatcher)
@@ -157,6 +165,7 @@ class _Context:
         if lay is not None:
             return lay
         md, k, topo = self.model, self.k, self.topo
+        d = md.head_dim
         g = layer_gemms(md, self.seq, mbs, tp, cp, ep)
         attn_lin = sum(self.gemm(x) for x in g.attention)
         if g.grouped:
@@ -166,20 +175,25 @@ class _Context:
         else:
             expert_f = 0.0
             mlp_lin = sum(self.gemm(x) for x in g.mlp)
-        if k.flash_attention:
-            core_f = g.core_attention_flops / self.attn_rate + self.kernel_s
-            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / self.attn_rate + self.kernel_s
+        heads = mbs * md.num_attention_heads / tp
+        if self.flash:
+            # one fused kernel per pass at the family's attention curve (work = its multiply-adds)
+            work = g.core_attention_flops / 2
+            rate = self.bf16_peak * k.attention.fraction(work)
+            core_f = g.core_attention_flops / rate + self.kernel_s
+            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / rate + self.kernel_s
         else:
-            # full s x s score GEMMs (masked, not skipped) at GEMM efficiency, plus the softmax over
-            # materialised scores: write scores, read+write probabilities, dropout mask, read by P·V (~10 B
-            # per score in forward, twice that in backward)
-            scores = mbs * (self.seq / cp) * self.seq * md.num_attention_heads / tp
-            gemm_t = 2 * g.core_attention_flops / self.bf16_rate
-            mem_t = 10 * scores / self.hbm
+            # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
+            # GEMM curve, plus the softmax over materialised scores: write scores, read+write probabilities,
+            # dropout mask, read by P·V (~10 B per score in forward, twice that in backward)
+            sq = self.seq / cp
+            score_gemm = Gemm(sq, self.seq, d, heads)
+            gemm_t = 2 * self.gemm(score_gemm, linear=False)
+            mem_t = 10 * heads * sq * self.seq / self.hbm
             core_f = gemm_t + mem_t + 3 * self.kernel_s
             core_b = 2 * gemm_t + 2 * mem_t + 4 * self.kernel_s
         # memory-bound kernels, forward (bytes on this rank)
-        h, d = md.hidden_size, md.head_dim
+        h = md.hidden_size
         tokens = mbs * self.seq / cp
         local = tokens / tp
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
@@ -205,6 +219,12 @@ class _Context:
         tp_grp = Group(tp, 1)
         tp_one = blocks * (topo.all_gather(full, tp_grp) + topo.reduce_scatter(full, tp_grp))
         tp_f = tp_b = tp_one * (1.0 - k.tp_overlap)
+        # host issue floor: a pass never runs faster than the host issues its kernels (backward: twice as many)
+        n_kernels = len(g.attention) + len(g.mlp) + (1 if self.flash else 3) + kernels + 2 * blocks * (tp > 1)
+        host_f = max(0.0, n_kernels * self.host_s - (attn_lin + mlp_lin + core_f + other_f + tp_f))
+        host_b = max(
+            0.0, 2 * n_kernels * self.host_s - (2 * (attn_lin + mlp_lin) + core_b + 2 * other_f + tp_b)
+        )
         # CP: ring exchange of this rank's K/V chunk (cp - 1 steps); backward also moves dK/dV
         cp_f = cp_b = 0.0
         if cp > 1:
@@ -227,7 +247,22 @@ class _Context:
                 ep_b = min(a2a, raw - min(k.deepep_overlap * raw, 2 * expert_f))
             else:
                 ep_f = ep_b = a2a
-        lay = _Layer(attn_lin, core_f, core_b, mlp_lin, other_f, tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, expert_f)
+        lay = _Layer(
+            attn_lin,
+            core_f,
+            core_b,
+            mlp_lin,
+            other_f,
+            tp_f,
+            tp_b,
+            cp_f,
+            cp_b,
+            ep_f,
+            ep_b,
+            expert_f,
+            host_f,
+            host_b,
+        )
         self.layers[key] = lay
         return lay
 
@@ -282,14 +317,14 @@ def estimate_throughput(
 
     # one layer, one micro-batch: passes
     lin = lay.attn_lin + lay.mlp_lin
-    f_layer = lin + lay.core_f + lay.other_f + lay.tp_f + lay.cp_f + lay.ep_f
+    f_layer = lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f + lay.ep_f
     if recompute == "full":
         rec = f_layer
     elif recompute == "selective":
         rec = lay.core_f
     else:
         rec = 0.0
-    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.tp_b + lay.cp_b + lay.ep_b + rec
+    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b + lay.ep_b + rec
     w_layer = lin
     per_chunk = math.ceil(md.num_layers / (pp * vpp))
     n_stage = per_chunk * vpp
@@ -338,7 +373,10 @@ def estimate_throughput(
         local = dense + expert
     bwd_window = n_stage * (b_layer + w_layer)
     fwd_window = n_stage * f_layer
-    dp_exposed = max(k.dp_tail * rs, rs - bwd_window) + max(k.dp_tail * ag, ag - fwd_window)
+    if ctx.spec.workload.overlap_grad_reduce:
+        dp_exposed = max(k.dp_tail * rs, rs - bwd_window) + max(k.dp_tail * ag, ag - fwd_window)
+    else:  # Megatron's default: the reduce after the last backward, the gather before the first forward
+        dp_exposed = rs + ag
     optimizer = local * ADAM_BYTES_PER_PARAM / ctx.hbm + 30 * ctx.kernel_s
 
     # breakdown of the busiest stage: m micro-batches of its layers + output layer, sends, bubble
@@ -346,7 +384,7 @@ def estimate_throughput(
     bd = {
         "compute_attention": nm * (3 * lay.attn_lin + lay.core_f + lay.core_b),
         "compute_mlp": nm * 3 * lay.mlp_lin,
-        "compute_other": nm * 3 * lay.other_f + m * (lf + lb + lw),
+        "compute_other": nm * (3 * lay.other_f + lay.host_f + lay.host_b) + m * (lf + lb + lw),
         "recompute": nm * rec,
         "pipeline_bubble": timing.bubble,
         "tp_comm": nm * (lay.tp_f + lay.tp_b),

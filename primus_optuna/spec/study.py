@@ -89,6 +89,14 @@ class WorkloadSpec(_Strict):
     global_batch_size: int = Field(gt=0)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     distributed_optimizer: bool = True
+    flash_attention: bool = True
+    """fused (flash) attention; false = unfused attention with the s² scores in HBM (time and memory)"""
+    overlap_grad_reduce: bool = True
+    """DP gradient reduce(-scatter) overlapped with backward and, with the distributed optimizer, parameter
+    all-gather with forward (Megatron's ``--overlap-grad-reduce``/``--overlap-param-gather``; Megatron's
+    default is off, Primus's and Megatron-Bridge's recipes turn them on); false = both after the pipeline"""
+    tp_comm_overlap: bool = False
+    """TransformerEngine userbuffers TP communication overlap (``--tp-comm-overlap``)"""
 
 
 class BaselineSpec(_Strict):

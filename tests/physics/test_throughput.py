@@ -129,7 +129,8 @@ def test_more_recompute_is_never_faster() -> None:
             estimate_throughput(FLAG, c.replace(recompute=r).derive(FLAG.world, 512)).step_time_s
             for r in ("none", "selective", "full")
         ]
-        assert t[0] <= t[1] <= t[2]
+        # equal up to rounding where the longer backward only hides more of an exposed DP reduce-scatter
+        assert t[0] <= t[1] * (1 + 1e-12) and t[1] <= t[2] * (1 + 1e-12)
 
 
 def test_full_recompute_costs_about_one_extra_forward() -> None:
