@@ -74,9 +74,10 @@ class FamilyConstants:
     (validation.md, DeepEP row)"""
     deepep_inter_eff: float = 0.9
     """DeepEP inter-node: 43-58 GB/s over a 50 GB/s CX7 NIC (validation.md, DeepEP row), capped at 0.9"""
-    deepep_overlap: float = 0.5
-    """fraction of DeepEP dispatch/combine hidden under expert computation (assumption from Primus's reported
-    35%+ MoE gain, validation.md; never more than the expert compute time)"""
+    overlap_interference: float = 0.15
+    """fraction of a hidden collective's time that still slows the compute it hides under (the collective's
+    kernels take compute units: DeepEP's normal kernels 20 of 132 SMs on H800 ~ 15%, NCCL/RCCL channels
+    similar; assumption from DeepEP's README, validation.md)"""
     moe_sync_us: float = 60.0
     """host synchronisation per MoE layer and pass of the all-to-all dispatcher (token counts copied to the
     host); DeepEP/sync-free MoE avoid it (assumption)"""

@@ -94,7 +94,7 @@ class _Layer:
     cp_b: float
     ep_f: float
     ep_b: float
-    expert_f: float  # expert GEMM time (what DeepEP overlaps with)
+    expert_f: float  # expert grouped-GEMM time, forward
     host_f: float  # wait for the host beyond the GPU's work, forward
     host_b: float  # and backward
 
@@ -236,17 +236,26 @@ class _Context:
         # EP: dispatch + combine all-to-all per MoE layer and pass
         ep_f = ep_b = 0.0
         if md.is_moe:
+            # dispatch + combine per MoE layer and pass; the compute stream waits for them (no overlap with
+            # the same micro-batch's experts: only ``ep_overlap`` hides them, behind another micro-batch)
             ep_grp = Group(ep, 1)
-            sent = local * md.moe_router_topk * h * ACT
             sync = k.moe_sync_us * 1e-6
-            a2a = 2 * topo.all_to_all(sent, ep_grp) + sync
             if dispatcher == "deepep":
-                raw = 2 * topo.all_to_all(sent, ep_grp, k.deepep_intra_eff, k.deepep_inter_eff)
-                hidden = min(k.deepep_overlap * raw, expert_f)
-                ep_f = min(a2a, raw - hidden)
-                ep_b = min(a2a, raw - min(k.deepep_overlap * raw, 2 * expert_f))
+                one = topo.deepep_dispatch(
+                    local,
+                    h * ACT,
+                    md.moe_router_topk,
+                    md.experts,
+                    ep_grp,
+                    k.deepep_intra_eff,
+                    k.deepep_inter_eff,
+                )
+                sync_f = 0.0 if self.spec.workload.moe_sync_free else sync
             else:
-                ep_f = ep_b = a2a
+                one = topo.all_to_all(local * md.moe_router_topk * h * ACT, ep_grp)
+                sync_f = sync
+            ep_f = 2 * one + sync_f  # the host waits for the token counts once per dispatch, forward only
+            ep_b = 2 * one
         lay = _Layer(
             attn_lin,
             core_f,
@@ -305,6 +314,8 @@ def estimate_throughput(
     ctx = _context(spec)
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
     schedule = config.pp_schedule if pp > 1 else "1f1b"
+    if schedule in ("zb1p", "zbv") and not ctx.spec.workload.gradient_accumulation_fusion:
+        schedule = "1f1b"  # Primus: zero-bubble needs gradient_accumulation_fusion, else plain 1F1B runs
     vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, ctx.gbs // (mbs * dp))
@@ -317,14 +328,25 @@ def estimate_throughput(
 
     # one layer, one micro-batch: passes
     lin = lay.attn_lin + lay.mlp_lin
-    f_layer = lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f + lay.ep_f
+    ep_f, ep_b = lay.ep_f, lay.ep_b
+    if md.is_moe and getattr(config, "ep_overlap", False):
+        # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
+        # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
+        # vice versa, never more than that compute, and the hidden part still costs the interference fraction
+        comp_f = lin + lay.core_f + lay.other_f
+        comp_b = 2 * lin + lay.core_b + 2 * lay.other_f
+        steady = max(0, m - (pp if pp > 1 else 1)) / m
+        keep = 1.0 - k.overlap_interference
+        ep_f -= steady * keep * min(ep_f, comp_b)
+        ep_b -= steady * keep * min(ep_b, comp_f)
+    f_layer = lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f + ep_f
     if recompute == "full":
         rec = f_layer
     elif recompute == "selective":
         rec = lay.core_f
     else:
         rec = 0.0
-    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b + lay.ep_b + rec
+    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b + ep_b + rec
     w_layer = lin
     per_chunk = math.ceil(md.num_layers / (pp * vpp))
     n_stage = per_chunk * vpp
@@ -373,23 +395,32 @@ def estimate_throughput(
         local = dense + expert
     bwd_window = n_stage * (b_layer + w_layer)
     fwd_window = n_stage * f_layer
-    if ctx.spec.workload.overlap_grad_reduce:
-        dp_exposed = max(k.dp_tail * rs, rs - bwd_window) + max(k.dp_tail * ag, ag - fwd_window)
+    # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
+    # distributed optimizer): the whole reduce-scatter and all-gather are exposed
+    if ctx.spec.workload.overlap_grad_reduce and not zb:
+        # hidden under the last micro-batch's backward / first forward, less the interference fraction
+        keep = 1.0 - k.overlap_interference
+        dp_exposed = rs - keep * min((1 - k.dp_tail) * rs, bwd_window)
+        dp_exposed += ag - keep * min((1 - k.dp_tail) * ag, fwd_window)
     else:  # Megatron's default: the reduce after the last backward, the gather before the first forward
         dp_exposed = rs + ag
     optimizer = local * ADAM_BYTES_PER_PARAM / ctx.hbm + 30 * ctx.kernel_s
+    grad_add = 0.0
+    if not ctx.spec.workload.gradient_accumulation_fusion:
+        # the wgrad GEMM writes a bf16 grad that a hook adds into the fp32 main grad, per micro-batch
+        grad_add = m * (dense + expert) * (ACT + 4 + 4) / ctx.hbm
 
     # breakdown of the busiest stage: m micro-batches of its layers + output layer, sends, bubble
     nm = m * n_stage
     bd = {
         "compute_attention": nm * (3 * lay.attn_lin + lay.core_f + lay.core_b),
         "compute_mlp": nm * 3 * lay.mlp_lin,
-        "compute_other": nm * (3 * lay.other_f + lay.host_f + lay.host_b) + m * (lf + lb + lw),
+        "compute_other": nm * (3 * lay.other_f + lay.host_f + lay.host_b) + m * (lf + lb + lw) + grad_add,
         "recompute": nm * rec,
         "pipeline_bubble": timing.bubble,
         "tp_comm": nm * (lay.tp_f + lay.tp_b),
         "cp_comm": nm * (lay.cp_f + lay.cp_b),
-        "ep_comm": nm * (lay.ep_f + lay.ep_b),
+        "ep_comm": nm * (ep_f + ep_b),
         "pp_comm": m * timing.sends_per_microbatch * c,
         "dp_comm": dp_exposed,
         "optimizer": optimizer,

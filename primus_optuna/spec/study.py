@@ -97,6 +97,12 @@ class WorkloadSpec(_Strict):
     default is off, Primus's and Megatron-Bridge's recipes turn them on); false = both after the pipeline"""
     tp_comm_overlap: bool = False
     """TransformerEngine userbuffers TP communication overlap (``--tp-comm-overlap``)"""
+    moe_sync_free: bool = False
+    """Primus's sync-free MoE (``turbo_sync_free_moe_stage`` >= 2): the DeepEP path does not wait on the host
+    for token counts (the all-to-all dispatcher always does, once per dispatch in forward)"""
+    gradient_accumulation_fusion: bool = True
+    """weight gradients accumulated into the fp32 main grad by the wgrad GEMM (Megatron's default); off adds
+    a main-grad add per weight and step, and Primus's zero-bubble schedules fall back to plain 1F1B"""
 
 
 class BaselineSpec(_Strict):
