@@ -293,6 +293,8 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     stages: list[StageMemory] = []
     for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):
         n = layers_in_flight(layers, pp, vpp, m, schedule, i)
+        if getattr(config, "ep_overlap", False):  # Megatron schedules one more warm-up forward (one chunk)
+            n += layers / (pp * vpp)
         act = (n - 1) * keep + one_layer if full else n * keep
         if has_out:
             act += logits

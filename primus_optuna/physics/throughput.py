@@ -421,7 +421,7 @@ def estimate_throughput(
         "tp_comm": nm * (lay.tp_f + lay.tp_b),
         "cp_comm": nm * (lay.cp_f + lay.cp_b),
         "ep_comm": nm * (ep_f + ep_b),
-        "pp_comm": m * timing.sends_per_microbatch * c,
+        "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
         "dp_comm": dp_exposed,
         "optimizer": optimizer,
     }

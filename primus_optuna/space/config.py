@@ -1,6 +1,6 @@
 """:class:`TrainingConfig`: one point of the search space (frozen, hashable).
 
-The nine axes are the product's interface (Optuna parameter names, YAML keys, CLI flags). ``dp`` and
+The ten axes are the product's interface (Optuna parameter names, YAML keys, CLI flags). ``dp`` and
 ``num_microbatches`` are derived from the cluster size and global batch and are not part of equality.
 
 Example::
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import SpecError
-from ..spec.study import AXES, CHOICES, INT_AXES
+from ..spec.study import AXES, BOOL_AXES, CHOICES, INT_AXES
 
 Recompute = Literal["none", "selective", "full"]
 Dispatcher = Literal["alltoall", "deepep"]
@@ -36,6 +36,8 @@ class TrainingConfig:
     recompute: Recompute = "none"
     moe_dispatcher: Dispatcher = "alltoall"
     pp_schedule: Schedule = "1f1b"
+    ep_overlap: bool = False
+    """Megatron's ``--overlap-moe-expert-parallel-comm`` (with ``--delay-wgrad-compute``): MoE only"""
     dp: int = field(default=0, compare=False, repr=False)
     """data-parallel size = world / (tp·cp·pp); 0 when not derived or not whole"""
     num_microbatches: int = field(default=0, compare=False, repr=False)
@@ -53,7 +55,7 @@ class TrainingConfig:
         return dataclasses.replace(self, dp=0, num_microbatches=0, **changes)
 
     def to_params(self) -> dict[str, Any]:
-        """The nine axes as a dict (Optuna parameter names)."""
+        """The ten axes as a dict (Optuna parameter names)."""
         return {a: getattr(self, a) for a in AXES}
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +79,12 @@ class TrainingConfig:
                 if iv <= 0 or (isinstance(value, float) and value != iv):
                     raise SpecError(f"{key} must be a positive integer, got {value!r}")
                 kwargs[key] = iv
+            elif key in BOOL_AXES:
+                if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                    value = value.strip().lower() == "true"
+                if not isinstance(value, bool):
+                    raise SpecError(f"{key} must be true or false, got {value!r}")
+                kwargs[key] = value
             else:
                 if value not in CHOICES[key]:
                     raise SpecError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}")
@@ -88,12 +96,14 @@ class TrainingConfig:
         return (
             f"tp{self.tp}-pp{self.pp}-ep{self.ep}-cp{self.cp}-vpp{self.vpp}-mbs{self.mbs}-"
             f"{self.recompute}-{self.moe_dispatcher}-{self.pp_schedule}"
+            + ("-epoverlap" if self.ep_overlap else "")
         )
 
     def __str__(self) -> str:
         return (
             f"TP{self.tp} PP{self.pp} VPP{self.vpp} EP{self.ep} CP{self.cp} MBS{self.mbs} "
             f"recompute={self.recompute} dispatcher={self.moe_dispatcher} schedule={self.pp_schedule}"
+            + (" ep_overlap" if self.ep_overlap else "")
         )
 
 
@@ -117,5 +127,5 @@ def parse_config_string(text: str) -> dict[str, Any]:
         if key in out:
             raise SpecError(f"--config: {key} is given twice ({out[key]} and {value}); give each axis once")
         out[key] = value
-    TrainingConfig.from_params(out)  # validates names and types
-    return {k: (int(v) if k in INT_AXES else v) for k, v in out.items()}
+    clean = TrainingConfig.from_params(out)
+    return {k: getattr(clean, k) for k in out}

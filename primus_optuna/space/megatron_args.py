@@ -45,6 +45,8 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         )
         if deepep:
             out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
+        if c.ep_overlap:  # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
+            out.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)
     zb = c.pp_schedule in ("zb1p", "zbv")
     out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
     if c.pp_schedule == "zbv":

@@ -200,6 +200,23 @@ def _zb_recompute(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _ep_overlap(f: Facts, c: Any) -> str | None:
+    # Megatron-Core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism,
+    # a virtual pipeline when pp > 1, no full recompute (alltoall and flex dispatchers both allowed)
+    if not getattr(c, "ep_overlap", False):
+        return None
+    if not f.is_moe or c.ep <= 1:
+        return "ep_overlap needs an MoE model with ep > 1 (Megatron: expert model parallelism)"
+    if c.pp > 1 and c.pp_schedule != "interleaved":
+        return (
+            f"ep_overlap with pp={c.pp} needs pp_schedule=interleaved (Megatron: a virtual pipeline); "
+            "use interleaved or ep_overlap=false"
+        )
+    if c.recompute == "full":
+        return "ep_overlap is incompatible with recompute=full (Megatron); use selective/none or ep_overlap=false"
+    return None
+
+
 _P = ("tp", "cp", "pp")
 RULES: tuple[Rule, ...] = (
     Rule("tp_max", ("tp",), "tp ≤ max_tp", _tp_max),
@@ -236,6 +253,12 @@ RULES: tuple[Rule, ...] = (
         _zb_recompute,
     ),
     Rule("deepep_moe", ("moe_dispatcher",), "deepep only for MoE models", _deepep_moe),
+    Rule(
+        "ep_overlap",
+        ("ep", "pp", "pp_schedule", "recompute", "ep_overlap"),
+        "ep_overlap needs ep>1, interleaved when pp>1, no full recompute",
+        _ep_overlap,
+    ),
 )
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 

@@ -31,6 +31,7 @@ ENUM_ORDER: tuple[str, ...] = (
     "mbs",
     "recompute",
     "moe_dispatcher",
+    "ep_overlap",
 )
 DEFAULT_MBS = (1, 2, 4, 8)
 MAX_DEFAULT_VPP = 8
@@ -74,12 +75,14 @@ class Space:
             return [b for b in DEFAULT_MBS if b <= f.gbs]
         if axis == "moe_dispatcher":
             return list(CHOICES[axis]) if f.is_moe else ["alltoall"]
+        if axis == "ep_overlap":
+            return [False, True] if f.is_moe else [False]
         return list(CHOICES[axis])
 
     def canonical(self, config: TrainingConfig) -> TrainingConfig:
         """One representation per physical configuration, with ``dp``/``num_microbatches`` derived.
 
-        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1 and alltoall.
+        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1, alltoall, no ep_overlap.
         """
         changes: dict[str, Any] = {}
         if config.pp == 1:
@@ -87,7 +90,7 @@ class Space:
         elif config.pp_schedule == "interleaved" and config.vpp == 1:
             changes["pp_schedule"] = "1f1b"
         if not self.facts.is_moe:
-            changes.update(ep=1, moe_dispatcher="alltoall")
+            changes.update(ep=1, moe_dispatcher="alltoall", ep_overlap=False)
         c = config.replace(**changes) if changes else config
         return c.derive(self.facts.world, self.facts.gbs)
 

@@ -31,15 +31,28 @@ from ..redaction import MASK, looks_secret, redact_data
 from .hardware import GPU_CATALOG, GPUSpec
 from .model import MODEL_CATALOG, ModelSpec
 
-AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs", "recompute", "moe_dispatcher", "pp_schedule")
+AXES: tuple[str, ...] = (
+    "tp",
+    "pp",
+    "ep",
+    "cp",
+    "vpp",
+    "mbs",
+    "recompute",
+    "moe_dispatcher",
+    "pp_schedule",
+    "ep_overlap",
+)
+BOOL_AXES: tuple[str, ...] = ("ep_overlap",)
 INT_AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs")
 RECOMPUTE = ("none", "selective", "full")
 DISPATCHERS = ("alltoall", "deepep")
 SCHEDULES = ("1f1b", "interleaved", "zb1p", "zbv")
-CHOICES: dict[str, tuple[str, ...]] = {
+CHOICES: dict[str, tuple[Any, ...]] = {
     "recompute": RECOMPUTE,
     "moe_dispatcher": DISPATCHERS,
     "pp_schedule": SCHEDULES,
+    "ep_overlap": (False, True),
 }
 OBJECTIVES = ("tokens_per_s_per_gpu", "peak_memory_gib")
 RUNNER_KINDS = ("analytical", "profile", "command", "local", "primus", "megatron", "slurm")
@@ -117,6 +130,7 @@ class BaselineSpec(_Strict):
     recompute: Literal["none", "selective", "full"] = "none"
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     pp_schedule: Literal["1f1b", "interleaved", "zb1p", "zbv"] = "1f1b"
+    ep_overlap: bool = False
 
 
 class SearchSpec(_Strict):
@@ -156,6 +170,9 @@ class SearchSpec(_Strict):
             if axis in INT_AXES:
                 if any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values):
                     raise ValueError(f"axes.{axis} must be positive integers, got {values}")
+            elif axis in BOOL_AXES:
+                if any(not isinstance(x, bool) for x in values):
+                    raise ValueError(f"axes.{axis} must be true/false, got {values}")
             else:
                 for x in values:
                     if x not in CHOICES[axis]:
