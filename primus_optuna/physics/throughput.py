@@ -90,6 +90,7 @@ class _Layer:
     other_f: float  # memory-bound kernels + launches, forward
     tp_f: float
     tp_b: float
+    tp_b_zb: float  # backward TP exposure when the weight gradient is deferred (zero-bubble)
     cp_f: float
     cp_b: float
     ep_f: float
@@ -213,12 +214,37 @@ class _Context:
             nbytes += 3 * tokens * md.ffn_hidden_size / tp * ACT * (1 if md.swiglu else 2 / 3)
             kernels = KERNELS_DENSE
         other_f = nbytes / self.hbm + kernels * self.kernel_s
-        # TP (sequence parallel): all-gather + reduce-scatter per block; MoE blocks (etp = 1) need none
+        # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
+        # etp = 1): forward all-gather of the norm output (FP8 under FP8) before the column-parallel GEMM and
+        # reduce-scatter after the row-parallel one; backward the synchronous all-gather of the output grad
+        # (row-parallel dgrad), the input re-gather for the column-parallel wgrad (hidden under its dgrad)
+        # and the dgrad reduce-scatter (hidden under its wgrad, exposed when wgrad is deferred: zero-bubble).
+        # tp_comm_overlap (userbuffers) hides the others under their adjacent GEMMs. Hidden time still costs
+        # the interference fraction.
         full = tokens * h * ACT
-        blocks = 1 if md.is_moe else 2
         tp_grp = Group(tp, 1)
-        tp_one = blocks * (topo.all_gather(full, tp_grp) + topo.reduce_scatter(full, tp_grp))
-        tp_f = tp_b = tp_one * (1.0 - k.tp_overlap)
+        keep = 1.0 - k.overlap_interference
+        ag = topo.all_gather(full, tp_grp)
+        ag_in = topo.all_gather(full * self.lin_bytes / ACT, tp_grp)
+        rs = topo.reduce_scatter(full, tp_grp)
+        cols = [self.gemm(g.attention[0])] + ([] if md.is_moe else [self.gemm(g.mlp[0])])
+        rows = [self.gemm(g.attention[1])] + ([] if md.is_moe else [self.gemm(g.mlp[1])])
+        tp_f = tp_b = tp_b_zb = 0.0
+        uo = self.spec.workload.tp_comm_overlap
+        for col, row in zip(cols, rows, strict=True):
+            if uo:
+                tp_f += ag_in - keep * min(ag_in, col) + rs - keep * min(rs, row)
+                grad_ag = ag - keep * min(ag, row)
+            else:
+                tp_f += ag_in + rs
+                grad_ag = ag
+            regather = ag_in - keep * min(ag_in, col)
+            tp_b += grad_ag + regather + rs - keep * min(rs, col)
+            tp_b_zb += grad_ag + regather + rs
+        tp_f *= 1.0 - k.tp_overlap
+        tp_b *= 1.0 - k.tp_overlap
+        tp_b_zb *= 1.0 - k.tp_overlap
+        blocks = len(cols)
         # host issue floor: a pass never runs faster than the host issues its kernels (backward: twice as many)
         n_kernels = len(g.attention) + len(g.mlp) + (1 if self.flash else 3) + kernels + 2 * blocks * (tp > 1)
         host_f = max(0.0, n_kernels * self.host_s - (attn_lin + mlp_lin + core_f + other_f + tp_f))
@@ -264,6 +290,7 @@ class _Context:
             other_f,
             tp_f,
             tp_b,
+            tp_b_zb,
             cp_f,
             cp_b,
             ep_f,
@@ -346,7 +373,8 @@ def estimate_throughput(
         rec = lay.core_f
     else:
         rec = 0.0
-    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b + ep_b + rec
+    tp_b = lay.tp_b_zb if zb else lay.tp_b
+    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + tp_b + lay.cp_b + ep_b + rec
     w_layer = lin
     per_chunk = math.ceil(md.num_layers / (pp * vpp))
     n_stage = per_chunk * vpp
@@ -418,7 +446,7 @@ def estimate_throughput(
         "compute_other": nm * (3 * lay.other_f + lay.host_f + lay.host_b) + m * (lf + lb + lw) + grad_add,
         "recompute": nm * rec,
         "pipeline_bubble": timing.bubble,
-        "tp_comm": nm * (lay.tp_f + lay.tp_b),
+        "tp_comm": nm * (lay.tp_f + tp_b),
         "cp_comm": nm * (lay.cp_f + lay.cp_b),
         "ep_comm": nm * (ep_f + ep_b),
         "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
