@@ -176,13 +176,22 @@ class _Context:
         else:
             expert_f = 0.0
             mlp_lin = sum(self.gemm(x) for x in g.mlp)
-        heads = mbs * md.num_attention_heads / tp
+        heads_per_mbs = md.num_attention_heads / tp
+        heads = mbs * heads_per_mbs
         if self.flash:
-            # one fused kernel per pass at the family's attention curve (work = its multiply-adds)
-            work = g.core_attention_flops / 2
+            # fused kernels at the family's attention curve (work = multiply-adds per kernel). Context
+            # parallelism (TransformerEngine's load-balanced ring): the sequence is cut in 2·cp chunks and each
+            # rank runs 2·cp − 1 half-size kernels per pass, each followed by an output/LSE correction (read
+            # and write the fp32 partial output and the LSE)
+            n_kern = 2 * cp - 1
+            work = g.core_attention_flops / 2 / n_kern
             rate = self.bf16_peak * k.attention.fraction(work)
-            core_f = g.core_attention_flops / rate + self.kernel_s
-            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / rate + self.kernel_s
+            correction = 0.0
+            if cp > 1:
+                out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
+                correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
+            core_f = g.core_attention_flops / rate + n_kern * self.kernel_s + correction
+            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / rate + n_kern * self.kernel_s + correction
         else:
             # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
             # GEMM curve, plus the softmax over materialised scores: write scores, read+write probabilities,
@@ -213,6 +222,12 @@ class _Context:
         else:
             nbytes += 3 * tokens * md.ffn_hidden_size / tp * ACT * (1 if md.swiglu else 2 / 3)
             kernels = KERNELS_DENSE
+        if self.fp8:
+            # TransformerEngine casts each linear layer's input to FP8 (read bf16, write fp8, amax) in forward;
+            # backward casts and transposes the output gradient (counted by backward's 2x of these kernels)
+            lin_inputs = list(g.attention + g.mlp[(1 if md.is_moe else 0) :])
+            nbytes += sum(x.m * x.k * x.count * (ACT + 1) for x in lin_inputs)
+            kernels += len(lin_inputs)
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
         # etp = 1): forward all-gather of the norm output (FP8 under FP8) before the column-parallel GEMM and

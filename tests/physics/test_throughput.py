@@ -109,10 +109,11 @@ def test_fp8_is_never_slower_than_bf16_and_speeds_up_linear_layers_only() -> Non
         e8, e16 = estimate_throughput(FLAG, c), estimate_throughput(bf16, c)
         assert e8.step_time_s <= e16.step_time_s * (1 + 1e-9)
         assert e8.breakdown_s["compute_mlp"] < e16.breakdown_s["compute_mlp"]
-        # memory-bound kernels and communication do not change with the GEMM precision, except TP's
-        # all-gathers of the norm output, which TransformerEngine casts to FP8 before gathering
-        for term in ("compute_other", "ep_comm", "cp_comm"):
+        # communication does not change with the GEMM precision, except TP's all-gathers of the norm output,
+        # which TransformerEngine casts to FP8 before gathering; FP8 adds its cast/amax kernels
+        for term in ("ep_comm", "cp_comm"):
             assert e8.breakdown_s[term] == pytest.approx(e16.breakdown_s[term])
+        assert e8.breakdown_s["compute_other"] > e16.breakdown_s["compute_other"]
         assert e8.breakdown_s["tp_comm"] <= e16.breakdown_s["tp_comm"]
         if c.tp > 1:
             assert e8.breakdown_s["tp_comm"] < e16.breakdown_s["tp_comm"]
