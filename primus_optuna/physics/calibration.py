@@ -69,6 +69,9 @@ class FamilyConstants:
     a2a_eff: float = 0.6
     """NCCL/RCCL all-to-all fraction of link bandwidth (assumption: below ring collectives, many small
     point-to-point transfers)"""
+    a2a_inter_eff: float = 0.6
+    """all-to-all's fraction of the NIC bandwidth for the off-node share (NCCL's PXN rail-optimised
+    all-to-all gets close to line rate on NVIDIA nodes; assumption for others: as ``a2a_eff``)"""
     deepep_intra_eff: float = 0.77
     """DeepEP normal kernels intra-node: 153-158 GB/s on H800 NVLink (~200 GB/s per direction)
     (validation.md, DeepEP row)"""
@@ -129,6 +132,7 @@ FAMILIES: dict[str, FamilyConstants] = {
     ),
     # H100/H200: fitted to the four Megatron-Bridge H100 rows.
     "hopper": FamilyConstants(
+        a2a_inter_eff=0.85,  # fitted to the Megatron-Bridge H100 Qwen3-235B-A22B rows (EP 32 over 4 nodes)
         gemm=EfficiencyCurve(0.62, _half(989), "Megatron-Bridge H100 rows; half-work scaled from A100"),
         attention=EfficiencyCurve(0.45, _half(989, A100_ATTN_HALF_WORK), "Megatron-Bridge H100 rows"),
         fp8_gemm_speedup=1.85,  # measured FP8/BF16 GEMM speed-up on H100 (~1.8-1.9x, issue 14), not 2x
@@ -138,6 +142,7 @@ FAMILIES: dict[str, FamilyConstants] = {
     ),
     # B200: no published row in validation.md (assumption).
     "blackwell": FamilyConstants(
+        a2a_inter_eff=0.85,  # assumed = hopper (NCCL PXN)
         gemm=EfficiencyCurve(0.70, _half(2250), "assumed (no published B200 row in validation.md)"),
         attention=EfficiencyCurve(0.45, _half(2250, A100_ATTN_HALF_WORK), "assumed = hopper"),
         fp8_gemm_speedup=1.57,

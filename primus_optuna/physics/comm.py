@@ -48,11 +48,13 @@ class Topology:
         gpus_per_node: int,
         coll_eff: float = 0.8,
         a2a_eff: float = 0.6,
+        a2a_inter_eff: float | None = None,
     ) -> None:
         self.gpu = gpu
         self.gpn = gpus_per_node
         self.coll_eff = coll_eff
         self.a2a_eff = a2a_eff
+        self.a2a_inter_eff = a2a_eff if a2a_inter_eff is None else a2a_inter_eff
         self.intra_bw = gpu.intra_node_bw_gbs * GB
         self.inter_bw = gpu.inter_node_bw_gbs * GB
         self.intra_lat = gpu.intra_node_latency_us * 1e-6
@@ -114,7 +116,7 @@ class Topology:
         if n <= 1 or nbytes <= 0:
             return 0.0
         ie = self.a2a_eff if intra_eff is None else intra_eff
-        xe = self.a2a_eff if inter_eff is None else inter_eff
+        xe = self.a2a_inter_eff if inter_eff is None else inter_eff
         k = self.members_per_node(g)
         intra_t = nbytes * (k - 1) / n / (self.fabric_bw(k - 1) * ie) if k > 1 else 0.0
         inter_t = nbytes * (n - k) / n / (self.inter_bw * xe) if n > k else 0.0

@@ -116,7 +116,9 @@ class _Context:
         m, w, gpu = spec.model, spec.workload, spec.cluster.gpu
         self.model = m
         self.k: FamilyConstants = family_constants(gpu)
-        self.topo = Topology(gpu, spec.cluster.gpus_per_node, self.k.coll_eff, self.k.a2a_eff)
+        self.topo = Topology(
+            gpu, spec.cluster.gpus_per_node, self.k.coll_eff, self.k.a2a_eff, self.k.a2a_inter_eff
+        )
         self.seq = w.seq_length
         self.gbs = w.global_batch_size
         self.world = spec.world
