@@ -89,6 +89,8 @@ class LayerShape:
     dropout: float = 0.0
     fp8: bool = False
     """FP8 GEMMs: Transformer Engine saves the FP8 copy (1 byte) of each GEMM input for backward"""
+    flash: bool = True
+    """fused (flash) attention; False keeps the s² softmax output (and dropout mask/output) per head"""
 
     @property
     def tokens(self) -> int:
@@ -126,6 +128,7 @@ class LayerShape:
             bias=has_bias(m),
             dropout=dropout_rate(m),
             fp8=spec.workload.precision == "fp8",
+            flash=spec.workload.flash_attention,
         )
 
     def replace(self, **changes: Any) -> LayerShape:
@@ -296,6 +299,10 @@ def layer_activation_terms(shape: LayerShape) -> dict[str, int]:
             act_out=gemm_in * T * f,
         )
     t["mlp_dropout_mask"] = mask
+    if not shape.flash:
+        # unfused attention (Korthikanti et al. 2022, Table 2: 5as²b): the softmax output (2 bytes per score),
+        # with dropout also its mask (1) and output (2)
+        t["attn_scores"] = (2 + (3 if shape.dropout > 0 else 0)) * shape.mbs * a * shape.seq * shape.seq
     return t
 
 
@@ -312,5 +319,5 @@ def layer_activation_bytes(shape: LayerShape, recompute: str = "none") -> int:
     terms = layer_activation_terms(shape)
     total = sum(terms.values())
     if recompute == "selective":
-        total -= terms["softmax_lse"]
+        total -= terms["softmax_lse"] + terms.get("attn_scores", 0)
     return total

@@ -242,3 +242,19 @@ def test_tp_sequence_parallel_as_transformer_engine_runs_it() -> None:
     over = estimate_throughput(with_changes(spec, workload={"tp_comm_overlap": True}), c1)
     assert over.breakdown_s["tp_comm"] < plain.breakdown_s["tp_comm"]
     assert over.step_time_s <= plain.step_time_s
+
+
+def test_unfused_attention_costs_time_and_s2_memory() -> None:
+    # workload.flash_attention: false (Megatron's fused scaled-masked softmax over materialised scores):
+    # the full s x s score GEMMs and softmax traffic, and the s² scores kept for backward (Korthikanti 5as²b)
+    from primus_optuna.physics.memory import estimate_memory
+
+    spec = StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml")
+    c = Space(spec).make(tp=8, pp=4, vpp=1, cp=1, mbs=1, pp_schedule="1f1b")
+    unfused = with_changes(spec, workload={"flash_attention": False})
+    a, b = estimate_throughput(spec, c), estimate_throughput(unfused, c)
+    assert b.breakdown_s["compute_attention"] > 1.5 * a.breakdown_s["compute_attention"]
+    assert estimate_memory(unfused, c).peak_gib > estimate_memory(spec, c).peak_gib + 1.0
+    # selective recompute re-runs the core attention and drops the scores again
+    sel = c.replace(recompute="selective").derive(spec.world, spec.workload.global_batch_size)
+    assert estimate_memory(unfused, sel).peak_gib < estimate_memory(unfused, c).peak_gib - 1.0
