@@ -139,6 +139,7 @@ class _Context:
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.params: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+        self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
@@ -342,6 +343,36 @@ class _Context:
             r = self.params[key] = (vpp_layers * lp.dense + ends, vpp_layers * lp.expert)
         return r
 
+    def dp_collectives(
+        self, tp: int, pp: int, ep: int, cp: int, dp: int, n_stage: int
+    ) -> tuple[float, float, float]:
+        """(gradient reduce, parameter gather, local parameters) of one step on the busiest stage."""
+        key = (tp, pp, ep, cp, dp, n_stage)
+        r = self.dp_coll.get(key)
+        if r is not None:
+            return r
+        topo = self.topo
+        dense, expert = self.stage_params(tp, pp, ep, n_stage)
+        dp_grp = Group(dp * cp, tp)
+        edp = max(1, (tp * cp * dp) // ep)
+        edp_grp = Group(edp, ep)
+        if self.spec.workload.distributed_optimizer:
+            rs = topo.reduce_scatter(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.reduce_scatter(
+                expert * GRAD_REDUCE_BYTES, edp_grp
+            )
+            ag = topo.all_gather(dense * PARAM_GATHER_BYTES, dp_grp) + topo.all_gather(
+                expert * PARAM_GATHER_BYTES, edp_grp
+            )
+            local = dense / (dp * cp) + expert / edp
+        else:
+            rs = topo.all_reduce(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.all_reduce(
+                expert * GRAD_REDUCE_BYTES, edp_grp
+            )
+            ag = 0.0
+            local = dense + expert
+        r = self.dp_coll[key] = (rs, ag, local)
+        return r
+
 
 _context = per_spec(_Context)
 
@@ -421,23 +452,7 @@ def estimate_throughput(
 
     # data parallelism (per step, after the pipeline) and the optimizer
     dense, expert = ctx.stage_params(tp, pp, ep, n_stage)
-    dp_grp = Group(dp * cp, tp)
-    edp = max(1, (tp * cp * dp) // ep)
-    edp_grp = Group(edp, ep)
-    if spec.workload.distributed_optimizer:
-        rs = topo.reduce_scatter(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.reduce_scatter(
-            expert * GRAD_REDUCE_BYTES, edp_grp
-        )
-        ag = topo.all_gather(dense * PARAM_GATHER_BYTES, dp_grp) + topo.all_gather(
-            expert * PARAM_GATHER_BYTES, edp_grp
-        )
-        local = dense / (dp * cp) + expert / edp
-    else:
-        rs = topo.all_reduce(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.all_reduce(
-            expert * GRAD_REDUCE_BYTES, edp_grp
-        )
-        ag = 0.0
-        local = dense + expert
+    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, n_stage)
     bwd_window = n_stage * (b_layer + w_layer)
     fwd_window = n_stage * f_layer
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
