@@ -2,23 +2,35 @@
 
 The step is built bottom-up (each piece's source is in the module it comes from):
 
-1. per layer and micro-batch on one rank (:mod:`.flops`): linear-layer GEMMs at an achievable fraction of
-   peak that falls for small GEMM dimensions and for MoE grouped GEMMs with few tokens per local expert
-   (roofline: never faster than HBM allows); causal flash attention at its own efficiency and always at
-   BF16 peak (FP8 speeds up the linear layers only); memory-bound "other" kernels (norms, residuals,
-   activation, rotary, MoE permutation) at HBM bandwidth, plus a fixed cost per kernel;
-2. communication inside a layer (:mod:`.comm`): TP with sequence parallelism = all-gather + reduce-scatter
-   per block in forward and again in backward (exposed: Megatron's default has no TP overlap); CP =
-   ring exchange of K/V (and dK/dV in backward), hidden under the core attention up to ``cp_overlap``;
-   EP = dispatch + combine all-to-all per MoE layer and pass, exposed for ``alltoall`` (plus a host sync),
-   DeepEP's bandwidths and partial overlap with expert compute for ``deepep``;
+1. per layer and micro-batch on one rank (:mod:`.flops`, :mod:`.gemm_efficiency`): linear-layer GEMMs on
+   the family's per-shape curve (roofline x an achievable fraction growing with M·N·K; MoE grouped GEMMs
+   sized by the tokens per local expert, with a penalty only when a rank holds several experts; FP8 at the
+   family's measured FP8/BF16 speed-up); attention fused (flash, its own curve; TE's 2·cp − 1 half-size
+   kernels and output corrections under CP) unless ``workload.flash_attention`` is false (full s x s score
+   GEMMs plus softmax traffic); memory-bound "other" kernels (norms, residuals, activation, rotary, MoE
+   permutation, FP8 casts) at HBM bandwidth plus a fixed cost per kernel; and a host floor: a pass never
+   runs faster than the host issues its kernels (fitted on the vTrain A100 runs);
+2. communication inside a layer (:mod:`.comm`): TP with sequence parallelism as TransformerEngine runs it
+   (forward all-gather, FP8 under FP8, and reduce-scatter; backward the synchronous grad all-gather, the
+   input re-gather hidden under dgrad and the reduce-scatter hidden under wgrad unless zero-bubble defers
+   wgrad; ``workload.tp_comm_overlap`` hides the rest under the adjacent GEMMs); CP = ring exchange of K/V
+   hidden under the core attention up to ``cp_overlap``; EP = dispatch + combine per MoE layer and pass,
+   all-to-all or DeepEP (de-duplicated bytes per destination rank/node, its own bandwidths), never hidden
+   under the same micro-batch's experts, plus the host sync in forward (DeepEP: unless
+   ``workload.moe_sync_free``); ``ep_overlap`` hides one micro-batch's dispatch/combine under another's
+   compute in the steady state, never more than that compute. Every hidden collective still costs the
+   family's ``overlap_interference`` fraction of its hidden time;
 3. passes: F = forward; B = input gradient (linear dgrad + attention backward + ``recompute``: full re-runs
    the layer's forward, selective the core attention); W = weight gradient (linear wgrad);
-4. the pipeline (:mod:`.pipeline`): a simulation of the schedule over ``m`` micro-batches with blocking
-   point-to-point sends between stages gives the busiest stage's work and the bubble;
+4. the pipeline (:mod:`.pipeline`): a simulation of the schedule over ``m`` micro-batches gives the busiest
+   stage's work and the bubble; sends block the sender in 1F1B/zero-bubble and are asynchronous in the
+   interleaved schedule (Megatron's ``overlap_p2p_comm``); Primus's zero-bubble schedules fall back to 1F1B
+   without ``gradient_accumulation_fusion``;
 5. after the pipeline: data-parallel gradient reduce-scatter (all-reduce without the distributed optimizer)
-   overlapped with the last micro-batch's backward and parameter all-gather overlapped with the first
-   forward, except a tail (``dp_tail``); the optimizer step is HBM-bound (Adam on fp32 master weights).
+   and parameter all-gather, overlapped with the last backward / first forward except a tail (``dp_tail``)
+   when ``workload.overlap_grad_reduce`` (not under zero-bubble: Primus turns the overlap off), else fully
+   exposed; the optimizer step is HBM-bound (Adam on fp32 master weights); without gradient-accumulation
+   fusion each micro-batch adds its bf16 grads into the fp32 main grads.
 
 The breakdown holds exposed time only and sums to the step time. All efficiency constants come from one
 table per GPU family (:mod:`.calibration`).
