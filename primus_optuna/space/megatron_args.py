@@ -51,8 +51,13 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
     out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
     if c.pp_schedule == "zbv":
         out["zero_bubble_v_schedule_mem_setup"] = "zb"
-    if zb:  # required by Primus's zero-bubble pipeline (Primus docs: zero-bubble required args)
-        out.update(overlap_grad_reduce=False, overlap_param_gather=False)
+    w = spec.workload
+    # DP overlap as the workload says, except under zero-bubble (required off by Primus's zero-bubble pipeline,
+    # Primus docs: zero-bubble required args); param-gather overlap only with the distributed optimizer
+    overlap = w.overlap_grad_reduce and not zb
+    out.update(overlap_grad_reduce=overlap, overlap_param_gather=overlap and w.distributed_optimizer)
+    if w.tp_comm_overlap and c.tp > 1:
+        out["tp_comm_overlap"] = True
     precision = spec.workload.precision
     out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
     out["fp8"] = "hybrid" if precision == "fp8" else None

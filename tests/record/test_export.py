@@ -94,3 +94,17 @@ def test_ep_overlap_maps_to_megatron_flags(flagship: StudySpec) -> None:
     args = megatron_args(flagship, c)
     assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" in args
     assert parse_megatron_args(args, flagship).ep_overlap is True
+
+
+def test_workload_overlap_options_reach_megatron(flagship: StudySpec) -> None:
+    # Megatron's --overlap-grad-reduce/--overlap-param-gather default off: the export states the workload's
+    # choice; zero-bubble forces them off (Primus's zero-bubble required args)
+    c = Space(flagship).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved")
+    args = megatron_args(flagship, c)
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+    zb = Space(flagship).make(tp=1, pp=4, vpp=1, ep=8, mbs=1, pp_schedule="zb1p")
+    assert "--overlap-grad-reduce" not in megatron_args(flagship, zb)
+    off = StudySpec.from_dict(
+        {**flagship.to_dict(), "workload": {**flagship.to_dict()["workload"], "overlap_grad_reduce": False}}
+    )
+    assert "--overlap-grad-reduce" not in megatron_args(off, c)
