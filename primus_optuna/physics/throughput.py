@@ -340,7 +340,11 @@ class _Context:
             g = logits_gemm(self.model, self.seq, mbs, tp, cp)
             t = self.gemm(g, linear=False)
             ce = g.m * g.n * (ACT + 4 + 4) / self.hbm + 4 * self.kernel_s  # vocab-parallel cross entropy
-            r = self.logits[key] = (t + ce, t + ce, t)
+            # sequence parallelism: the final norm output is all-gathered before the output layer, and its
+            # input gradient reduce-scattered in backward
+            full = g.m * self.model.hidden_size * ACT
+            sp = self.topo.all_gather(full, Group(tp, 1)) if tp > 1 else 0.0
+            r = self.logits[key] = (t + ce + sp, t + ce + sp, t)
         return r
 
     def stage_params(self, tp: int, pp: int, ep: int, vpp_layers: int) -> tuple[float, float]:
