@@ -1,7 +1,7 @@
 """Turn an Optuna trial into a :class:`TrainingConfig`, with any sampler.
 
 Every axis is one categorical parameter named like the axis (``tp pp ep cp vpp mbs recompute moe_dispatcher
-pp_schedule``) whose choices are the study's candidate values, so TPE, Random or :class:`PrimusSampler` can all
+pp_schedule ep_overlap``) whose choices are the study's candidate values, so TPE, Random or :class:`PrimusSampler` can all
 drive the same study. An illegal combination is pruned with ``prune_reason = "illegal: ..."``.
 
 Example::
