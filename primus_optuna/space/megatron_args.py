@@ -45,7 +45,9 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         )
         if deepep:
             out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
-            if spec.workload.moe_sync_free:  # Primus: stage 2 removes the router, DeepEP and grouped-MLP syncs
+            if (
+                spec.workload.moe_sync_free
+            ):  # Primus: stage 2 removes the router, DeepEP and grouped-MLP syncs
                 out["turbo_sync_free_moe_stage"] = 2
         if c.ep_overlap:  # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
             out.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)

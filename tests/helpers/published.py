@@ -86,7 +86,7 @@ def load_published() -> list[Published]:
                         "global_batch_size": int(r["gbs"]),
                         "precision": "fp8" if fp8 else "bf16",
                         "distributed_optimizer": r["dist_opt"] != "False",
-                        "tp_comm_overlap": "tp_comm_overlap" in r["other_memory_flags"],
+                        "tp_comm_overlap": "tp_comm_overlap userbuffers" in r["other_memory_flags"],
                     },
                 }
             )
@@ -106,7 +106,7 @@ def load_published() -> list[Published]:
                 recompute=rec,
                 moe_dispatcher=disp,
                 pp_schedule=sched,
-                ep_overlap="overlap_moe_expert_parallel_comm" in r["other_memory_flags"],
+                ep_overlap=ep > 1 and "EP a2a overlap" in r["other_memory_flags"],
             ).derive(spec.world, spec.workload.global_batch_size)
             label = f"{name} {r['gpu']} {gpus} {r['precision'].split(' ')[0]} {config.key()}"
             out.append(

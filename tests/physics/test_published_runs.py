@@ -11,9 +11,9 @@ from scripts.fit_published import calibrated_errors
 ERRORS = calibrated_errors()
 ROWS = [(key, lab, cal) for key, (_, rows) in ERRORS.items() for lab, _, _, _, cal in rows]
 XFAIL = {
-    # EP 64 over a 64-GPU NVLink domain with the HybridEP dispatcher and selective recompute: +21.8% after the
-    # 26.06 Blackwell scale (the group's other rows pull the scale up by 16%)
-    "GPT-OSS-120B GB200 64 mxfp8 tp1-pp1-ep64-cp1-vpp1-mbs4-selective-deepep-1f1b": "+21.8% after scale",
+    # EP 64 over a 64-GPU NVLink domain with the HybridEP dispatcher, EP overlap and selective recompute:
+    # +18.2% raw, +25.5% after the 26.06 Blackwell scale (the group's other rows pull the scale up by 6%)
+    "GPT-OSS-120B GB200 64 mxfp8 tp1-pp1-ep64-cp1-vpp1-mbs4-selective-deepep-1f1b-epoverlap": "+25.5% after scale",
 }
 
 
