@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 TILE = 128
 """grouped GEMMs pad each expert's tokens to whole tiles (assumption: 128-row tiles, CUTLASS/hipBLASLt)"""
@@ -76,4 +77,39 @@ def gemm_seconds(
     return max(t_flops, t_mem)
 
 
-__all__ = ["TILE", "EfficiencyCurve", "gemm_seconds"]
+def layer_gemm_seconds(
+    shape: Any, gemm: EfficiencyCurve, attention: EfficiencyCurve, peak_flops: float
+) -> float:
+    """Forward + backward seconds of one layer's GEMMs and causal attention at ``shape`` (a
+    :class:`~primus_optuna.physics.shapes.LayerShape`) on the curves, compute-bound part only: what scales a
+    timing of a smaller shape to the full one (the profile runner)."""
+    t, h, d = shape.tokens, shape.hidden, shape.head_dim
+    a, g = shape.heads, shape.groups
+    fc1 = 2 if shape.swiglu else 1
+    gemms = [(t, (a + 2 * g) * d, h, 1.0, False), (t, h, a * d, 1.0, False)]
+    if shape.moe:
+        per_expert = shape.local_tokens * shape.topk / max(1, shape.local_experts)
+        gemms.append((shape.local_tokens, shape.experts, h, 1.0, False))
+        gemms.append((per_expert, fc1 * shape.expert_ffn, h, float(shape.local_experts), True))
+        gemms.append((per_expert, h, shape.expert_ffn, float(shape.local_experts), True))
+    else:
+        gemms += [(t, fc1 * shape.ffn, h, 1.0, False), (t, h, shape.ffn, 1.0, False)]
+    total = 0.0
+    for m, n, k, count, grouped in gemms:
+        total += 3 * gemm_seconds(
+            gemm,
+            m,
+            n,
+            k,
+            count,
+            peak_flops=peak_flops,
+            hbm_bytes_per_s=math.inf,
+            elt_bytes=0,
+            grouped=grouped,
+        )
+    core = 2.0 * 2.0 * shape.mbs * shape.seq * shape.seq * a * d * 0.5  # causal QKᵀ and PV
+    total += 3.5 * core / (peak_flops * attention.fraction(core / 2))  # FlashAttention-2: backward 2.5x
+    return total
+
+
+__all__ = ["TILE", "EfficiencyCurve", "gemm_seconds", "layer_gemm_seconds"]
