@@ -109,7 +109,7 @@ def canonical_config(spec: StudySpec, config: TrainingConfig, space: Space | Non
     try:
         clean = TrainingConfig.from_params(
             {a: getattr(config, a) for a in ("tp", "pp", "ep", "cp", "vpp", "mbs")}
-            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule")}
+            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule", "ep_overlap")}
         )
     except SpecError as exc:
         raise LaunchFailure(f"refused to launch: {exc}") from None

@@ -174,6 +174,7 @@ def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
 # --- Megatron arguments -----------------------------------------------------------------------------------------
 PRIMUS_ONLY = (
     "use_turbo_deepep",
+    "turbo_sync_free_moe_stage",
     "enable_primus_turbo",
     "patch_zero_bubble",
     "enable_zero_bubble",
