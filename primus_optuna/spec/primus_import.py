@@ -47,6 +47,22 @@ MODEL_KEYS: tuple[str, ...] = (
     "untie_embeddings_and_output_weights",
     "normalization",
     "position_embedding_type",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "mtp_num_layers",
+    "window_size",
+    "window_attn_skip_freq",
+    "softmax_type",
+    "add_bias_linear",
+    "add_qkv_bias",
 )
 """Megatron argument names that are :class:`~primus_optuna.spec.ModelSpec` fields of the same name."""
 
