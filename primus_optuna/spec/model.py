@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import SpecError
+
 _PATTERN_TERM = re.compile(r"\[\s*([01])\s*\]\s*\*\s*(\d+)")
 
 
@@ -84,7 +85,8 @@ class ModelSpec(BaseModel):
     num_layers: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
     ffn_hidden_size: int = Field(
-        gt=0, description="dense MLP width (the dense layers of an MoE model; used when no dense layer exists)"
+        gt=0,
+        description="dense MLP width (the dense layers of an MoE model; used when no dense layer exists)",
     )
     num_attention_heads: int = Field(gt=0)
     num_query_groups: int | None = Field(
@@ -101,7 +103,9 @@ class ModelSpec(BaseModel):
     position_embedding_type: Literal["rope", "learned_absolute"] = "rope"
     # --- multi-latent attention (DeepSeek-V2/V3, Kimi-K2, Moonlight); Megatron defaults ---------------------
     multi_latent_attention: bool = False
-    q_lora_rank: int | None = Field(default=None, gt=0, description="query compression rank; None = no q LoRA")
+    q_lora_rank: int | None = Field(
+        default=None, gt=0, description="query compression rank; None = no q LoRA"
+    )
     kv_lora_rank: int = Field(default=32, gt=0)
     qk_head_dim: int = Field(default=128, gt=0, description="per-head q/k width without RoPE (qk_nope)")
     qk_pos_emb_head_dim: int = Field(default=64, gt=0, description="per-head RoPE width (qk_rope)")
@@ -110,7 +114,9 @@ class ModelSpec(BaseModel):
     moe_shared_expert_intermediate_size: int | None = Field(
         default=None, gt=0, description="total width of the shared experts (n_shared × expert width)"
     )
-    moe_shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen-MoE)")
+    moe_shared_expert_gate: bool = Field(
+        default=False, description="sigmoid gate on the shared expert (Qwen-MoE)"
+    )
     moe_layer_freq: int | list[int] = Field(
         default=1, description="1 = every layer MoE; N = every N-th; or a 0/1 list per layer (0 = dense)"
     )
@@ -128,7 +134,8 @@ class ModelSpec(BaseModel):
         default="vanilla", description="'learnable' = attention sinks (one learned logit per head)"
     )
     add_bias_linear: bool | None = Field(
-        default=None, description="linear biases; None = Megatron's default for the style (GPT-3 yes, Llama no)"
+        default=None,
+        description="linear biases; None = Megatron's default for the style (GPT-3 yes, Llama no)",
     )
     add_qkv_bias: bool = False
 
@@ -175,7 +182,9 @@ class ModelSpec(BaseModel):
         if skip is not None and self.window_size is None:
             raise ValueError("window_attn_skip_freq needs window_size (the sliding-window width)")
         if isinstance(skip, list) and (len(skip) != self.num_layers or any(x not in (0, 1) for x in skip)):
-            raise ValueError(f"window_attn_skip_freq as a list needs one 0/1 entry per layer ({self.num_layers})")
+            raise ValueError(
+                f"window_attn_skip_freq as a list needs one 0/1 entry per layer ({self.num_layers})"
+            )
         if isinstance(skip, int) and skip < 1:
             raise ValueError("window_attn_skip_freq must be ≥ 1")
         return self
@@ -428,7 +437,9 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
         shared = cfg.get("shared_expert_intermediate_size") or (cfg.get("n_shared_experts") or 0) * fe
         if shared:
             out["moe_shared_expert_intermediate_size"] = shared
-            out["moe_shared_expert_gate"] = "shared_expert_intermediate_size" in cfg  # Qwen-MoE's sigmoid gate
+            out["moe_shared_expert_gate"] = (
+                "shared_expert_intermediate_size" in cfg
+            )  # Qwen-MoE's sigmoid gate
         flags = _hf_moe_flags(cfg, layers)
         if flags is not None:
             out["moe_layer_freq"] = flags
@@ -443,7 +454,10 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
         types = cfg.get("layer_types")
         if types:
             full = [int(t == "full_attention") for t in types]
-            period = next((p for p in range(1, layers + 1) if full == [int((i + 1) % p == 0) for i in range(layers)]), None)
+            period = next(
+                (p for p in range(1, layers + 1) if full == [int((i + 1) % p == 0) for i in range(layers)]),
+                None,
+            )
             out["window_attn_skip_freq"] = period if period is not None else full
     if mtype == "gpt_oss":
         out.update(softmax_type="learnable", add_bias_linear=True)  # attention sinks; biased linears
@@ -451,6 +465,8 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
     elif cfg.get("attention_bias") or mtype in ("qwen2", "qwen2_moe"):
         out["add_qkv_bias"] = True
     return {k: v for k, v in out.items() if v is not None}
+
+
 def _m(**kw: Any) -> ModelSpec:
     return ModelSpec(**kw)
 

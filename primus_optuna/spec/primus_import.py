@@ -231,6 +231,27 @@ def model_from_megatron(args: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+PIPELINE_KEYS: dict[str, str] = {
+    "pipeline_model_parallel_layout": "layout",
+    "decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split": "account_for_loss_in_pipeline_split",
+}
+"""Megatron pipeline-split arguments -> the study's ``pipeline`` section."""
+
+
+def pipeline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
+    """The study's ``pipeline`` section from Megatron arguments (empty when the split is even)."""
+    out: dict[str, Any] = {}
+    for key, field_name in PIPELINE_KEYS.items():
+        value = args.get(key)
+        if value is None or value is False:
+            continue
+        out[field_name] = _truthy(value) if key.startswith("account_for") else value
+    return out
+
+
 def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if args.get("seq_length"):
@@ -298,6 +319,9 @@ def expand_primus_study(data: dict[str, Any], base_dir: str | Path = ".") -> dic
         out["workload"] = {**info.workload, **data["workload"]}
     elif "workload" not in data and info.workload:
         out["workload"] = info.workload
+    pipeline = pipeline_from_megatron(info.overrides)
+    if pipeline and "pipeline" not in data:
+        out["pipeline"] = pipeline
     search = dict(data.get("search") or {})
     if "baseline" not in search:
         search["baseline"] = info.baseline

@@ -152,3 +152,29 @@ def test_hf_import_decoder_sparse_step_and_mlp_only_layers() -> None:
     m = ModelSpec(**hf_to_megatron(cfg))
     assert m.moe_layer_flags[:4] == (False, True, False, True)
     assert not m.moe_layer_flags[23]
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2-lite", "gpt-oss-120b", "qwen3-235b-a22b"])
+def test_layer_gemm_flops_are_twice_the_active_weights(name: str) -> None:
+    """Forward GEMM FLOPs per token = 2 × the active GEMM weights of the layer (norms, biases, sinks, MLA's
+    latent norms and the router's bias excluded), for the MoE and the dense layer kinds."""
+    from primus_optuna.physics.flops import layer_gemms
+
+    m = MODEL_CATALOG[name]
+    tokens = 1024
+    for moe in (True, False):
+        g = layer_gemms(m, tokens, 1, 1, 1, 1, moe=moe)
+        gemm = sum(x.flops for x in g.attention + g.mlp + g.shared) / tokens
+        total, active = m.layer_params(moe and m.is_moe)
+        h = m.hidden_size
+        non_gemm = 2 * h  # two RMSNorms
+        if m.multi_latent_attention:
+            non_gemm += (m.q_lora_rank or 0) + m.kv_lora_rank
+        if m.linear_bias:
+            qkv = (m.num_attention_heads + 2 * m.query_groups) * m.head_dim
+            fc1 = 2 * (m.expert_ffn if moe else m.ffn_hidden_size)
+            k = m.moe_router_topk if moe else 1
+            non_gemm += qkv + h + k * (fc1 + h) + (m.experts if moe else 0)
+        if m.softmax_type == "learnable":
+            non_gemm += m.num_attention_heads
+        assert gemm == pytest.approx(2 * (active - non_gemm), rel=1e-9)
