@@ -33,16 +33,22 @@ from typing import Any
 
 from ..spec.hardware import GIB
 from ..spec.study import StudySpec
+from .layer_mix import (
+    StageMix,
+    even_fallback,
+    kind_activation_bytes,
+    mtp_extra_activation,
+    mtp_extra_params,
+    rank_layer_params,
+    stage_mixes,
+)
 from .shapes import (
     ACT_BYTES,
     FP32,
     LayerShape,
+    chunks_in_flight,
     embedding_params,
-    layer_activation_bytes,
-    layer_params,
-    layers_in_flight,
     output_params,
-    stage_ends,
 )
 from .spec_cache import per_spec
 
@@ -161,8 +167,11 @@ class _Context:
         self.is_moe = m.is_moe
         self.capacity_gib = spec.cluster.gpu.hbm_gib
         self.usable_gib = self.capacity_gib * (1.0 - spec.search.memory_safety_margin)
+        self.model = m
+        self.pipeline = spec.pipeline
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
-        self.acts: dict[tuple[int, int, int, str], tuple[float, float, float]] = {}
+        self.acts: dict[tuple[int, int, int, str], _Acts] = {}
+        self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
         self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
         self.static: dict[
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
@@ -176,12 +185,24 @@ class _Context:
             s = self.shapes[key] = LayerShape.from_config(self.spec, cfg)
         return s
 
-    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> tuple[float, float, float]:
-        """(kept per layer, one layer with no recompute, logits + final norm of the last stage), bytes."""
+    def mix(self, pp: int, vpp: int, schedule: str) -> list[StageMix]:
+        """Per stage the dense/MoE/MTP layers it holds (the study's pipeline layout)."""
+        key = (pp, vpp, "zbv" if schedule == "zbv" else "")
+        mx = self.mixes.get(key)
+        if mx is None:
+            mx = stage_mixes(self.model, self.pipeline, pp, vpp, schedule) or even_fallback(
+                self.model, pp, vpp, schedule
+            )
+            self.mixes[key] = mx
+        return mx
+
+    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> _Acts:
+        """Bytes per layer kind (kept, and one layer with no recompute) and of the last stage's output."""
         key = (tp, cp, mbs, recompute)
         a = self.acts.get(key)
         if a is None:
             s = self.shape(tp, cp, 1, mbs)
+            dense = s.replace(moe=False)
             tokens = s.tokens
             stats = (2 if self.layernorm else 1) * FP32 * s.local_tokens
             # bf16 logits from the output GEMM + the fp32 copy the vocab-parallel cross entropy keeps,
@@ -191,10 +212,14 @@ class _Context:
                 + 2 * ACT_BYTES * s.local_tokens * s.hidden
                 + stats
             )
-            a = self.acts[key] = (
-                float(layer_activation_bytes(s, recompute)),
-                float(layer_activation_bytes(s, "none")),
-                float(out),
+            m = self.model
+            a = self.acts[key] = _Acts(
+                keep_moe=float(kind_activation_bytes(m, s, recompute)),
+                keep_dense=float(kind_activation_bytes(m, dense, recompute)),
+                one_moe=float(kind_activation_bytes(m, s, "none")),
+                one_dense=float(kind_activation_bytes(m, dense, "none")),
+                mtp_extra=float(mtp_extra_activation(s)) if recompute != "full" else 0.0,
+                logits=float(out),
             )
         return a
 
@@ -205,16 +230,33 @@ class _Context:
         key = (tp, pp, ep, vpp, "zbv" if schedule == "zbv" else "")
         rows = self.params.get(key)
         if rows is None:
-            lp = layer_params(self.shape(tp, 1, ep, 1))
-            n = self.layers // pp
+            m = self.model
+            lm = rank_layer_params(m, tp, ep, True)
+            ld = rank_layer_params(m, tp, ep, False)
+            last_moe = m.moe_layer_flags[-1]
+            lt = lm if last_moe else ld
+            extra = mtp_extra_params(m, tp)
             emb = embedding_params(self.spec, tp)
             out = output_params(self.spec, tp, pp)
             rows = []
-            for has_emb, has_out in stage_ends(pp, vpp, schedule):
-                dense = n * lp.dense + (emb if has_emb else 0) + (out if has_out else 0)
-                rows.append((dense, n * lp.expert, n * lp.gemm, n * lp.total))
+            for mx in self.mix(pp, vpp, schedule):
+                layers_dense = mx.moe * lm.dense + mx.dense * ld.dense + mx.mtp * (lt.dense + extra)
+                expert = mx.moe * lm.expert + mx.mtp * lt.expert
+                gemm = mx.moe * lm.gemm + mx.dense * ld.gemm + mx.mtp * lt.gemm
+                dense = layers_dense + (emb if mx.embedding else 0) + (out if mx.loss else 0)
+                rows.append((dense, expert, gemm, layers_dense + expert))
             self.params[key] = rows
         return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Acts:
+    keep_moe: float
+    keep_dense: float
+    one_moe: float
+    one_dense: float
+    mtp_extra: float
+    logits: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,9 +293,10 @@ def _static(
         scale = ctx.hidden / DEEPEP_REF_HIDDEN
         disp = DEEPEP_NVL_GIB * scale + (DEEPEP_RDMA_GIB * scale if ep > ctx.gpn else 0.0)
     rows = []
-    for (dense, expert, gemm, lparams), (_, has_out) in zip(
-        ctx.stage_params(tp, pp, ep, vpp, schedule), stage_ends(pp, vpp, schedule), strict=True
+    for (dense, expert, gemm, lparams), mx in zip(
+        ctx.stage_params(tp, pp, ep, vpp, schedule), ctx.mix(pp, vpp, schedule), strict=True
     ):
+        has_out = mx.loss
         params = dense + expert
         rows.append(
             (
@@ -287,15 +330,27 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     recompute = config.recompute
     full = recompute == "full"
 
-    keep, one_layer, logits = ctx.activations(tp, cp, mbs, recompute)
+    acts = ctx.activations(tp, cp, mbs, recompute)
     rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
-    layers = ctx.layers
+    mixes = ctx.mix(pp, vpp, schedule)
+    last_moe = ctx.model.moe_layer_flags[-1]
+    keep_mtp = (acts.keep_moe if last_moe else acts.keep_dense) + acts.mtp_extra
     stages: list[StageMemory] = []
     for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):
-        n = layers_in_flight(layers, pp, vpp, m, schedule, i)
-        act = (n - 1) * keep + one_layer if full else n * keep
+        mx = mixes[i]
+        # chunk-micro-batches in flight × the stage's average chunk (uneven layouts: each stage its own)
+        in_flight = chunks_in_flight(pp, vpp, m, schedule, i) if pp > 1 else 1
+        per_chunk = (mx.moe * acts.keep_moe + mx.dense * acts.keep_dense + mx.mtp * keep_mtp) / mx.chunks
+        act = in_flight * per_chunk
+        if full:  # one layer is rebuilt whole during its backward
+            rebuilt = []
+            if mx.moe or mx.mtp:
+                rebuilt.append(acts.one_moe - acts.keep_moe)
+            if mx.dense:
+                rebuilt.append(acts.one_dense - acts.keep_dense)
+            act += max(rebuilt, default=0.0)
         if has_out:
-            act += logits
+            act += acts.logits * (1 + mx.mtp)  # MTP layers compute their own logits and loss
         act /= GIB
         allocated = weights + grads + optim + act
         overhead = CONTEXT_GIB + FRAGMENTATION * allocated

@@ -39,6 +39,7 @@ from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, model_flops_per_token
+from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
 from .pipeline import pipeline_timing
 from .shapes import LayerShape, embedding_params, layer_params, output_params
 from .spec_cache import per_spec
@@ -134,6 +135,7 @@ class _Context:
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.params: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+        self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
@@ -151,13 +153,15 @@ class _Context:
         t_mem = (g.m * g.k + g.k * g.n + g.m * g.n) * elt * g.count / self.hbm
         return max(t_flops, t_mem) + self.kernel_s
 
-    def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str) -> _Layer:
-        key = (tp, cp, ep, mbs, dispatcher)
+    def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str, moe: bool = True) -> _Layer:
+        """One layer of the given kind (``moe=False``: a dense layer of an MoE model)."""
+        key = (tp, cp, ep, mbs, dispatcher, moe)
         lay = self.layers.get(key)
         if lay is not None:
             return lay
         md, k, topo = self.model, self.k, self.topo
-        g = layer_gemms(md, self.seq, mbs, tp, cp, ep)
+        g = layer_gemms(md, self.seq, mbs, tp, cp, ep, moe=moe)
+        is_moe = g.grouped
         attn_lin = sum(self.gemm(x) for x in g.attention)
         if g.grouped:
             router, *experts = g.mlp
@@ -166,6 +170,7 @@ class _Context:
         else:
             expert_f = 0.0
             mlp_lin = sum(self.gemm(x) for x in g.mlp)
+        mlp_lin += sum(self.gemm(x) for x in g.shared)  # shared experts (TP-split dense MLP)
         if k.flash_attention:
             core_f = g.core_attention_flops / self.attn_rate + self.kernel_s
             core_b = g.core_attention_flops * ATTN_BWD_FACTOR / self.attn_rate + self.kernel_s
@@ -188,20 +193,22 @@ class _Context:
             nbytes += 2 * tokens * (a + kv) * d * ACT
         if self.dropout:
             nbytes += 2 * local * h * (2 * ACT + 1)
-        if md.is_moe:
+        if is_moe:
             copies = local * md.moe_router_topk
             fe = md.expert_ffn
             nbytes += 3 * copies * fe * ACT * (1 if md.swiglu else 2 / 3)  # activation
             nbytes += 4 * copies * h * ACT  # permute + unpermute (read + write)
             nbytes += 2 * local * md.experts * 4  # router softmax / top-k (fp32)
             kernels = KERNELS_MOE
+            if md.shared_expert_ffn:
+                nbytes += 3 * tokens * md.shared_expert_ffn / tp * ACT * (1 if md.swiglu else 2 / 3)
         else:
             nbytes += 3 * tokens * md.ffn_hidden_size / tp * ACT * (1 if md.swiglu else 2 / 3)
             kernels = KERNELS_DENSE
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP (sequence parallel): all-gather + reduce-scatter per block; MoE blocks (etp = 1) need none
         full = tokens * h * ACT
-        blocks = 1 if md.is_moe else 2
+        blocks = 1 if is_moe and not g.shared else 2  # shared experts are TP-split like a dense MLP
         tp_grp = Group(tp, 1)
         tp_one = blocks * (topo.all_gather(full, tp_grp) + topo.reduce_scatter(full, tp_grp))
         tp_f = tp_b = tp_one * (1.0 - k.tp_overlap)
@@ -215,7 +222,7 @@ class _Context:
             cp_b = max(lat, 2 * (cp - 1) * step - k.cp_overlap * core_b)
         # EP: dispatch + combine all-to-all per MoE layer and pass
         ep_f = ep_b = 0.0
-        if md.is_moe:
+        if is_moe:
             ep_grp = Group(ep, 1)
             sent = local * md.moe_router_topk * h * ACT
             sync = k.moe_sync_us * 1e-6
@@ -241,6 +248,28 @@ class _Context:
             ce = g.m * g.n * (ACT + 4 + 4) / self.hbm + 4 * self.kernel_s  # vocab-parallel cross entropy
             r = self.logits[key] = (t + ce, t + ce, t)
         return r
+
+    def mix(self, pp: int, vpp: int, schedule: str) -> list[StageMix]:
+        """Per stage the dense/MoE/MTP layers it holds (the study's pipeline layout)."""
+        key = (pp, vpp, schedule)
+        mx = self.mixes.get(key)
+        if mx is None:
+            md = self.model
+            mx = stage_mixes(md, self.spec.pipeline, pp, vpp, schedule) or even_fallback(
+                md, pp, vpp, schedule, ceil=True
+            )
+            self.mixes[key] = mx
+        return mx
+
+    def mix_params(self, tp: int, pp: int, ep: int, mx: StageMix) -> tuple[float, float]:
+        """(dense, expert) parameters of a stage holding ``mx`` on one rank."""
+        md = self.model
+        lm, ld = rank_layer_params(md, tp, ep, True), rank_layer_params(md, tp, ep, False)
+        n_moe = mx.moe + mx.mtp
+        ends = (embedding_params(self.spec, tp) if mx.embedding else 0) + (
+            output_params(self.spec, tp, pp) if mx.loss else 0
+        )
+        return (n_moe * lm.dense + mx.dense * ld.dense + ends, n_moe * lm.expert + mx.dense * ld.expert)
 
     def stage_params(self, tp: int, pp: int, ep: int, vpp_layers: int) -> tuple[float, float]:
         """(dense, expert) parameters of the busiest stage on one rank."""
@@ -276,8 +305,8 @@ def estimate_throughput(
     k, topo = ctx.k, ctx.topo
     md = ctx.model
     dispatcher = config.moe_dispatcher if md.is_moe else "alltoall"
-    lay = ctx.layer(tp, cp, ep, mbs, dispatcher)
     zb = schedule in ("zb1p", "zbv")
+    lay, mx = _busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
     recompute = "none" if zb else config.recompute
 
     # one layer, one micro-batch: passes
@@ -291,9 +320,11 @@ def estimate_throughput(
         rec = 0.0
     b_layer = lin + lay.core_b + 2 * lay.other_f + lay.tp_b + lay.cp_b + lay.ep_b + rec
     w_layer = lin
-    per_chunk = math.ceil(md.num_layers / (pp * vpp))
-    n_stage = per_chunk * vpp
-    lf, lb, lw = ctx.logits_times(tp, cp, mbs)
+    # uneven layouts: every chunk timed as the busiest stage's average chunk (the stage that decides the
+    # steady state); MTP layers add their own output layer and loss to the last chunk
+    n_stage = mx.decoder + mx.mtp
+    per_chunk = n_stage / mx.chunks
+    lf, lb, lw = (x * (1 + (md.mtp_num_layers or 0)) for x in ctx.logits_times(tp, cp, mbs))
 
     # pipeline
     msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
@@ -318,7 +349,7 @@ def estimate_throughput(
         )
 
     # data parallelism (per step, after the pipeline) and the optimizer
-    dense, expert = ctx.stage_params(tp, pp, ep, n_stage)
+    dense, expert = ctx.mix_params(tp, pp, ep, mx)
     dp_grp = Group(dp * cp, tp)
     edp = max(1, (tp * cp * dp) // ep)
     edp_grp = Group(edp, ep)
@@ -362,6 +393,36 @@ def estimate_throughput(
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
     return ThroughputEstimate(step, tps, mfu, {t: bd[t] for t in BREAKDOWN_TERMS})
+
+
+def _blend(a: _Layer, b: _Layer, x: float) -> _Layer:
+    """``x·a + (1−x)·b`` field by field (the average layer of a stage mixing two kinds)."""
+    return _Layer(*(x * p + (1.0 - x) * q for p, q in zip(_fields(a), _fields(b), strict=True)))
+
+
+def _fields(lay: _Layer) -> tuple[float, ...]:
+    return tuple(getattr(lay, f) for f in _Layer.__dataclass_fields__)
+
+
+def _busiest_stage(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> tuple[_Layer, StageMix]:
+    """The average layer and the layer mix of the stage with the most work (dense and MoE layers weighted by
+    their forward time, the output layer included)."""
+    md = ctx.model
+    lay_m = ctx.layer(tp, cp, ep, mbs, dispatcher, True)
+    mixes = ctx.mix(pp, vpp, schedule)
+    if not md.is_moe or md.num_dense_layers == 0:
+        mx = max(mixes, key=lambda s: (s.decoder + s.mtp, s.loss))
+        return lay_m, mx
+    lay_d = ctx.layer(tp, cp, ep, mbs, dispatcher, False)
+    t_m, t_d = sum(_fields(lay_m)), sum(_fields(lay_d))
+    lf = ctx.logits_times(tp, cp, mbs)[0]
+    mx = max(mixes, key=lambda s: (s.moe + s.mtp) * t_m + s.dense * t_d + (lf if s.loss else 0.0))
+    n = mx.decoder + mx.mtp
+    if n == 0 or mx.dense == 0:
+        return lay_m, mx
+    return _blend(lay_m, lay_d, (mx.moe + mx.mtp) / n), mx
 
 
 # --- presentation (for the ``estimate`` command) ------------------------------------------------------------
