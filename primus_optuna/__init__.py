@@ -34,7 +34,7 @@ from .physics import (
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
-from .spec import GPUSpec, ModelSpec, StudySpec
+from .spec import GPUSpec, ModelSpec, ParameterCounts, PipelineSpec, StudySpec
 
 __version__ = "0.1.0"
 
@@ -90,6 +90,8 @@ __all__ = [
     "GPUSpec",
     "MemoryEstimate",
     "ModelSpec",
+    "ParameterCounts",
+    "PipelineSpec",
     "PlanEntry",
     "PlanResult",
     "PrimusError",

@@ -169,6 +169,7 @@ class _Context:
         self.usable_gib = self.capacity_gib * (1.0 - spec.search.memory_safety_margin)
         self.model = m
         self.pipeline = spec.pipeline
+        self.last_moe = m.moe_layer_flags[-1]
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
         self.acts: dict[tuple[int, int, int, str], _Acts] = {}
         self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
@@ -233,8 +234,7 @@ class _Context:
             m = self.model
             lm = rank_layer_params(m, tp, ep, True)
             ld = rank_layer_params(m, tp, ep, False)
-            last_moe = m.moe_layer_flags[-1]
-            lt = lm if last_moe else ld
+            lt = lm if self.last_moe else ld
             extra = mtp_extra_params(m, tp)
             emb = embedding_params(self.spec, tp)
             out = output_params(self.spec, tp, pp)
@@ -333,7 +333,7 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     acts = ctx.activations(tp, cp, mbs, recompute)
     rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
     mixes = ctx.mix(pp, vpp, schedule)
-    last_moe = ctx.model.moe_layer_flags[-1]
+    last_moe = ctx.last_moe
     keep_mtp = (acts.keep_moe if last_moe else acts.keep_dense) + acts.mtp_extra
     stages: list[StageMemory] = []
     for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):

@@ -136,6 +136,7 @@ class _Context:
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.params: dict[tuple[int, int, int, int], tuple[float, float]] = {}
         self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
+        self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
@@ -409,10 +410,9 @@ def _busiest_stage(
 ) -> tuple[_Layer, StageMix]:
     """The average layer and the layer mix of the stage with the most work (dense and MoE layers weighted by
     their forward time, the output layer included)."""
-    md = ctx.model
     lay_m = ctx.layer(tp, cp, ep, mbs, dispatcher, True)
     mixes = ctx.mix(pp, vpp, schedule)
-    if not md.is_moe or md.num_dense_layers == 0:
+    if not ctx.mixed_kinds:
         mx = max(mixes, key=lambda s: (s.decoder + s.mtp, s.loss))
         return lay_m, mx
     lay_d = ctx.layer(tp, cp, ep, mbs, dispatcher, False)

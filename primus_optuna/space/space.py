@@ -69,6 +69,11 @@ class Space:
         if axis == "ep":
             return _divisors(f.experts) if f.is_moe else [1]
         if axis == "vpp":
+            pipe = spec.pipeline
+            if pipe.layout is not None:  # the layout fixes pp·vpp
+                return [d for d in _divisors(pipe.layout_chunks or 1) if d <= MAX_DEFAULT_VPP]
+            if not pipe.is_default:  # uneven splits: the pipeline rules decide
+                return list(range(1, MAX_DEFAULT_VPP + 1))
             return [d for d in _divisors(f.layers) if d <= MAX_DEFAULT_VPP]
         if axis == "mbs":
             return [b for b in DEFAULT_MBS if b <= f.gbs]

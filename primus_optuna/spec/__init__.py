@@ -1,7 +1,8 @@
 """Study files: what is tuned (model, cluster, workload, axes) and how (search, llm, runner, storage)."""
 
 from .hardware import GB, GIB, GPU_CATALOG, GPUSpec
-from .model import MODEL_CATALOG, ModelSpec, hf_to_megatron
+from .layout import PipelineSpec, expand_layout, pipeline_chunks
+from .model import MODEL_CATALOG, ModelSpec, ParameterCounts, hf_to_megatron
 from .study import (
     AXES,
     CHOICES,
@@ -28,9 +29,13 @@ __all__ = [
     "GPUSpec",
     "LLMSpec",
     "ModelSpec",
+    "ParameterCounts",
+    "PipelineSpec",
     "RunnerSpec",
     "SearchSpec",
     "StudySpec",
     "WorkloadSpec",
+    "expand_layout",
     "hf_to_megatron",
+    "pipeline_chunks",
 ]
