@@ -105,3 +105,33 @@ def test_export_and_import_speak_the_same_form() -> None:
     spec2 = _v3_study({"decoder_first_pipeline_num_layers": 5, "decoder_last_pipeline_num_layers": 2})
     args2 = megatron_overrides(spec2, Space(spec2).make(pp=8, ep=8).derive(64, 1024))
     assert PipelineSpec(**pipeline_from_megatron(args2)) == spec2.pipeline
+
+
+def test_primus_overlay_with_a_layout_imports_as_the_same_study(tmp_path) -> None:
+    """A Primus experiment written for a layout study reads back as a study with that pipeline section and
+    the MLA / MoE model fields (Megatron names)."""
+    import yaml
+
+    from primus_optuna.run.presets import primus_overlay
+    from primus_optuna.spec.primus_import import import_primus_yaml
+
+    spec = _v3_study({"layout": "Et*4|(t*4|)*14tmL"})
+    space = Space(spec)
+    config = space.canonical(space.make(pp=8, vpp=2, ep=8, pp_schedule="interleaved"))
+    model_args = {k: v for k, v in spec.model.model_dump().items() if k != "name" and v is not None}
+    (tmp_path / "deepseek_v3.yaml").write_text(yaml.safe_dump(model_args))
+    experiment = {"modules": {"pre_trainer": {"model": "deepseek_v3.yaml", "overrides": {"train_iters": 5}}}}
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump(primus_overlay(spec, config, experiment=experiment)))
+    info = import_primus_yaml(path)
+    assert info.overrides["pipeline_model_parallel_layout"] == "Et*4|(t*4|)*14tmL"
+    data = {
+        "name": "again",
+        "model": {"primus_yaml": str(path)},
+        "cluster": {"gpu": "mi355x", "nodes": 8},
+        "workload": {"precision": "fp8"},
+    }
+    again = StudySpec.from_dict(data)
+    assert again.pipeline == spec.pipeline
+    assert again.model.model_dump(exclude={"name"}) == spec.model.model_dump(exclude={"name"})
+    assert Space(again).canonical(Space(again).baseline) == config
