@@ -214,7 +214,7 @@ def megatron_architecture_args(m: Any) -> list[str]:
     if m.mtp_num_layers:
         a += ["--mtp-num-layers", str(m.mtp_num_layers)]
     if m.window_size is not None:
-        a += ["--window-size", f"({m.window_size},0)"]
+        a += ["--window-size", f"{m.window_size},0"]  # Megatron tuple_type: "left,right"
         skip = m.window_attn_skip_freq
         if skip is not None:
             a += [

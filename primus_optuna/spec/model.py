@@ -35,12 +35,12 @@ def parse_layer_pattern(text: str) -> list[int]:
         elif term.startswith("[") and term.endswith("]"):
             items = [x.strip() for x in term[1:-1].split(",") if x.strip()]
             if any(x not in ("0", "1") for x in items):
-                raise ValueError(f"moe_layer_freq: {term!r} holds values other than 0/1")
+                raise ValueError(f"layer pattern {text!r}: {term!r} holds values other than 0/1")
             out += [int(x) for x in items]
         else:
             raise ValueError(
-                f"moe_layer_freq: cannot read {text!r}; write an integer, a 0/1 list, or Megatron's "
-                "'([0]*3+[1]*58)' form"
+                f"cannot read the layer pattern {text!r} (moe_layer_freq / window_attn_skip_freq); write an "
+                "integer, a 0/1 list, or Megatron's '([0]*3+[1]*58)' form"
             )
     return out
 
@@ -127,8 +127,8 @@ class ModelSpec(BaseModel):
     window_size: int | None = Field(default=None, gt=0, description="sliding-window attention width, tokens")
     window_attn_skip_freq: int | list[int] | None = Field(
         default=None,
-        description="every N-th layer uses full attention (GPT-OSS: 2), or a 0/1 list (1 = full); "
-        "None = every layer windowed when window_size is set",
+        description="every N-th layer uses full attention (GPT-OSS: 2), or a 0/1 list per layer with Megatron's "
+        "meaning (1 = sliding window, 0 = full); None = every layer windowed when window_size is set",
     )
     softmax_type: Literal["vanilla", "off-by-one", "learnable"] = Field(
         default="vanilla", description="'learnable' = attention sinks (one learned logit per head)"
@@ -139,15 +139,19 @@ class ModelSpec(BaseModel):
     )
     add_qkv_bias: bool = False
 
-    @field_validator("moe_layer_freq", mode="before")
+    @field_validator("moe_layer_freq", "window_attn_skip_freq", mode="before")
     @classmethod
     def _freq(cls, v: Any) -> Any:
-        return parse_layer_pattern(v) if isinstance(v, str) else v
+        if isinstance(v, str):
+            return int(v) if v.strip().isdigit() else parse_layer_pattern(v)
+        return v
 
     @field_validator("window_size", mode="before")
     @classmethod
     def _window(cls, v: Any) -> Any:
-        # Megatron's --window-size is (left, right); right is 0 for causal training
+        # Megatron's --window-size is (left, right), also written "(128,0)"; right is 0 for causal training
+        if isinstance(v, str) and re.fullmatch(r"\(?\s*\d+\s*,\s*-?\d+\s*\)?", v.strip()):
+            return int(v.strip().strip("()").split(",")[0])
         return v[0] if isinstance(v, list | tuple) and v else v
 
     @model_validator(mode="after")
@@ -244,8 +248,8 @@ class ModelSpec(BaseModel):
         skip = self.window_attn_skip_freq
         if skip is None:
             return (False,) * self.num_layers
-        if isinstance(skip, list):
-            return tuple(bool(x) for x in skip)
+        if isinstance(skip, list):  # Megatron: 1 = sliding window, 0 = full attention
+            return tuple(not x for x in skip)
         return tuple((i + 1) % skip == 0 for i in range(self.num_layers))
 
     @property
@@ -377,8 +381,7 @@ def _hf_moe_flags(cfg: dict[str, Any], layers: int) -> list[int] | None:
     step = int(cfg.get("decoder_sparse_step") or 1)
     only = set(cfg.get("mlp_only_layers") or [])
     flags = [
-        int(i >= first_k and (i - first_k) % freq == 0 and (i + 1) % step == 0 and i not in only)
-        for i in range(layers)
+        int(i >= first_k and i % freq == 0 and (i + 1) % step == 0 and i not in only) for i in range(layers)
     ]
     return None if all(flags) else flags
 
@@ -458,7 +461,8 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
                 (p for p in range(1, layers + 1) if full == [int((i + 1) % p == 0) for i in range(layers)]),
                 None,
             )
-            out["window_attn_skip_freq"] = period if period is not None else full
+            # an integer period when the pattern has one, else Megatron's list (1 = sliding window)
+            out["window_attn_skip_freq"] = period if period is not None else [1 - f for f in full]
     if mtype == "gpt_oss":
         out.update(softmax_type="learnable", add_bias_linear=True)  # attention sinks; biased linears
         out["swiglu"] = True  # clamped SwiGLU

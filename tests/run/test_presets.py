@@ -203,5 +203,5 @@ def test_megatron_argv_carries_mla_moe_fields_and_the_layout(tmp_path: Path) -> 
     argv, _ = runner.build(Space(oss).baseline, _ctx(oss, tmp_path, 1))
     a = argv.argv
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
-    assert pairs["--window-size"] == "(128,0)" and pairs["--window-attn-skip-freq"] == "2"
+    assert pairs["--window-size"] == "128,0" and pairs["--window-attn-skip-freq"] == "2"
     assert pairs["--softmax-type"] == "learnable" and "--disable-bias-linear" not in a

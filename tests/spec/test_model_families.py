@@ -78,6 +78,9 @@ def test_layer_patterns() -> None:
     assert parse_layer_pattern("[1,0]+[1]*2") == [1, 0, 1, 1]
     with pytest.raises(ValueError, match="moe_layer_freq"):
         parse_layer_pattern("__import__('os')")
+    # Megatron's list form of window_attn_skip_freq: 1 = sliding window, 0 = full attention
+    w = ModelSpec(**{**MODEL_CATALOG["gpt-oss-20b"].model_dump(), "window_attn_skip_freq": "([1]*23+[0]*1)"})
+    assert w.full_attention_flags == (False,) * 23 + (True,)
     g = MODEL_CATALOG["gpt-oss-120b"]
     assert g.full_attention_flags[:4] == (False, True, False, True)
     assert sum(g.full_attention_flags) == 18
@@ -144,6 +147,14 @@ def test_hf_import_refuses_unknown_moe_keys() -> None:
     msg = str(err.value)
     assert "moe_capacity_factor_x" in msg and "num_shared_expert_groups" in msg
     assert msg.count("\n") == 0
+
+
+def test_hf_import_irregular_layer_types_become_megatrons_list() -> None:
+    cfg = json.loads((HF / "gpt-oss-120b.json").read_text())
+    cfg["layer_types"] = ["sliding_attention"] * 30 + ["full_attention"] * 6
+    m = ModelSpec(**hf_to_megatron(cfg))
+    assert m.window_attn_skip_freq == [1] * 30 + [0] * 6
+    assert m.full_attention_flags == (False,) * 30 + (True,) * 6
 
 
 def test_hf_import_decoder_sparse_step_and_mlp_only_layers() -> None:
