@@ -135,3 +135,19 @@ def test_primus_overlay_with_a_layout_imports_as_the_same_study(tmp_path) -> Non
     assert again.pipeline == spec.pipeline
     assert again.model.model_dump(exclude={"name"}) == spec.model.model_dump(exclude={"name"})
     assert Space(again).canonical(Space(again).baseline) == config
+
+
+def test_tp_must_divide_mla_heads_and_the_shared_expert_width() -> None:
+    data = {
+        "name": "lite",
+        "model": {"catalog": "deepseek-v2-lite", "moe_shared_expert_intermediate_size": 2820},
+        "cluster": {"gpu": "h100", "nodes": 2},
+        "workload": {"seq_length": 4096, "global_batch_size": 64},
+        "search": {"max_tp": 16},
+    }
+    space = Space(StudySpec.from_dict(data))
+    assert space.check(space.make(tp=4, ep=1)) == []
+    assert any("moe_shared_expert_intermediate_size=2820" in r for r in space.check(space.make(tp=8, ep=1)))
+    heads = dict(data, model={"catalog": "deepseek-v2-lite", "num_attention_heads": 12})
+    space = Space(StudySpec.from_dict(heads))
+    assert any("12 attention heads" in r for r in space.check(space.make(tp=8, ep=1)))
