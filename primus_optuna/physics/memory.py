@@ -15,10 +15,15 @@ What is counted (breakdown keys, GiB per GPU):
 - ``optimizer_gib``: fp32 master weights (4) + Adam moments (4 + 4) = 12 bytes per parameter, divided by
   the distributed optimizer's shard group: dp·cp for dense parameters, the expert-data-parallel group
   world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param).
-- ``activations_gib``: what the micro-batches in flight keep for backward
-  (:func:`~primus_optuna.physics.shapes.layer_activation_bytes` × :func:`layers_in_flight`); with full
-  recompute the layers keep their inputs and one layer is rebuilt during backward; the last stage adds the
-  output layer's logits (bf16 GEMM output + the fp32 copy the vocab-parallel cross entropy keeps).
+- ``activations_gib``: what the micro-batches in flight keep for backward: the chunk-micro-batches in flight
+  (:func:`~primus_optuna.physics.shapes.chunks_in_flight`) × the stage's average chunk, each layer by its
+  kind (:func:`~primus_optuna.physics.layer_mix.kind_activation_bytes`: dense or MoE, MLA, shared experts;
+  MTP layers add their norms and ``eh_proj`` input); with full recompute the layers keep their inputs and one
+  layer is rebuilt during backward; the stage holding the loss adds the output layer's logits (bf16 GEMM
+  output + the fp32 copy the vocab-parallel cross entropy keeps), once more per MTP layer.
+- parameters per stage follow the study's pipeline layout (:mod:`primus_optuna.spec.layout`): each stage's
+  dense, MoE and MTP layers (:func:`~primus_optuna.physics.layer_mix.rank_layer_params`), the embedding on the
+  stage holding it and the output layer on the stage holding the loss.
 - ``comm_buffers_gib``: NCCL/RCCL communicator buffers, :data:`CCL_GIB_PER_GROUP` per parallel group with
   more than one rank, plus :data:`CCL_BASE_GIB`.
 - ``dispatcher_buffers_gib``: DeepEP's NVLink (and, when the EP group spans nodes, RDMA) buffers.
