@@ -294,8 +294,10 @@ def estimate_throughput(
     """Step time, tokens/s/GPU, MFU and the exposed-time breakdown of ``config`` under ``spec``.
 
     The config should be legal (:meth:`Space.check`); ``dp``/``num_microbatches`` are derived when missing.
-    Layers that do not divide evenly over pipeline stages are placed ``ceil(L / (pp·v))`` per chunk on the
-    busiest stage (Megatron's uneven first/last stage split leaves the middle stages full).
+    Stages hold the layers the study's pipeline layout gives them (dense, MoE and MTP layers timed by kind);
+    the pipeline is simulated with every chunk as long as the busiest stage's average chunk (the stage that
+    sets the steady state; lighter stages only shorten the bubble, which this overestimates). A split the
+    layout does not allow is estimated with ``ceil(L / (pp·v))`` layers per chunk.
     """
     ctx = _context(spec)
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
