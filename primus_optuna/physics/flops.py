@@ -96,6 +96,13 @@ def attention_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...
     return (Gemm(tokens, (a + 2 * g) * d, h), Gemm(tokens, h, a * d))
 
 
+def mla_up_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
+    """MLA's up-projections (query ``q_lora→a·(nope+rope)`` or the direct query projection, and
+    ``kv_lora→a·(nope+v)``): what the ``mla_up_proj`` recompute module re-runs in backward."""
+    g = attention_gemms(model, tokens, tp)
+    return (g[1], g[3]) if model.q_lora_rank else (g[0], g[2])
+
+
 def core_attention_flops(model: ModelSpec, seq: int, mbs: int, tp: int, cp: int) -> float:
     """Forward FLOPs of causal flash attention (QKᵀ and PV) on one rank, averaged over the layers."""
     a = model.num_attention_heads / tp

@@ -20,10 +20,8 @@ from dataclasses import dataclass
 
 from ..spec.layout import Chunk, PipelineSpec, chunks_or_reason
 from ..spec.model import ModelSpec
-from .shapes import ACT_BYTES, FP32, LayerParams, LayerShape, layer_activation_terms, stage_chunks
-
-SELECTIVE_MODULES: frozenset[str] = frozenset({"core_attn"})
-"""What ``recompute=selective`` recomputes (Megatron's default ``--recompute-modules core_attn``)."""
+from ..spec.recompute import Recompute, parse_recompute
+from .shapes import ACT_BYTES, FP32, LayerParams, LayerShape, kept_bytes, layer_activation_terms, stage_chunks
 
 
 # --- parameters ------------------------------------------------------------------------------------------
@@ -80,44 +78,38 @@ def mtp_extra_params(model: ModelSpec, tp: int) -> int:
 
 
 # --- activations -------------------------------------------------------------------------------------------
-def mla_activation_terms(model: ModelSpec, shape: LayerShape, modules: frozenset[str]) -> dict[str, int]:
-    """Bytes MLA keeps for backward for one micro-batch, replacing the GQA terms ``qkv``/``core_out``/
-    ``softmax_lse`` of the per-tensor account (the norm output feeding the down-projections stays
-    ``qkv_input``).
+def mla_activation_terms(model: ModelSpec, shape: LayerShape) -> dict[str, int]:
+    """Bytes MLA keeps for backward for one micro-batch (no recompute), replacing the GQA terms ``qkv``/
+    ``core_out``/``softmax_lse`` of the per-tensor account (the norm output feeding the down-projections
+    stays ``qkv_input``).
 
     Kept: the query latent (``q_down`` output = q-norm input, its fp32 rstd, the norm output = ``q_up``
     input), the KV latent (``kv_down`` output with the RoPE key part, rstd, norm output = ``kv_up`` input),
-    Q and K (``nope + rope`` per head, after RoPE) and V, the attention output and its log-sum-exp. The
-    down-projections run on all ``T`` tokens of the rank (replicated across TP); heads are TP-split.
-    ``mla_up_proj`` in ``modules`` recomputes the up-projections: Q, K, V are dropped after core attention
-    and rebuilt in backward (Megatron ``--recompute-modules mla_up_proj``); ``core_attn`` drops the softmax
-    statistics (flash attention recomputes them).
+    Q (``mla_q_up``: ``nope + rope`` per head, after RoPE), K and V (``mla_kv_up``), the attention output
+    and its log-sum-exp. The down-projections run on all ``T`` tokens of the rank (replicated across TP);
+    heads are TP-split. The ``mla_up_proj`` recompute module drops ``mla_q_up``/``mla_kv_up``: Q, K, V are
+    rebuilt from the latents in backward (Megatron ``--recompute-modules mla_up_proj``); ``core_attn`` drops
+    the softmax statistics (:data:`~primus_optuna.physics.shapes.RECOMPUTE_DROPS`).
     """
     T, a = shape.tokens, shape.heads
     gemm_in = 1 if shape.fp8 else ACT_BYTES
     qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
     ql, kvl = model.q_lora_rank or 0, model.kv_lora_rank
-    t: dict[str, int] = {
+    return {
         "mla_q_latent": (ACT_BYTES * T * ql + FP32 * T + gemm_in * T * ql) if ql else 0,
         "mla_kv_latent": ACT_BYTES * T * (kvl + rope) + FP32 * T + gemm_in * T * kvl,
-        "qkv": ACT_BYTES * T * a * (2 * (qk + rope) + v),
+        "mla_q_up": ACT_BYTES * T * a * (qk + rope),
+        "mla_kv_up": ACT_BYTES * T * a * ((qk + rope) + v),
         "core_out": (ACT_BYTES + (1 if shape.fp8 else 0)) * T * a * v,
         "softmax_lse": FP32 * T * a,
     }
-    if "mla_up_proj" in modules:
-        t["qkv"] = 0
-    if "core_attn" in modules:
-        t["softmax_lse"] = 0
-    return t
 
 
-def shared_expert_activation_terms(
-    model: ModelSpec, shape: LayerShape, modules: frozenset[str]
-) -> dict[str, int]:
+def shared_expert_activation_terms(model: ModelSpec, shape: LayerShape) -> dict[str, int]:
     """Bytes the shared experts (a TP-split dense MLP on every token) keep for backward: FP8 copy of the
-    input (bf16 shares the router's input tensor), fc1 output, activation output. ``shared_experts`` in
-    ``modules`` recomputes the block (nothing kept beyond its input)."""
-    if not shape.moe or not model.shared_expert_ffn or "shared_experts" in modules:
+    input (bf16 shares the router's input tensor), fc1 output, activation output. The ``shared_experts``
+    recompute module drops ``shared_fc1_out``/``shared_act_out``."""
+    if not shape.moe or not model.shared_expert_ffn:
         return {}
     fs = model.shared_expert_ffn // shape.tp
     fc1 = 2 if shape.swiglu else 1
@@ -129,23 +121,25 @@ def shared_expert_activation_terms(
     }
 
 
-def kind_activation_bytes(
-    model: ModelSpec, shape: LayerShape, recompute: str, modules: frozenset[str] | None = None
-) -> int:
-    """Bytes one layer of ``shape``'s kind (dense or MoE) keeps for one micro-batch: the per-tensor account
-    of :func:`~primus_optuna.physics.shapes.layer_activation_terms` with MLA's tensors in place of GQA's
-    and the shared experts added. ``full`` keeps the layer input only; ``selective`` recomputes ``modules``
-    (default core attention)."""
-    if recompute == "full":
-        return ACT_BYTES * shape.local_tokens * shape.hidden
-    mods = (modules or SELECTIVE_MODULES) if recompute == "selective" else frozenset()
+def kind_activation_terms(model: ModelSpec, shape: LayerShape) -> dict[str, int]:
+    """The per-tensor account of one layer of ``shape``'s kind (dense or MoE) with no recompute:
+    :func:`~primus_optuna.physics.shapes.layer_activation_terms` with MLA's tensors in place of GQA's and the
+    shared experts added."""
     terms = layer_activation_terms(shape)
     if model.multi_latent_attention:
-        terms.update(mla_activation_terms(model, shape, mods))
-    elif "core_attn" in mods:
-        terms["softmax_lse"] = 0
-    terms.update(shared_expert_activation_terms(model, shape, mods))
-    return sum(terms.values())
+        terms.pop("qkv", None)
+        terms.update(mla_activation_terms(model, shape))
+    terms.update(shared_expert_activation_terms(model, shape))
+    return terms
+
+
+def kind_activation_bytes(model: ModelSpec, shape: LayerShape, recompute: str | Recompute = "none") -> int:
+    """Bytes one layer of ``shape``'s kind keeps for one micro-batch under ``recompute``: a fully recomputed
+    layer its input only; else :func:`kind_activation_terms` less what the selective modules drop."""
+    r = parse_recompute(recompute) if isinstance(recompute, str) else recompute
+    if r.is_full:
+        return ACT_BYTES * shape.local_tokens * shape.hidden
+    return kept_bytes(kind_activation_terms(model, shape), shape, r)
 
 
 def mtp_extra_activation(shape: LayerShape) -> int:

@@ -8,19 +8,22 @@ What is counted (breakdown keys, GiB per GPU):
 
 - ``weights_gib``: the bf16/fp16 parameters (2 bytes) plus, under FP8, Transformer Engine's cached FP8 copy of
   every GEMM weight and its transpose (+2 bytes per GEMM parameter; embeddings, norms, router and output
-  layer stay in bf16).
-- ``gradients_gib``: Megatron's fp32 main-grad buffer, 4 bytes per parameter (gradients accumulate in fp32
-  across micro-batches; Megatron forces this for bf16, and Korthikanti et al.'s 18 bytes/parameter for fp16
-  in Fig. 1 imply it too). The distributed optimizer reduce-scatters into this buffer; it is not sharded.
+  layer stay in bf16); with ``workload.fp8_param_gather`` the GEMM weights are FP8 only (2 bytes with the
+  transpose, no bf16 copy).
+- ``gradients_gib``: Megatron's main-grad buffer, 4 bytes per parameter with ``grad_reduce_in_fp32`` (the
+  default; Korthikanti et al.'s 18 bytes/parameter for fp16 in Fig. 1 imply it), 2 without. The distributed
+  optimizer reduce-scatters into this buffer; it is not sharded.
 - ``optimizer_gib``: fp32 master weights (4) + Adam moments (4 + 4) = 12 bytes per parameter, divided by
   the distributed optimizer's shard group: dp·cp for dense parameters, the expert-data-parallel group
   world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param).
-- ``activations_gib``: what the micro-batches in flight keep for backward: the chunk-micro-batches in flight
-  (:func:`~primus_optuna.physics.shapes.chunks_in_flight`) × the stage's average chunk, each layer by its
-  kind (:func:`~primus_optuna.physics.layer_mix.kind_activation_bytes`: dense or MoE, MLA, shared experts;
-  MTP layers add their norms and ``eh_proj`` input); with full recompute the layers keep their inputs and one
-  layer is rebuilt during backward; the stage holding the loss adds the output layer's logits (bf16 GEMM
-  output + the fp32 copy the vocab-parallel cross entropy keeps), once more per MTP layer.
+- ``activations_gib``: what the micro-batches in flight keep for backward: chunk micro-batches in flight
+  (:func:`~primus_optuna.physics.shapes.chunks_in_flight`) × the stage's average chunk under the
+  configuration's recompute, per tensor as in shared/reference/megatron-memory.md and per layer kind
+  (:func:`~primus_optuna.physics.layer_mix.kind_activation_bytes`: dense or MoE, MLA, shared experts; MTP
+  layers add their norms and ``eh_proj`` input); with ``full``/``full:N`` the recomputed layers keep their
+  inputs and one layer is rebuilt during backward (its activations are added once); the stage holding the
+  loss adds the output layer's logits (bf16 GEMM output + the fp32 copy the vocab-parallel cross entropy
+  keeps), once more per MTP layer.
 - parameters per stage follow the study's pipeline layout (:mod:`primus_optuna.spec.layout`): each stage's
   dense, MoE and MTP layers (:func:`~primus_optuna.physics.layer_mix.rank_layer_params`), the embedding on the
   stage holding it and the output layer on the stage holding the loss.
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec.hardware import GIB
+from ..spec.recompute import Recompute, parse_recompute
 from ..spec.study import StudySpec
 from .layer_mix import (
     StageMix,
@@ -63,8 +67,13 @@ WEIGHT_BYTES = 2
 FP8_EXTRA_WEIGHT_BYTES = 2
 """Transformer Engine keeps an FP8 copy of each GEMM weight and of its transpose (1 + 1 byte), cached across
 micro-batches (TE ``is_first_microbatch`` weight caching)."""
+FP8_PARAM_BYTES = 2
+"""With ``fp8_param_gather`` (TE ``fp8_model_init``) a GEMM weight is an FP8 tensor (1 byte) plus its FP8
+transpose (1 byte) and no bf16 copy; the fp32 master stays in the optimizer."""
 GRAD_BYTES = 4
-"""fp32 main-grad buffer (Megatron DDP, ``accumulate_allreduce_grads_in_fp32``)."""
+"""fp32 main-grad buffer (Megatron DDP, ``grad_reduce_in_fp32``, Megatron's default)."""
+GRAD_BYTES_BF16 = 2
+"""bf16 main grads (``grad_reduce_in_fp32: false``, as every published Megatron-Bridge recipe sets)."""
 OPTIMIZER_BYTES = 12
 """fp32 master copy + Adam exp_avg + exp_avg_sq."""
 CCL_BASE_GIB = 0.25
@@ -122,6 +131,8 @@ class MemoryEstimate:
     stages: list[StageMemory]
     capacity_gib: float
     usable_gib: float
+    recompute: str = "none"
+    """the recompute in force (canonical value); the activations follow it"""
     peak_gib: float = field(init=False)
     peak_stage: int = field(init=False)
 
@@ -149,6 +160,7 @@ class MemoryEstimate:
             "capacity_gib": round(self.capacity_gib, 3),
             "fits": self.fits,
             "peak_stage": self.peak_stage,
+            "recompute": self.recompute,
             "stages": [s.to_dict() for s in self.stages],
         }
 
@@ -167,6 +179,8 @@ class _Context:
         self.vocab = m.vocab_size
         self.seq = w.seq_length
         self.fp8 = w.precision == "fp8"
+        self.fp8_param_gather = self.fp8 and w.fp8_param_gather
+        self.grad_bytes = GRAD_BYTES if w.grad_reduce_in_fp32 else GRAD_BYTES_BF16
         self.dist_opt = w.distributed_optimizer
         self.layernorm = m.normalization == "LayerNorm"
         self.is_moe = m.is_moe
@@ -178,6 +192,7 @@ class _Context:
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
         self.acts: dict[tuple[int, int, int, str], _Acts] = {}
         self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
+        self.stage_acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
         self.static: dict[
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
@@ -203,12 +218,14 @@ class _Context:
         return mx
 
     def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> _Acts:
-        """Bytes per layer kind (kept, and one layer with no recompute) and of the last stage's output."""
+        """Bytes for one micro-batch per layer kind (MoE / dense / MTP): a layer not fully recomputed (under
+        the selective part of ``recompute``), one with no recompute; a fully recomputed layer (its input);
+        logits + final norm of the stage holding the loss."""
         key = (tp, cp, mbs, recompute)
         a = self.acts.get(key)
         if a is None:
             s = self.shape(tp, cp, 1, mbs)
-            dense = s.replace(moe=False)
+            d = s.replace(moe=False)
             tokens = s.tokens
             stats = (2 if self.layernorm else 1) * FP32 * s.local_tokens
             # bf16 logits from the output GEMM + the fp32 copy the vocab-parallel cross entropy keeps,
@@ -218,16 +235,63 @@ class _Context:
                 + 2 * ACT_BYTES * s.local_tokens * s.hidden
                 + stats
             )
+            r = parse_recompute(recompute)
+            plain = r if not r.is_full else _NONE
             m = self.model
+            extra = float(mtp_extra_activation(s))
+            last = s if self.last_moe else d
             a = self.acts[key] = _Acts(
-                keep_moe=float(kind_activation_bytes(m, s, recompute)),
-                keep_dense=float(kind_activation_bytes(m, dense, recompute)),
-                one_moe=float(kind_activation_bytes(m, s, "none")),
-                one_dense=float(kind_activation_bytes(m, dense, "none")),
-                mtp_extra=float(mtp_extra_activation(s)) if recompute != "full" else 0.0,
+                plain_moe=float(kind_activation_bytes(m, s, plain)),
+                plain_dense=float(kind_activation_bytes(m, d, plain)),
+                plain_mtp=float(kind_activation_bytes(m, last, plain)) + extra,
+                one_moe=float(kind_activation_bytes(m, s, _NONE)),
+                one_dense=float(kind_activation_bytes(m, d, _NONE)),
+                one_mtp=float(kind_activation_bytes(m, last, _NONE)) + extra,
+                inp=float(kind_activation_bytes(m, s, _FULL)),
                 logits=float(out),
             )
         return a
+
+    def stage_activations(
+        self,
+        tp: int,
+        cp: int,
+        mbs: int,
+        recompute: str,
+        pp: int,
+        vpp: int,
+        schedule: str,
+        m: int,
+        extra: bool,
+    ) -> tuple[float, ...]:
+        """Activation GiB per pipeline stage (memoised: independent of ep and the dispatcher). Each stage
+        averages its chunk over the layers it holds (uneven layouts, dense-first and MTP layers)."""
+        key = (tp, cp, mbs, recompute, pp, vpp, schedule, m, extra)
+        acts = self.stage_acts.get(key)
+        if acts is not None:
+            return acts
+        r = parse_recompute(recompute)
+        a = self.activations(tp, cp, mbs, recompute)
+        out = []
+        for i, mx in enumerate(self.mix(pp, vpp, schedule)):
+            layers = mx.decoder + mx.mtp
+            per_chunk = layers / mx.chunks
+            plain = (
+                (mx.moe * a.plain_moe + mx.dense * a.plain_dense + mx.mtp * a.plain_mtp) / layers
+                if layers
+                else 0.0
+            )
+            # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
+            n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
+            chunk = n_rec * a.inp + (per_chunk - n_rec) * plain
+            # backward rebuilds one recomputed layer at a time: the heaviest kind on this stage
+            ones = [o for n, o in ((mx.moe, a.one_moe), (mx.dense, a.one_dense), (mx.mtp, a.one_mtp)) if n]
+            transient = max(ones, default=a.inp) - a.inp if n_rec else 0.0
+            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else 1
+            logits = a.logits * (1 + mx.mtp) if mx.loss else 0.0  # MTP layers compute their own logits
+            out.append((chunks * chunk + transient + logits) / GIB)
+        acts = self.stage_acts[key] = tuple(out)
+        return acts
 
     def stage_params(
         self, tp: int, pp: int, ep: int, vpp: int, schedule: str
@@ -256,11 +320,15 @@ class _Context:
 
 @dataclass(frozen=True, slots=True)
 class _Acts:
-    keep_moe: float
-    keep_dense: float
+    """Per-micro-batch activation bytes by layer kind (see :meth:`_Context.activations`)."""
+
+    plain_moe: float
+    plain_dense: float
+    plain_mtp: float
     one_moe: float
     one_dense: float
-    mtp_extra: float
+    one_mtp: float
+    inp: float
     logits: float
 
 
@@ -273,6 +341,8 @@ class _Axes:
 
 
 _context = per_spec(_Context)
+_NONE = Recompute("none")
+_FULL = Recompute("full")
 
 
 # --- the estimate ---------------------------------------------------------------------------------------------
@@ -288,7 +358,10 @@ def _static(
     dp = max(1, ctx.world // (tp * cp * pp))
     dense_shard = dp * cp if ctx.dist_opt else 1
     expert_shard = max(1, ctx.world // (pp * ep)) if ctx.dist_opt else 1
-    fp8_extra = FP8_EXTRA_WEIGHT_BYTES if ctx.fp8 else 0
+    # FP8 GEMM weights: bf16 + cached FP8 copy and transpose, or FP8 params (+ transpose) only
+    fp8_extra = (
+        (FP8_PARAM_BYTES - WEIGHT_BYTES if ctx.fp8_param_gather else FP8_EXTRA_WEIGHT_BYTES) if ctx.fp8 else 0
+    )
     groups = sum(
         1 for size in (tp, cp, dp * cp, pp, ep, ctx.world // (pp * ep) if ctx.is_moe else 1) if size > 1
     )
@@ -306,7 +379,7 @@ def _static(
         rows.append(
             (
                 (WEIGHT_BYTES * params + fp8_extra * gemm) / GIB,
-                GRAD_BYTES * params / GIB,
+                ctx.grad_bytes * params / GIB,
                 OPTIMIZER_BYTES * (dense / dense_shard + expert / expert_shard) / GIB,
                 comm,
                 disp,
@@ -332,31 +405,12 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
-    recompute = config.recompute
-    full = recompute == "full"
-
-    acts = ctx.activations(tp, cp, mbs, recompute)
+    extra_chunk = bool(getattr(config, "ep_overlap", False))
+    acts = ctx.stage_activations(tp, cp, mbs, config.recompute, pp, vpp, schedule, m, extra_chunk)
     rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
-    mixes = ctx.mix(pp, vpp, schedule)
-    last_moe = ctx.last_moe
-    keep_mtp = (acts.keep_moe if last_moe else acts.keep_dense) + acts.mtp_extra
     stages: list[StageMemory] = []
-    for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):
-        mx = mixes[i]
-        # chunk-micro-batches in flight × the stage's average chunk (uneven layouts: each stage its own)
-        in_flight = chunks_in_flight(pp, vpp, m, schedule, i) if pp > 1 else 1
-        per_chunk = (mx.moe * acts.keep_moe + mx.dense * acts.keep_dense + mx.mtp * keep_mtp) / mx.chunks
-        act = in_flight * per_chunk
-        if full:  # one layer is rebuilt whole during its backward
-            rebuilt = []
-            if mx.moe or mx.mtp:
-                rebuilt.append(acts.one_moe - acts.keep_moe)
-            if mx.dense:
-                rebuilt.append(acts.one_dense - acts.keep_dense)
-            act += max(rebuilt, default=0.0)
-        if has_out:
-            act += acts.logits * (1 + mx.mtp)  # MTP layers compute their own logits and loss
-        act /= GIB
+    for i, (weights, grads, optim, comm, disp, params, lparams, _) in enumerate(rows):
+        act = acts[i]
         allocated = weights + grads + optim + act
         overhead = CONTEXT_GIB + FRAGMENTATION * allocated
         breakdown = {
@@ -369,4 +423,6 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
             "overhead_gib": overhead,
         }
         stages.append(StageMemory(i, allocated + comm + disp + overhead, breakdown, params, lparams))
-    return MemoryEstimate(stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib)
+    return MemoryEstimate(
+        stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib, recompute=config.recompute
+    )

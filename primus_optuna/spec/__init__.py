@@ -8,6 +8,13 @@ above, nor Optuna, DSPy, LiteLLM or torch.
 from .hardware import GB, GIB, GPU_CATALOG, GPUSpec
 from .layout import PipelineSpec, expand_layout, pipeline_chunks
 from .model import MODEL_CATALOG, ModelSpec, ParameterCounts, hf_to_megatron
+from .recompute import (
+    RECOMPUTE_MODULES,
+    Recompute,
+    canonical_recompute,
+    parse_recompute,
+    recompute_from_megatron,
+)
 from .study import (
     AXES,
     CHOICES,
@@ -29,6 +36,7 @@ __all__ = [
     "GPU_CATALOG",
     "INT_AXES",
     "MODEL_CATALOG",
+    "RECOMPUTE_MODULES",
     "BaselineSpec",
     "ClusterSpec",
     "GPUSpec",
@@ -36,11 +44,15 @@ __all__ = [
     "ModelSpec",
     "ParameterCounts",
     "PipelineSpec",
+    "Recompute",
     "RunnerSpec",
     "SearchSpec",
     "StudySpec",
     "WorkloadSpec",
+    "canonical_recompute",
     "expand_layout",
     "hf_to_megatron",
+    "parse_recompute",
     "pipeline_chunks",
+    "recompute_from_megatron",
 ]

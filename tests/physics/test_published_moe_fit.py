@@ -1,7 +1,17 @@
-"""Every published run of the MLA / shared-expert / GPT-OSS families in published-runs.csv is estimated to fit
-its GPU with its own layout and recompute settings, or the test names the memory term the model lacks.
+"""Every published run of the MLA / shared-expert / GPT-OSS families in published-runs.csv, and every run
+whose layers split over the pipeline only with the embedding and loss counted in
+(``account_for_embedding/loss_in_pipeline_split``: Qwen3-235B-A22B's 94 and Llama3.1-405B's 126 layers), is
+estimated to fit its GPU with its own layout and recompute settings. Left out: the Qwen3-235B-A22B H100
+GBS-2048 row (25.11), whose 94 layers over PP8xVP4 need an uneven split the row does not state.
 
-Data: tests/physics/data/published_moe_runs.csv, the DeepSeek-V2/V3, Kimi-K2 and GPT-OSS rows of
+Some of these recipes also use memory features the model does not have: the precision-aware optimizer (bf16
+Adam moments; DeepSeek-V3 rows) and Muon (one momentum buffer; Kimi-K2, counted as Adam) lower the real peak,
+so there the estimate is an upper bound; full-iteration CUDA graphs with the MoE paged stash (GB200/GB300
+mxfp8 rows) add graph pools and a paged buffer and offload expert activations, modelled neither way.
+Kimi-K2's layout is assumed (the recipe names it without giving it).
+
+Data: tests/physics/data/published_moe_runs.csv, the DeepSeek-V2/V3, Kimi-K2, GPT-OSS and the stated
+account-for-embedding/loss Qwen3-235B-A22B / Llama3.1-405B rows of
 shared/reference/data/published-runs.csv copied verbatim (each row's ``source`` column names its recipe). These
 runs ran, so their true peak was below the GPU's capacity: the check is ``estimated peak <= capacity`` (the
 study's safety margin is a search policy, not a fact about a run that ran).
@@ -16,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from primus_optuna import StudySpec
-from primus_optuna.physics import layer_mix
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.space import Space
 
@@ -39,36 +48,29 @@ CATALOG = {
     "DeepSeek-V2": "deepseek-v2",
     "GPT-OSS-120B": "gpt-oss-120b",
     "Kimi-K2": "kimi-k2",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Llama3.1-405B": "llama3.1-405b",
 }
 GPUS_PER_NODE = {"GB300": 4, "GB200": 4}
 
-KNOWN_MODULES = frozenset({"core_attn", "mla_up_proj", "shared_experts"})
-"""Recompute modules whose effect the memory model has (physics.layer_mix)."""
 
-# Memory-saving features of the recipes that the memory model does not have, as the rows name them.
-UNMODELLED = {
-    "precision-aware optimizer": "precision-aware optimizer (bf16 main grads and Adam moments: 6 of 16 bytes/param)",
-    "fp8_param_gather=True": "FP8 primary weights (fp8_param_gather: no bf16 weight copy)",
-    "moe_paged_stash": "MoE paged stash (expert activations in a paged CUDA/CPU buffer)",
-    "Muon": "Muon optimizer (one momentum buffer where Adam has two)",
-}
-
-
-def unmodelled_terms(row: dict[str, str]) -> list[str]:
-    """The row's memory features the model lacks: flags above and recompute modules outside KNOWN_MODULES."""
-    text = row["other_memory_flags"] + " " + row["dist_opt"]
-    out = [why for flag, why in UNMODELLED.items() if flag in text]
-    mods = _modules(row) - KNOWN_MODULES
-    if mods:
-        out.append(f"recompute modules {sorted(mods)} (not in the model's recompute vocabulary yet)")
-    if row["model"].startswith("Kimi"):
-        out.append("the recipe's unpublished PP4xVP4 layout (assumed)")
-    return out
+def _recompute(row: dict[str, str]) -> str:
+    """The row's recompute as the ``recompute`` axis writes it (``recompute_modules`` replace Megatron's
+    default ``core_attn``; an empty module list recomputes nothing)."""
+    if row["recompute_granularity"] != "selective":
+        return "none"
+    mods = [m.strip() for m in row["recompute_modules"].split(",") if m.strip()]
+    mods = [m for m in mods if "none" not in m]
+    return "selective:" + "+".join(mods) if mods else "none"
 
 
-def _modules(row: dict[str, str]) -> frozenset[str]:
-    mods = {x.strip() for x in row["recompute_modules"].split(",")}
-    return frozenset(m for m in mods if m and "none" not in m) | {"core_attn"}
+def _fp8_recipe(row: dict[str, str]) -> str:
+    p = row["precision"]
+    if p.startswith("mxfp8"):
+        return "mxfp8"
+    # fp8_cs = per-tensor current scaling; the DeepSeek-V3 H100 row names no recipe (tensorwise assumed: it
+    # only decides whether moe_act/layernorm recompute is allowed, which that row does not use)
+    return "tensorwise"
 
 
 def _layout(row: dict[str, str]) -> str | None:
@@ -85,24 +87,36 @@ def _layout(row: dict[str, str]) -> str | None:
 def _spec(row: dict[str, str]) -> tuple[StudySpec, dict]:
     model = next(v for k, v in CATALOG.items() if row["model"].startswith(k))
     gpus, gpn = int(row["gpus"]), GPUS_PER_NODE.get(row["gpu"], 8)
+    # catalog GPUs at their device-reported capacity; GB200/GB300/B300 (not in the catalog) as the B200 entry
+    # with the row's datasheet GB converted to GiB
     gpu = {"catalog": "b200", "name": row["gpu"], "hbm_gb": float(row["gpu_mem_gb"]), "memory_gib": None}
-    if row["gpu"] == "MI355X":
-        gpu = "mi355x"
-    elif row["gpu"].startswith("H100"):
-        gpu = "h100"
+    gpu = {"MI355X": "mi355x", "H100-SXM": "h100", "B200": "b200"}.get(row["gpu"], gpu)
+    flags = row["other_memory_flags"]
+    workload = {
+        "seq_length": int(row["seq"]),
+        "global_batch_size": int(row["gbs"]),
+        "precision": "bf16" if row["precision"] == "bf16" else "fp8",
+        "grad_reduce_in_fp32": "grad_reduce_in_fp32=False" not in flags,
+    }
+    if workload["precision"] == "fp8":
+        workload["fp8_recipe"] = _fp8_recipe(row)
+        workload["fp8_param_gather"] = "fp8_param_gather=True" in flags
     data = {
         "name": "published",
         "model": {"catalog": model},
         "cluster": {"gpu": gpu, "nodes": gpus // gpn, "gpus_per_node": gpn},
-        "workload": {
-            "seq_length": int(row["seq"]),
-            "global_batch_size": int(row["gbs"]),
-            "precision": "bf16" if row["precision"] == "bf16" else "fp8",
-        },
+        "workload": workload,
+        # a run that ran used at most the device's memory: no safety margin (a study's margin is its choice)
+        "search": {"memory_safety_margin": 0.0},
     }
     layout = _layout(row)
     if layout and int(row["pp"]) > 1:
         data["pipeline"] = {"layout": layout}
+    elif "account_for" in row["pp_schedule"] + flags:
+        data["pipeline"] = {
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+        }
     vp = int(row["vp"] or 1)
     disp = row["moe_dispatcher"].lower()
     axes = dict(
@@ -112,7 +126,7 @@ def _spec(row: dict[str, str]) -> tuple[StudySpec, dict]:
         ep=int(row["ep"]),
         cp=int(row["cp"]),
         mbs=int(row["mbs"]),
-        recompute="selective" if row["recompute_granularity"] == "selective" else "none",
+        recompute=_recompute(row),
         moe_dispatcher="deepep" if ("deep" in disp or "hybridep" in disp) else "alltoall",
         pp_schedule="interleaved" if vp > 1 else "1f1b",
     )
@@ -123,22 +137,32 @@ def _id(row: dict[str, str]) -> str:
     return f"{row['model'].split(' ')[0]}-{row['gpu']}-{row['precision'].split(' ')[0]}-tp{row['tp']}pp{row['pp']}vp{row['vp'] or 1}ep{row['ep']}-gbs{row['gbs']}"
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=_id(r)) for r in ROWS])
-def test_published_run_fits(row: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+CAPACITY_UNKNOWN = {
+    "Llama3.1-405B-GB200-fp8_cs-tp4pp16vp4ep1-gbs1536": (
+        "estimated 184.8 GiB against GB200's '186 GB' converted to 173.2 GiB; the catalog has no device-reported "
+        "GB200 capacity, and GPUs whose datasheet GB are GiB-sized stacks report about the GB figure in GiB "
+        "(B200 '180 GB': 179 GiB; MI355X '288 GB': 288 GiB), at which this estimate would fit"
+    ),
+}
+"""Rows that do not fit only because the GPU's capacity is a conservative conversion (strict: a row that
+starts fitting must leave this list)."""
+
+
+def _params() -> list:
+    out = []
+    for r in ROWS:
+        why = CAPACITY_UNKNOWN.get(_id(r))
+        marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
+        out.append(pytest.param(r, id=_id(r), marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("row", _params())
+def test_published_run_fits(row: dict[str, str]) -> None:
     spec, axes = _spec(row)
     space = Space(spec)
     config = space.make(**axes)
-    assert space.check(config) == [], "the published layout must be legal"
-    # the row's selective-recompute modules (the study file cannot name modules until the recompute
-    # vocabulary carries them; the model's own terms for them are applied here)
-    monkeypatch.setattr(layer_mix, "SELECTIVE_MODULES", _modules(row) & KNOWN_MODULES)
+    assert space.check(config) == [], "the published layout and recompute must be legal"
     est = estimate_memory(spec, config.derive(spec.world, spec.workload.global_batch_size))
-    if est.peak_gib <= est.capacity_gib:
-        return
-    missing = unmodelled_terms(row)
-    assert missing, f"{est.reason()} although the model has every memory term this recipe uses"
-    b = est.stages[est.peak_stage].breakdown
-    where = ", ".join(f"{k.removesuffix('_gib')} {v:.0f}" for k, v in b.items() if v >= 1)
-    pytest.xfail(
-        f"estimated {est.peak_gib:.0f} GiB ({where}) > {est.capacity_gib:.0f} GiB; missing: {'; '.join(missing)}"
-    )
+    assert est.fits, (est.reason(), est.stages[est.peak_stage].breakdown)
+    assert est.peak_gib > 0.2 * est.capacity_gib  # and not trivially: these recipes fill the device
