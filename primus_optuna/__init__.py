@@ -23,6 +23,7 @@ from typing import Any
 from .errors import PrimusError, SpecError
 from .physics import (
     Calibration,
+    EfficiencyCurve,
     MemoryEstimate,
     PlanEntry,
     PlanResult,
@@ -31,6 +32,7 @@ from .physics import (
     estimate_memory,
     estimate_throughput,
     plan_space,
+    ranking_fidelity,
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
@@ -87,6 +89,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Calibration",
+    "EfficiencyCurve",
     "GPUSpec",
     "MemoryEstimate",
     "ModelSpec",
@@ -108,6 +111,7 @@ __all__ = [
     "parse_config_string",
     "parse_recompute",
     "plan_space",
+    "ranking_fidelity",
     "redact",
     *_LAZY,
 ]

@@ -287,7 +287,8 @@ class _Context:
             # backward rebuilds one recomputed layer at a time: the heaviest kind on this stage
             ones = [o for n, o in ((mx.moe, a.one_moe), (mx.dense, a.one_dense), (mx.mtp, a.one_mtp)) if n]
             transient = max(ones, default=a.inp) - a.inp if n_rec else 0.0
-            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else 1
+            # pp = 1: Megatron's combined 1F1B (ep_overlap) runs micro-batch i+1's forward with i's backward
+            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else (2 if extra else 1)
             logits = a.logits * (1 + mx.mtp) if mx.loss else 0.0  # MTP layers compute their own logits
             out.append((chunks * chunk + transient + logits) / GIB)
         acts = self.stage_acts[key] = tuple(out)

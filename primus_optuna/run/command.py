@@ -53,7 +53,7 @@ CONFIG_FIELDS: tuple[str, ...] = (
 )
 PATH_FIELDS: tuple[str, ...] = ("workdir", "log", "python")
 TEMPLATE_FIELDS: tuple[str, ...] = CONFIG_FIELDS + PATH_FIELDS
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:+-]*$")  # ':' for recompute values such as selective:moe_act
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+:-]*$")  # ":" and "+": recompute values (full:2, selective:a+b)
 KILL_GRACE_S = 5.0
 LOG_NAME = "run.log"
 
@@ -109,7 +109,7 @@ def canonical_config(spec: StudySpec, config: TrainingConfig, space: Space | Non
     try:
         clean = TrainingConfig.from_params(
             {a: getattr(config, a) for a in ("tp", "pp", "ep", "cp", "vpp", "mbs")}
-            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule")}
+            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule", "ep_overlap")}
         )
     except SpecError as exc:
         raise LaunchFailure(f"refused to launch: {exc}") from None
@@ -126,7 +126,7 @@ def canonical_config(spec: StudySpec, config: TrainingConfig, space: Space | Non
 def template_values(
     spec: StudySpec, config: TrainingConfig, context: RunContext, log_path: Path
 ) -> dict[str, str]:
-    """The values templates may use; every config-derived value matches ``[A-Za-z0-9_.:+-]*``."""
+    """The values templates may use; every config-derived value matches ``[A-Za-z0-9_.+-]*``."""
     values: dict[str, Any] = {
         **config.to_dict(),
         "world": spec.world,
