@@ -155,6 +155,8 @@ class _Context:
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
+        self.busiest: dict[tuple[Any, ...], tuple[_Layer, StageMix]] = {}
+        self.params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
@@ -380,13 +382,21 @@ class _Context:
 
     def stage_params(self, tp: int, pp: int, ep: int, mx: StageMix) -> tuple[float, float]:
         """(dense, expert) parameters on one rank of a stage holding ``mx``."""
+        key = (tp, pp, ep, mx)
+        r = self.params.get(key)
+        if r is not None:
+            return r
         md = self.model
         lm, ld = rank_layer_params(md, tp, ep, True), rank_layer_params(md, tp, ep, False)
         n_moe = mx.moe + mx.mtp
         ends = (embedding_params(self.spec, tp) if mx.embedding else 0) + (
             output_params(self.spec, tp, pp) if mx.loss else 0
         )
-        return (n_moe * lm.dense + mx.dense * ld.dense + ends, n_moe * lm.expert + mx.dense * ld.expert)
+        r = self.params[key] = (
+            n_moe * lm.dense + mx.dense * ld.dense + ends,
+            n_moe * lm.expert + mx.dense * ld.expert,
+        )
+        return r
 
     def dp_collectives(
         self, tp: int, pp: int, ep: int, cp: int, dp: int, mx: StageMix
@@ -613,7 +623,17 @@ def _busiest_stage(
     ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
 ) -> tuple[_Layer, StageMix]:
     """The average layer and the layer mix of the stage with the most work (dense and MoE layers weighted by
-    their forward time, the output layer included)."""
+    their forward time, the output layer included). Memoised per layout."""
+    key = (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    hit = ctx.busiest.get(key)
+    if hit is None:
+        hit = ctx.busiest[key] = _find_busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    return hit
+
+
+def _find_busiest_stage(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> tuple[_Layer, StageMix]:
     lay_m = ctx.layer(tp, cp, ep, mbs, dispatcher, True)
     mixes = ctx.mix(pp, vpp, schedule)
     if not ctx.mixed_kinds:
