@@ -36,7 +36,7 @@ from .physics import (
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
-from .spec import GPUSpec, ModelSpec, Recompute, StudySpec, parse_recompute
+from .spec import GPUSpec, ModelSpec, ParameterCounts, PipelineSpec, Recompute, StudySpec, parse_recompute
 
 __version__ = "0.1.0"
 
@@ -93,6 +93,8 @@ __all__ = [
     "GPUSpec",
     "MemoryEstimate",
     "ModelSpec",
+    "ParameterCounts",
+    "PipelineSpec",
     "PlanEntry",
     "PlanResult",
     "PrimusError",

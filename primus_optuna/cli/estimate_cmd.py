@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..physics.layer_mix import StageMix, stage_mixes
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
 from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
 from ..space import Space, TrainingConfig
@@ -42,9 +43,27 @@ def estimate_document(spec: StudySpec, space: Space, config: TrainingConfig) -> 
     mem = _memory_or_none(spec, config)
     if mem is not None:
         doc["memory"] = mem.to_dict()
+        mixes = _mixes(spec, config)
+        if mixes is not None and len(mixes) == len(mem.stages):
+            for st, mx in zip(doc["memory"]["stages"], mixes, strict=True):
+                st["layers"] = _layers_label(mx)
     if not reasons:
         doc["throughput"] = throughput_section(estimate_throughput(spec, config))
     return doc
+
+
+def _mixes(spec: StudySpec, config: TrainingConfig) -> list[StageMix] | None:
+    schedule = config.pp_schedule if config.pp > 1 else "1f1b"
+    vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
+    return stage_mixes(spec.model, spec.pipeline, config.pp, vpp, schedule)
+
+
+def _layers_label(mx: StageMix) -> str:
+    """A stage's layers, e.g. ``E+3d+5moe`` or ``5moe+1mtp+L`` (d = dense, moe = MoE layers)."""
+    parts = ["E"] if mx.embedding else []
+    parts += [f"{n}{kind}" for n, kind in ((mx.dense, "d"), (mx.moe, "moe"), (mx.mtp, "mtp")) if n]
+    parts += ["L"] if mx.loss else []
+    return "+".join(parts) or "-"
 
 
 _SHORT = {
@@ -63,11 +82,13 @@ def _memory_table(mem: dict[str, Any]) -> list[str]:
     title = "memory per GPU (GiB)"
     if mem.get("recompute"):
         title += f", activations with recompute={mem['recompute']}"
-    lines = [title + ":", head]
+    labelled = any("layers" in st for st in mem["stages"])
+    lines = [title + ":", head + ("  layers" if labelled else "")]
     for st in mem["stages"]:
         mark = " <- peak" if st["stage"] == mem["peak_stage"] else ""
         cells = " ".join(f"{st['breakdown'][k]:>9.2f}" for k in BREAKDOWN_KEYS)
-        lines.append(f"{st['stage']:>5} {cells} {st['total_gib']:>9.2f}{mark}")
+        layers = f"  {st['layers']}" if "layers" in st else ""
+        lines.append(f"{st['stage']:>5} {cells} {st['total_gib']:>9.2f}{layers}{mark}")
     verdict = "fits" if mem["fits"] else "DOES NOT FIT"
     lines.append(
         f"peak {mem['peak_gib']:.1f} GiB on stage {mem['peak_stage']}; usable {mem['usable_gib']:.1f} of "

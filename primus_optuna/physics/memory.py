@@ -16,12 +16,17 @@ What is counted (breakdown keys, GiB per GPU):
 - ``optimizer_gib``: fp32 master weights (4) + Adam moments (4 + 4) = 12 bytes per parameter, divided by
   the distributed optimizer's shard group: dp·cp for dense parameters, the expert-data-parallel group
   world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param).
-- ``activations_gib``: what the micro-batches in flight keep for backward
-  (chunk micro-batches in flight × :func:`~primus_optuna.physics.shapes.chunk_activation_bytes` under the
-  configuration's recompute, per tensor as in shared/reference/megatron-memory.md); with ``full``/``full:N``
-  the recomputed layers keep their inputs and one layer is rebuilt during backward (its activations are
-  added once); the last stage adds the output layer's logits (bf16 GEMM output + the fp32 copy the
-  vocab-parallel cross entropy keeps).
+- ``activations_gib``: what the micro-batches in flight keep for backward: chunk micro-batches in flight
+  (:func:`~primus_optuna.physics.shapes.chunks_in_flight`) × the stage's average chunk under the
+  configuration's recompute, per tensor as in shared/reference/megatron-memory.md and per layer kind
+  (:func:`~primus_optuna.physics.layer_mix.kind_activation_bytes`: dense or MoE, MLA, shared experts; MTP
+  layers add their norms and ``eh_proj`` input); with ``full``/``full:N`` the recomputed layers keep their
+  inputs and one layer is rebuilt during backward (its activations are added once); the stage holding the
+  loss adds the output layer's logits (bf16 GEMM output + the fp32 copy the vocab-parallel cross entropy
+  keeps), once more per MTP layer.
+- parameters per stage follow the study's pipeline layout (:mod:`primus_optuna.spec.layout`): each stage's
+  dense, MoE and MTP layers (:func:`~primus_optuna.physics.layer_mix.rank_layer_params`), the embedding on the
+  stage holding it and the output layer on the stage holding the loss.
 - ``comm_buffers_gib``: NCCL/RCCL communicator buffers, :data:`CCL_GIB_PER_GROUP` per parallel group with
   more than one rank, plus :data:`CCL_BASE_GIB`.
 - ``dispatcher_buffers_gib``: DeepEP's NVLink (and, when the EP group spans nodes, RDMA) buffers.
@@ -37,16 +42,22 @@ from typing import Any
 from ..spec.hardware import GIB
 from ..spec.recompute import Recompute, parse_recompute
 from ..spec.study import StudySpec
+from .layer_mix import (
+    StageMix,
+    even_fallback,
+    kind_activation_bytes,
+    mtp_extra_activation,
+    mtp_extra_params,
+    rank_layer_params,
+    stage_mixes,
+)
 from .shapes import (
     ACT_BYTES,
     FP32,
     LayerShape,
     chunks_in_flight,
     embedding_params,
-    layer_activation_bytes,
-    layer_params,
     output_params,
-    stage_ends,
 )
 from .spec_cache import per_spec
 
@@ -175,8 +186,12 @@ class _Context:
         self.is_moe = m.is_moe
         self.capacity_gib = spec.cluster.gpu.hbm_gib
         self.usable_gib = self.capacity_gib * (1.0 - spec.search.memory_safety_margin)
+        self.model = m
+        self.pipeline = spec.pipeline
+        self.last_moe = m.moe_layer_flags[-1]
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
-        self.acts: dict[tuple[int, int, int, str], tuple[float, float, float, float]] = {}
+        self.acts: dict[tuple[int, int, int, str], _Acts] = {}
+        self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
         self.stage_acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
         self.static: dict[
@@ -191,14 +206,26 @@ class _Context:
             s = self.shapes[key] = LayerShape.from_config(self.spec, cfg)
         return s
 
-    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> tuple[float, float, float, float]:
-        """Bytes for one micro-batch: (a layer not fully recomputed, under the selective part of
-        ``recompute``; a fully recomputed layer = its input; one layer with no recompute; logits + final norm
-        of the last stage)."""
+    def mix(self, pp: int, vpp: int, schedule: str) -> list[StageMix]:
+        """Per stage the dense/MoE/MTP layers it holds (the study's pipeline layout)."""
+        key = (pp, vpp, "zbv" if schedule == "zbv" else "")
+        mx = self.mixes.get(key)
+        if mx is None:
+            mx = stage_mixes(self.model, self.pipeline, pp, vpp, schedule) or even_fallback(
+                self.model, pp, vpp, schedule
+            )
+            self.mixes[key] = mx
+        return mx
+
+    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> _Acts:
+        """Bytes for one micro-batch per layer kind (MoE / dense / MTP): a layer not fully recomputed (under
+        the selective part of ``recompute``), one with no recompute; a fully recomputed layer (its input);
+        logits + final norm of the stage holding the loss."""
         key = (tp, cp, mbs, recompute)
         a = self.acts.get(key)
         if a is None:
             s = self.shape(tp, cp, 1, mbs)
+            d = s.replace(moe=False)
             tokens = s.tokens
             stats = (2 if self.layernorm else 1) * FP32 * s.local_tokens
             # bf16 logits from the output GEMM + the fp32 copy the vocab-parallel cross entropy keeps,
@@ -209,11 +236,19 @@ class _Context:
                 + stats
             )
             r = parse_recompute(recompute)
-            a = self.acts[key] = (
-                float(layer_activation_bytes(s, r if not r.is_full else _NONE)),
-                float(layer_activation_bytes(s, _FULL)),
-                float(layer_activation_bytes(s, _NONE)),
-                float(out),
+            plain = r if not r.is_full else _NONE
+            m = self.model
+            extra = float(mtp_extra_activation(s))
+            last = s if self.last_moe else d
+            a = self.acts[key] = _Acts(
+                plain_moe=float(kind_activation_bytes(m, s, plain)),
+                plain_dense=float(kind_activation_bytes(m, d, plain)),
+                plain_mtp=float(kind_activation_bytes(m, last, plain)) + extra,
+                one_moe=float(kind_activation_bytes(m, s, _NONE)),
+                one_dense=float(kind_activation_bytes(m, d, _NONE)),
+                one_mtp=float(kind_activation_bytes(m, last, _NONE)) + extra,
+                inp=float(kind_activation_bytes(m, s, _FULL)),
+                logits=float(out),
             )
         return a
 
@@ -229,23 +264,33 @@ class _Context:
         m: int,
         extra: bool,
     ) -> tuple[float, ...]:
-        """Activation GiB per pipeline stage (memoised: independent of ep and the dispatcher)."""
+        """Activation GiB per pipeline stage (memoised: independent of ep and the dispatcher). Each stage
+        averages its chunk over the layers it holds (uneven layouts, dense-first and MTP layers)."""
         key = (tp, cp, mbs, recompute, pp, vpp, schedule, m, extra)
         acts = self.stage_acts.get(key)
         if acts is not None:
             return acts
         r = parse_recompute(recompute)
-        plain, inp, one_layer, logits = self.activations(tp, cp, mbs, recompute)
-        per_chunk = self.layers / (pp * vpp)
-        # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
-        n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
-        chunk = n_rec * inp + (per_chunk - n_rec) * plain
-        transient = one_layer - inp if n_rec else 0.0  # backward rebuilds one recomputed layer at a time
+        a = self.activations(tp, cp, mbs, recompute)
         out = []
-        for i, (_, has_out) in enumerate(stage_ends(pp, vpp, schedule)):
+        for i, mx in enumerate(self.mix(pp, vpp, schedule)):
+            layers = mx.decoder + mx.mtp
+            per_chunk = layers / mx.chunks
+            plain = (
+                (mx.moe * a.plain_moe + mx.dense * a.plain_dense + mx.mtp * a.plain_mtp) / layers
+                if layers
+                else 0.0
+            )
+            # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
+            n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
+            chunk = n_rec * a.inp + (per_chunk - n_rec) * plain
+            # backward rebuilds one recomputed layer at a time: the heaviest kind on this stage
+            ones = [o for n, o in ((mx.moe, a.one_moe), (mx.dense, a.one_dense), (mx.mtp, a.one_mtp)) if n]
+            transient = max(ones, default=a.inp) - a.inp if n_rec else 0.0
             # pp = 1: Megatron's combined 1F1B (ep_overlap) runs micro-batch i+1's forward with i's backward
             chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else (2 if extra else 1)
-            out.append((chunks * chunk + transient + (logits if has_out else 0.0)) / GIB)
+            logits = a.logits * (1 + mx.mtp) if mx.loss else 0.0  # MTP layers compute their own logits
+            out.append((chunks * chunk + transient + logits) / GIB)
         acts = self.stage_acts[key] = tuple(out)
         return acts
 
@@ -256,16 +301,36 @@ class _Context:
         key = (tp, pp, ep, vpp, "zbv" if schedule == "zbv" else "")
         rows = self.params.get(key)
         if rows is None:
-            lp = layer_params(self.shape(tp, 1, ep, 1))
-            n = self.layers // pp
+            m = self.model
+            lm = rank_layer_params(m, tp, ep, True)
+            ld = rank_layer_params(m, tp, ep, False)
+            lt = lm if self.last_moe else ld
+            extra = mtp_extra_params(m, tp)
             emb = embedding_params(self.spec, tp)
             out = output_params(self.spec, tp, pp)
             rows = []
-            for has_emb, has_out in stage_ends(pp, vpp, schedule):
-                dense = n * lp.dense + (emb if has_emb else 0) + (out if has_out else 0)
-                rows.append((dense, n * lp.expert, n * lp.gemm, n * lp.total))
+            for mx in self.mix(pp, vpp, schedule):
+                layers_dense = mx.moe * lm.dense + mx.dense * ld.dense + mx.mtp * (lt.dense + extra)
+                expert = mx.moe * lm.expert + mx.mtp * lt.expert
+                gemm = mx.moe * lm.gemm + mx.dense * ld.gemm + mx.mtp * lt.gemm
+                dense = layers_dense + (emb if mx.embedding else 0) + (out if mx.loss else 0)
+                rows.append((dense, expert, gemm, layers_dense + expert))
             self.params[key] = rows
         return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Acts:
+    """Per-micro-batch activation bytes by layer kind (see :meth:`_Context.activations`)."""
+
+    plain_moe: float
+    plain_dense: float
+    plain_mtp: float
+    one_moe: float
+    one_dense: float
+    one_mtp: float
+    inp: float
+    logits: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,9 +372,10 @@ def _static(
         scale = ctx.hidden / DEEPEP_REF_HIDDEN
         disp = DEEPEP_NVL_GIB * scale + (DEEPEP_RDMA_GIB * scale if ep > ctx.gpn else 0.0)
     rows = []
-    for (dense, expert, gemm, lparams), (_, has_out) in zip(
-        ctx.stage_params(tp, pp, ep, vpp, schedule), stage_ends(pp, vpp, schedule), strict=True
+    for (dense, expert, gemm, lparams), mx in zip(
+        ctx.stage_params(tp, pp, ep, vpp, schedule), ctx.mix(pp, vpp, schedule), strict=True
     ):
+        has_out = mx.loss
         params = dense + expert
         rows.append(
             (

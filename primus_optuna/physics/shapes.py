@@ -367,7 +367,12 @@ def layer_activation_bytes(shape: LayerShape, recompute: str | Recompute = "none
     r = parse_recompute(recompute) if isinstance(recompute, str) else recompute
     if r.is_full:
         return ACT_BYTES * shape.local_tokens * shape.hidden
-    terms = layer_activation_terms(shape)
+    return kept_bytes(layer_activation_terms(shape), shape, r)
+
+
+def kept_bytes(terms: dict[str, int], shape: LayerShape, r: Recompute) -> int:
+    """The bytes of ``terms`` a layer keeps under the selective modules of ``r`` (:data:`RECOMPUTE_DROPS`)."""
+    terms = dict(terms)
     for module in r.modules:
         for name in RECOMPUTE_DROPS[module]:
             terms.pop(name, None)

@@ -43,7 +43,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +50,11 @@ from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
-from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, model_flops_per_token
+from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
 from .gemm_efficiency import gemm_seconds
+from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
 from .pipeline import pipeline_timing
-from .shapes import LayerShape, embedding_params, layer_params, output_params
+from .shapes import embedding_params, output_params
 from .spec_cache import per_spec
 
 ACT = 2
@@ -154,7 +154,10 @@ class _Context:
         self.dropout = m.normalization == "LayerNorm" and m.position_embedding_type == "learned_absolute"
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
-        self.params: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+        self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
+        self.busiest: dict[tuple[Any, ...], tuple[_Layer, StageMix]] = {}
+        self.params: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
     # --- compute ----------------------------------------------------------------------------------------------
@@ -179,14 +182,16 @@ class _Context:
         )
         return t + self.kernel_s
 
-    def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str) -> _Layer:
-        key = (tp, cp, ep, mbs, dispatcher)
+    def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str, moe: bool = True) -> _Layer:
+        """One layer of the given kind (``moe=False``: a dense layer of an MoE model, ``moe_layer_freq``)."""
+        key = (tp, cp, ep, mbs, dispatcher, moe)
         lay = self.layers.get(key)
         if lay is not None:
             return lay
         md, k, topo = self.model, self.k, self.topo
         d = md.head_dim
-        g = layer_gemms(md, self.seq, mbs, tp, cp, ep)
+        g = layer_gemms(md, self.seq, mbs, tp, cp, ep, moe=moe)
+        is_moe = g.grouped
         attn_lin = sum(self.gemm(x) for x in g.attention)
         if g.grouped:
             router, *experts = g.mlp
@@ -195,6 +200,7 @@ class _Context:
         else:
             expert_f = 0.0
             mlp_lin = sum(self.gemm(x) for x in g.mlp)
+        mlp_lin += sum(self.gemm(x) for x in g.shared)  # shared experts: a TP-split dense MLP
         heads_per_mbs = md.num_attention_heads / tp
         heads = mbs * heads_per_mbs
         if self.flash:
@@ -231,20 +237,22 @@ class _Context:
             nbytes += 2 * tokens * (a + kv) * d * ACT
         if self.dropout:
             nbytes += 2 * local * h * (2 * ACT + 1)
-        if md.is_moe:
+        if is_moe:
             copies = local * md.moe_router_topk
             fe = md.expert_ffn
             nbytes += 3 * copies * fe * ACT * (1 if md.swiglu else 2 / 3)  # activation
             nbytes += 4 * copies * h * ACT  # permute + unpermute (read + write)
             nbytes += 2 * local * md.experts * 4  # router softmax / top-k (fp32)
             kernels = KERNELS_MOE
+            if g.shared:
+                nbytes += 3 * tokens * md.shared_expert_ffn / tp * ACT * (1 if md.swiglu else 2 / 3)
         else:
             nbytes += 3 * tokens * md.ffn_hidden_size / tp * ACT * (1 if md.swiglu else 2 / 3)
             kernels = KERNELS_DENSE
         if self.fp8:
             # TransformerEngine casts each linear layer's input to FP8 (read bf16, write fp8, amax) in forward;
             # backward casts and transposes the output gradient (counted by backward's 2x of these kernels)
-            lin_inputs = list(g.attention + g.mlp[(1 if md.is_moe else 0) :])
+            lin_inputs = list(g.attention + g.mlp[(1 if is_moe else 0) :] + g.shared)
             nbytes += sum(x.m * x.k * x.count * (ACT + 1) for x in lin_inputs)
             kernels += len(lin_inputs)
         other_f = nbytes / self.hbm + kernels * self.kernel_s
@@ -261,8 +269,10 @@ class _Context:
         ag = topo.all_gather(full, tp_grp)
         ag_in = topo.all_gather(full * self.lin_bytes / ACT, tp_grp)
         rs = topo.reduce_scatter(full, tp_grp)
-        cols = [self.gemm(g.attention[0])] + ([] if md.is_moe else [self.gemm(g.mlp[0])])
-        rows = [self.gemm(g.attention[1])] + ([] if md.is_moe else [self.gemm(g.mlp[1])])
+        # blocks: attention (MLA: first and last projection), the dense MLP, or an MoE layer's shared experts
+        mlp_block = g.shared if is_moe else g.mlp
+        cols = [self.gemm(g.attention[0])] + ([self.gemm(mlp_block[0])] if mlp_block else [])
+        rows = [self.gemm(g.attention[-1])] + ([self.gemm(mlp_block[1])] if mlp_block else [])
         tp_f = tp_b = tp_b_zb = 0.0
         uo = self.spec.workload.tp_comm_overlap
         for col, row in zip(cols, rows, strict=True):
@@ -280,7 +290,14 @@ class _Context:
         tp_b_zb *= 1.0 - k.tp_overlap
         blocks = len(cols)
         # host issue floor: a pass never runs faster than the host issues its kernels (backward: twice as many)
-        n_kernels = len(g.attention) + len(g.mlp) + (1 if self.flash else 3) + kernels + 2 * blocks * (tp > 1)
+        n_kernels = (
+            len(g.attention)
+            + len(g.mlp)
+            + len(g.shared)
+            + (1 if self.flash else 3)
+            + kernels
+            + 2 * blocks * (tp > 1)
+        )
         host_f = max(0.0, n_kernels * self.host_s - (attn_lin + mlp_lin + core_f + other_f + tp_f))
         host_b = max(
             0.0, 2 * n_kernels * self.host_s - (2 * (attn_lin + mlp_lin) + core_b + 2 * other_f + tp_b)
@@ -295,7 +312,7 @@ class _Context:
             cp_b = max(lat, 2 * (cp - 1) * step - k.cp_overlap * core_b)
         # EP: dispatch + combine all-to-all per MoE layer and pass
         ep_f = ep_b = 0.0
-        if md.is_moe:
+        if is_moe:
             # dispatch + combine per MoE layer and pass; the compute stream waits for them (no overlap with
             # the same micro-batch's experts: only ``ep_overlap`` hides them, behind another micro-batch)
             ep_grp = Group(ep, 1)
@@ -351,28 +368,46 @@ class _Context:
             r = self.logits[key] = (t + ce + sp, t + ce + sp, t)
         return r
 
-    def stage_params(self, tp: int, pp: int, ep: int, vpp_layers: int) -> tuple[float, float]:
-        """(dense, expert) parameters of the busiest stage on one rank."""
-        key = (tp, pp, ep, vpp_layers)
+    def mix(self, pp: int, vpp: int, schedule: str) -> list[StageMix]:
+        """Per stage the dense/MoE/MTP layers it holds (the study's pipeline layout)."""
+        key = (pp, vpp, schedule)
+        mx = self.mixes.get(key)
+        if mx is None:
+            md = self.model
+            mx = stage_mixes(md, self.spec.pipeline, pp, vpp, schedule) or even_fallback(
+                md, pp, vpp, schedule, ceil=True
+            )
+            self.mixes[key] = mx
+        return mx
+
+    def stage_params(self, tp: int, pp: int, ep: int, mx: StageMix) -> tuple[float, float]:
+        """(dense, expert) parameters on one rank of a stage holding ``mx``."""
+        key = (tp, pp, ep, mx)
         r = self.params.get(key)
-        if r is None:
-            lp = layer_params(LayerShape.from_config(self.spec, _Axes(tp, 1, ep, 1)))
-            ends = max(embedding_params(self.spec, tp), output_params(self.spec, tp, pp))
-            if pp == 1:
-                ends = embedding_params(self.spec, tp) + output_params(self.spec, tp, pp)
-            r = self.params[key] = (vpp_layers * lp.dense + ends, vpp_layers * lp.expert)
+        if r is not None:
+            return r
+        md = self.model
+        lm, ld = rank_layer_params(md, tp, ep, True), rank_layer_params(md, tp, ep, False)
+        n_moe = mx.moe + mx.mtp
+        ends = (embedding_params(self.spec, tp) if mx.embedding else 0) + (
+            output_params(self.spec, tp, pp) if mx.loss else 0
+        )
+        r = self.params[key] = (
+            n_moe * lm.dense + mx.dense * ld.dense + ends,
+            n_moe * lm.expert + mx.dense * ld.expert,
+        )
         return r
 
     def dp_collectives(
-        self, tp: int, pp: int, ep: int, cp: int, dp: int, n_stage: int
+        self, tp: int, pp: int, ep: int, cp: int, dp: int, mx: StageMix
     ) -> tuple[float, float, float]:
-        """(gradient reduce, parameter gather, local parameters) of one step on the busiest stage."""
-        key = (tp, pp, ep, cp, dp, n_stage)
+        """(gradient reduce, parameter gather, local parameters) of one step on the busiest stage ``mx``."""
+        key = (tp, pp, ep, cp, dp, mx)
         r = self.dp_coll.get(key)
         if r is not None:
             return r
         topo = self.topo
-        dense, expert = self.stage_params(tp, pp, ep, n_stage)
+        dense, expert = self.stage_params(tp, pp, ep, mx)
         dp_grp = Group(dp * cp, tp)
         edp = max(1, (tp * cp * dp) // ep)
         edp_grp = Group(edp, ep)
@@ -406,8 +441,8 @@ def recompute_seconds(
     chunk's ``per_chunk`` layers; selective modules: ``core_attn`` the flash attention forward, ``moe_act``
     the expert activation (memory-bound: read 2F, write F per routed copy), ``layernorm`` the pre-MLP norm,
     ``mlp`` the dense MLP (GEMMs, activation, its TP all-gather), ``moe`` the whole MoE block: router,
-    experts, activation, permutation and both expert all-to-alls. ``shared_experts``/``mla_up_proj`` add
-    nothing until the layer model has those parts.
+    experts, activation, permutation and both expert all-to-alls. ``shared_experts``/``mla_up_proj``: see
+    :func:`_mla_shared_recompute_seconds`.
     """
     r = parse_recompute(recompute)
     if r.granularity == "none":
@@ -444,8 +479,10 @@ def estimate_throughput(
     """Step time, tokens/s/GPU, MFU and the exposed-time breakdown of ``config`` under ``spec``.
 
     The config should be legal (:meth:`Space.check`); ``dp``/``num_microbatches`` are derived when missing.
-    Layers that do not divide evenly over pipeline stages are placed ``ceil(L / (pp·v))`` per chunk on the
-    busiest stage (Megatron's uneven first/last stage split leaves the middle stages full).
+    Stages hold the layers the study's pipeline layout gives them (dense, MoE and MTP layers timed by kind);
+    the pipeline is simulated with every chunk as long as the busiest stage's average chunk (the stage that
+    sets the steady state; lighter stages only shorten the bubble, which this overestimates). A split the
+    layout does not allow is estimated with ``ceil(L / (pp·v))`` layers per chunk.
     """
     ctx = _context(spec)
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
@@ -458,8 +495,8 @@ def estimate_throughput(
     k, topo = ctx.k, ctx.topo
     md = ctx.model
     dispatcher = config.moe_dispatcher if md.is_moe else "alltoall"
-    lay = ctx.layer(tp, cp, ep, mbs, dispatcher)
     zb = schedule in ("zb1p", "zbv")
+    lay, mx = _busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
     recompute = "none" if zb else config.recompute
 
     # one layer, one micro-batch: passes
@@ -476,13 +513,16 @@ def estimate_throughput(
         ep_f -= steady * keep * min(ep_f, comp_b)
         ep_b -= steady * keep * min(ep_b, comp_f)
     f_layer = lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f + ep_f
-    rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, md.num_layers / (pp * vpp))
+    # uneven layouts: every chunk timed as the busiest stage's average chunk (the stage that decides the
+    # steady state); MTP layers add their own output layer and loss to the last chunk
+    n_stage = mx.decoder + mx.mtp
+    per_chunk = n_stage / mx.chunks
+    rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, per_chunk or 1.0)
+    rec += _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, mx)
     tp_b = lay.tp_b_zb if zb else lay.tp_b
     b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + tp_b + lay.cp_b + ep_b + rec
     w_layer = lin
-    per_chunk = math.ceil(md.num_layers / (pp * vpp))
-    n_stage = per_chunk * vpp
-    lf, lb, lw = ctx.logits_times(tp, cp, mbs)
+    lf, lb, lw = (x * (1 + (md.mtp_num_layers or 0)) for x in ctx.logits_times(tp, cp, mbs))
 
     # pipeline
     msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
@@ -507,8 +547,8 @@ def estimate_throughput(
         )
 
     # data parallelism (per step, after the pipeline) and the optimizer
-    dense, expert = ctx.stage_params(tp, pp, ep, n_stage)
-    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, n_stage)
+    dense, expert = ctx.stage_params(tp, pp, ep, mx)
+    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
     bwd_window = n_stage * (b_layer + w_layer)
     fwd_window = n_stage * f_layer
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
@@ -547,6 +587,65 @@ def estimate_throughput(
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
     return ThroughputEstimate(step, tps, mfu, {t: bd[t] for t in BREAKDOWN_TERMS})
+
+
+def _mla_shared_recompute_seconds(
+    ctx: _Context, recompute: str, tp: int, cp: int, mbs: int, mx: StageMix
+) -> float:
+    """Per layer of the stage ``mx``: the forward re-run by the ``mla_up_proj`` (MLA's up-projection GEMMs)
+    and ``shared_experts`` (the shared experts' GEMMs and activation, on the stage's MoE layers) modules."""
+    r = parse_recompute(recompute)
+    if r.granularity != "selective":
+        return 0.0
+    md = ctx.model
+    tokens = mbs * ctx.seq / cp
+    rec = 0.0
+    if r.has("mla_up_proj") and md.multi_latent_attention:
+        rec += sum(ctx.gemm(g) for g in mla_up_gemms(md, tokens, tp))
+    n = mx.decoder + mx.mtp
+    if r.has("shared_experts") and md.shared_expert_ffn and n:
+        shared = layer_gemms(md, ctx.seq, mbs, tp, cp, 1, moe=True).shared
+        act = 3 * tokens * md.shared_expert_ffn / tp * ACT / ctx.hbm + ctx.kernel_s
+        rec += (sum(ctx.gemm(g) for g in shared) + act) * (mx.moe + mx.mtp) / n
+    return rec
+
+
+def _blend(a: _Layer, b: _Layer, x: float) -> _Layer:
+    """``x·a + (1−x)·b`` field by field (the average layer of a stage mixing two kinds)."""
+    return _Layer(*(x * p + (1.0 - x) * q for p, q in zip(_fields(a), _fields(b), strict=True)))
+
+
+def _fields(lay: _Layer) -> tuple[float, ...]:
+    return tuple(getattr(lay, f) for f in _Layer.__dataclass_fields__)
+
+
+def _busiest_stage(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> tuple[_Layer, StageMix]:
+    """The average layer and the layer mix of the stage with the most work (dense and MoE layers weighted by
+    their forward time, the output layer included). Memoised per layout."""
+    key = (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    hit = ctx.busiest.get(key)
+    if hit is None:
+        hit = ctx.busiest[key] = _find_busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    return hit
+
+
+def _find_busiest_stage(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> tuple[_Layer, StageMix]:
+    lay_m = ctx.layer(tp, cp, ep, mbs, dispatcher, True)
+    mixes = ctx.mix(pp, vpp, schedule)
+    if not ctx.mixed_kinds:
+        return lay_m, max(mixes, key=lambda s: (s.decoder + s.mtp, s.loss))
+    lay_d = ctx.layer(tp, cp, ep, mbs, dispatcher, False)
+    t_m, t_d = sum(_fields(lay_m)), sum(_fields(lay_d))
+    lf = ctx.logits_times(tp, cp, mbs)[0]
+    mx = max(mixes, key=lambda s: (s.moe + s.mtp) * t_m + s.dense * t_d + (lf if s.loss else 0.0))
+    n = mx.decoder + mx.mtp
+    if n == 0 or mx.dense == 0:
+        return lay_m, mx
+    return _blend(lay_m, lay_d, (mx.moe + mx.mtp) / n), mx
 
 
 # --- presentation (for the ``estimate`` command) ------------------------------------------------------------

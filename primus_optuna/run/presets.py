@@ -184,6 +184,51 @@ PRIMUS_ONLY = (
 """Primus switches upstream Megatron-LM does not know (its argument parser would refuse them)."""
 
 
+def _pattern(flags: tuple[bool, ...]) -> str:
+    """Megatron's list expression for a 0/1 per-layer pattern, runs compressed: ``([0]*3+[1]*58)``."""
+    runs: list[list[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == int(f):
+            runs[-1][1] += 1
+        else:
+            runs.append([int(f), 1])
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def megatron_architecture_args(m: Any) -> list[str]:
+    """Megatron-LM flags of the MLA / shared-expert / dense-first / MTP / GPT-OSS fields of a model."""
+    a: list[str] = []
+    if m.multi_latent_attention:
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)]
+        a += ["--qk-head-dim", str(m.qk_head_dim), "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim)]
+        a += ["--v-head-dim", str(m.v_head_dim)]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", str(m.q_lora_rank)]
+    if m.is_moe:
+        if m.shared_expert_ffn:
+            a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn)]
+        if m.num_dense_layers:
+            a += ["--moe-layer-freq", _pattern(m.moe_layer_flags)]
+        if m.moe_router_num_groups:
+            a += ["--moe-router-num-groups", str(m.moe_router_num_groups)]
+            a += ["--moe-router-group-topk", str(m.moe_router_group_topk or 1)]
+    if m.mtp_num_layers:
+        a += ["--mtp-num-layers", str(m.mtp_num_layers)]
+    if m.window_size is not None:
+        a += ["--window-size", f"{m.window_size},0"]  # Megatron tuple_type: "left,right"
+        skip = m.window_attn_skip_freq
+        if skip is not None:
+            a += [
+                "--window-attn-skip-freq",
+                str(skip) if isinstance(skip, int) else _pattern(tuple(map(bool, skip))),
+            ]
+    if m.softmax_type != "vanilla":
+        a += ["--softmax-type", m.softmax_type]
+    if m.add_qkv_bias and not m.linear_bias:
+        a.append("--add-qkv-bias")
+    return a
+
+
 def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> list[str]:
     """``pretrain_gpt.py`` arguments: the model from the study, the parallel layout from ``config``."""
     if config.pp_schedule in ("zb1p", "zbv"):
@@ -199,10 +244,13 @@ def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> 
         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size), "--mock-data",
         "--normalization", m.normalization, "--position-embedding-type", m.position_embedding_type,
         "--train-iters", str(train_iters), "--log-interval", "1", "--log-throughput", "--eval-iters", "0",
-        "--lr", "1e-4", "--disable-bias-linear",
+        "--lr", "1e-4",
     ]  # fmt: skip
+    if not m.linear_bias:
+        a.append("--disable-bias-linear")
     if m.query_groups != m.num_attention_heads:
         a += ["--group-query-attention", "--num-query-groups", str(m.query_groups)]
+    a += megatron_architecture_args(m)
     if m.swiglu:
         a.append("--swiglu")
     if m.untie_embeddings_and_output_weights:

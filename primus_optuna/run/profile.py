@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..physics.calibration import family_constants
 from ..physics.gemm_efficiency import layer_gemm_seconds
+from ..physics.layer_mix import stage_mixes
 from ..physics.shapes import LayerShape
 from ..physics.throughput import estimate_throughput
 from ..space import TrainingConfig
@@ -290,7 +291,7 @@ class ProfileRunner:
         prof = self.profile_layer(shape, config.recompute, self._cache_path(context))
         est = estimate_throughput(spec, config)
         b = dict(est.breakdown_s)
-        layers_per_stage = spec.model.num_layers / config.pp
+        layers_per_stage = _busiest_stage_layers(spec, config)
         measured = prof["layer_s"] * layers_per_stage * config.num_microbatches
         analytical = sum(b.get(k, 0.0) for k in LAYER_TERMS)
         ratio = measured / analytical if analytical > 0 else 1.0
@@ -320,3 +321,14 @@ class ProfileRunner:
                 "cache_misses": self.misses,
             },
         )
+
+
+def _busiest_stage_layers(spec: StudySpec, config: TrainingConfig) -> float:
+    """Layers (decoder + MTP) of the stage holding the most, under the study's pipeline layout (the even
+    split ``num_layers / pp`` when the layout does not apply)."""
+    schedule = config.pp_schedule if config.pp > 1 else "1f1b"
+    vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
+    mixes = stage_mixes(spec.model, spec.pipeline, config.pp, vpp, schedule)
+    if not mixes:
+        return spec.model.num_layers / config.pp
+    return float(max(mx.decoder + mx.mtp for mx in mixes))

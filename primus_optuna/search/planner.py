@@ -197,6 +197,14 @@ class Planner:
             if m.is_moe
             else ""
         )
+        if m.is_moe and (m.shared_expert_ffn or m.num_dense_layers):
+            moe += f", {m.shared_expert_ffn} shared-expert width, {m.num_dense_layers} dense layers"
+        if m.multi_latent_attention:
+            moe += f", MLA (q_lora {m.q_lora_rank}, kv_lora {m.kv_lora_rank})"
+        if m.mtp_num_layers:
+            moe += f", {m.mtp_num_layers} MTP layer(s)"
+        if spec.pipeline.layout:
+            moe += f"; pipeline layout {spec.pipeline.layout} ({spec.pipeline.layout_chunks} chunks = pp·vpp)"
         mem = f"; usable memory per GPU ≈ {self.usable_gib:.1f} GiB" if self.usable_gib else ""
         study = (
             f"model {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, FFN {m.ffn_hidden_size}, "

@@ -31,6 +31,7 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         "seq_length": spec.workload.seq_length,
         "use_distributed_optimizer": spec.workload.distributed_optimizer,
     }
+    out.update(pipeline_overrides(spec, c.pp, c.vpp))
     # none / selective (+ recompute_modules) / full (uniform, 1) / full:N (block, N per virtual chunk)
     out.update(parse_recompute(c.recompute).megatron_args())
     if spec.model.is_moe:
@@ -67,6 +68,27 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
     # (megatron/training/arguments.py); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
     out["grad_reduce_in_bf16"] = True if not w.grad_reduce_in_fp32 else None
     out["fp8_param_gather"] = True if precision == "fp8" and w.fp8_param_gather else None
+    return out
+
+
+def pipeline_overrides(spec: StudySpec, pp: int, vpp: int) -> dict[str, Any]:
+    """The study's ``pipeline`` section as Megatron arguments for a ``pp``×``vpp`` layout (none when pp = 1 or
+    the section is empty); :func:`~primus_optuna.spec.primus_import.pipeline_from_megatron` reads them back."""
+    p = spec.pipeline
+    if pp == 1 or p.is_default:
+        return {}
+    if p.layout is not None:
+        # the layout fixes pp·vpp; the legality rules refuse any other pp·vpp
+        return {"pipeline_model_parallel_layout": p.layout}
+    out: dict[str, Any] = {}
+    if p.decoder_first_pipeline_num_layers is not None:
+        out["decoder_first_pipeline_num_layers"] = p.decoder_first_pipeline_num_layers
+    if p.decoder_last_pipeline_num_layers is not None:
+        out["decoder_last_pipeline_num_layers"] = p.decoder_last_pipeline_num_layers
+    if p.account_for_embedding_in_pipeline_split:
+        out["account_for_embedding_in_pipeline_split"] = True
+    if p.account_for_loss_in_pipeline_split:
+        out["account_for_loss_in_pipeline_split"] = True
     return out
 
 

@@ -9,24 +9,20 @@ shared/reference/models.md); zero-bubble rules from Primus and Qi et al. 2024.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..spec.layout import PipelineSpec, chunks_or_reason, stage_reason
+from ..spec.model import ModelSpec
 from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 
 
-def model_features(model: Any) -> tuple[bool, bool, int]:
-    """(multi-latent attention, shared experts, dense layers of an MoE model) of a model spec; fields a
-    model spec does not have count as absent (Megatron names: ``multi_latent_attention``/``kv_lora_rank``,
-    ``moe_shared_expert_intermediate_size``/``num_shared_experts``, ``first_k_dense_replace``/
-    ``num_dense_layers``)."""
-    mla = bool(getattr(model, "multi_latent_attention", False) or getattr(model, "kv_lora_rank", None))
-    shared = bool(
-        getattr(model, "moe_shared_expert_intermediate_size", None) or getattr(model, "num_shared_experts", 0)
-    )
-    dense = int(getattr(model, "first_k_dense_replace", 0) or getattr(model, "num_dense_layers", 0) or 0)
-    return mla, shared, dense
+def model_features(model: ModelSpec) -> tuple[bool, bool, int]:
+    """(multi-latent attention, shared experts, dense layers of an MoE model) of a model spec
+    (``multi_latent_attention``, ``moe_shared_expert_intermediate_size``, ``moe_layer_freq``)."""
+    dense = model.num_dense_layers if model.is_moe else 0
+    return model.multi_latent_attention, bool(model.shared_expert_ffn), dense
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +46,11 @@ class Facts:
     """dense (non-MoE) layers of an MoE model (e.g. DeepSeek's first_k_dense_replace)"""
     fp8_delayed: bool = False
     """FP8 training with delayed scaling (Megatron's default FP8 recipe)"""
+    shared_ffn: int = 0
+    """total shared-expert width (TP splits it)"""
+    model: ModelSpec | None = field(default=None, compare=False)
+    pipeline: PipelineSpec = field(default_factory=PipelineSpec, compare=False)
+    memo: dict[tuple[int, int], str | None] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, spec: StudySpec) -> Facts:
@@ -72,6 +73,9 @@ class Facts:
             is_moe=m.is_moe,
             seq=spec.workload.seq_length,
             gbs=spec.workload.global_batch_size,
+            model=m,
+            pipeline=spec.pipeline,
+            shared_ffn=m.shared_expert_ffn,
         )
 
 
@@ -109,7 +113,7 @@ def _tp_heads(f: Facts, c: Any) -> str | None:
 
 
 def _tp_kv(f: Facts, c: Any) -> str | None:
-    if f.kv_groups % c.tp:
+    if not f.mla and f.kv_groups % c.tp:
         return f"tp={c.tp} does not divide the {f.kv_groups} KV groups (num_query_groups)"
     return None
 
@@ -119,6 +123,8 @@ def _tp_ffn(f: Facts, c: Any) -> str | None:
         return f"tp={c.tp} does not divide ffn_hidden_size={f.ffn}"
     if f.is_moe and f.expert_ffn % c.tp:
         return f"tp={c.tp} does not divide moe_ffn_hidden_size={f.expert_ffn}"
+    if f.shared_ffn % c.tp:
+        return f"tp={c.tp} does not divide moe_shared_expert_intermediate_size={f.shared_ffn}"
     return None
 
 
@@ -138,9 +144,9 @@ def _seq_tp(f: Facts, c: Any) -> str | None:
 
 
 def _pp_layers(f: Facts, c: Any) -> str | None:
-    if f.layers % c.pp:
-        return f"pp={c.pp} does not divide the {f.layers} layers"
-    return None
+    if f.model is None:
+        return f"pp={c.pp} does not divide the {f.layers} layers" if f.layers % c.pp else None
+    return stage_reason(f.model, f.pipeline, c.pp)
 
 
 def _pp1(f: Facts, c: Any) -> str | None:
@@ -150,9 +156,16 @@ def _pp1(f: Facts, c: Any) -> str | None:
 
 
 def _vpp_layers(f: Facts, c: Any) -> str | None:
-    if c.vpp > 1 and f.layers % (c.pp * c.vpp):
-        return f"vpp={c.vpp} needs the {f.layers} layers divisible by pp·vpp={c.pp * c.vpp}"
-    return None
+    if f.model is None:
+        if c.vpp > 1 and f.layers % (c.pp * c.vpp):
+            return f"vpp={c.vpp} needs the {f.layers} layers divisible by pp·vpp={c.pp * c.vpp}"
+        return None
+    if c.pp == 1:
+        return None  # rule pp1_no_pipeline covers vpp > 1 without a pipeline
+    key = (c.pp, c.vpp)
+    if key not in f.memo:
+        f.memo[key] = chunks_or_reason(f.model, f.pipeline, c.pp, c.vpp)[1]
+    return f.memo[key]
 
 
 def _schedule_vpp(f: Facts, c: Any) -> str | None:
@@ -299,11 +312,16 @@ RULES: tuple[Rule, ...] = (
     Rule("seq_cp", ("cp",), "seq_length divisible by 2·cp", _seq_cp),
     Rule("seq_tp", ("tp", "cp"), "seq_length divisible by tp·cp when tp>1 (sequence parallel)", _seq_tp),
     Rule("world", _P, "tp·cp·pp divides the world size", _world),
-    Rule("pp_layers", ("pp",), "pp divides the layers", _pp_layers),
+    Rule("pp_layers", ("pp",), "pp divides the layers (or pipeline.layout / first-last split)", _pp_layers),
     Rule("ep_moe", ("ep",), "ep>1 only for MoE models", _ep_moe),
     Rule("ep_experts", ("ep",), "ep divides the experts", _ep_experts),
     Rule("ep_fold", ("pp", "ep"), "ep divides world/pp", _ep_fold),
-    Rule("vpp_layers", ("pp", "vpp"), "vpp>1 needs layers divisible by pp·vpp", _vpp_layers),
+    Rule(
+        "vpp_layers",
+        ("pp", "vpp"),
+        "layers divide over pp·vpp chunks (pipeline.layout fixes pp·vpp)",
+        _vpp_layers,
+    ),
     Rule(
         "schedule_vpp",
         ("vpp", "pp_schedule"),

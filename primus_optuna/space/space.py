@@ -71,6 +71,11 @@ class Space:
         if axis == "ep":
             return _divisors(f.experts) if f.is_moe else [1]
         if axis == "vpp":
+            pipe = spec.pipeline
+            if pipe.layout is not None:  # the layout fixes pp·vpp
+                return [d for d in _divisors(pipe.layout_chunks or 1) if d <= MAX_DEFAULT_VPP]
+            if not pipe.is_default:  # uneven splits: the pipeline rules decide
+                return list(range(1, MAX_DEFAULT_VPP + 1))
             return [d for d in _divisors(f.layers) if d <= MAX_DEFAULT_VPP]
         if axis == "mbs":
             return [b for b in DEFAULT_MBS if b <= f.gbs]
@@ -79,7 +84,11 @@ class Space:
         if axis == "ep_overlap":
             return [False, True] if f.is_moe else [False]
         if axis == "recompute":  # decreasing memory order: the sweep walks the axis in this order
-            return list(MOE_RECOMPUTE if f.is_moe else DENSE_RECOMPUTE)
+            values = list(MOE_RECOMPUTE if f.is_moe else DENSE_RECOMPUTE)
+            if f.mla:  # MLA's Q, K, V (up-projection outputs) are its largest kept tensors; the published
+                # DeepSeek-V3 recipes recompute them (mla_up_proj)
+                values.insert(values.index("selective:moe") if f.is_moe else 1, "selective:mla_up_proj")
+            return values
         return list(CHOICES[axis])
 
     def canonical(self, config: TrainingConfig) -> TrainingConfig:

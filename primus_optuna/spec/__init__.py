@@ -6,7 +6,8 @@ above, nor Optuna, DSPy, LiteLLM or torch.
 """
 
 from .hardware import GB, GIB, GPU_CATALOG, GPUSpec
-from .model import MODEL_CATALOG, ModelSpec, hf_to_megatron
+from .layout import PipelineSpec, expand_layout, pipeline_chunks
+from .model import MODEL_CATALOG, ModelSpec, ParameterCounts, hf_to_megatron
 from .recompute import (
     RECOMPUTE_MODULES,
     Recompute,
@@ -41,13 +42,17 @@ __all__ = [
     "GPUSpec",
     "LLMSpec",
     "ModelSpec",
+    "ParameterCounts",
+    "PipelineSpec",
     "Recompute",
     "RunnerSpec",
     "SearchSpec",
     "StudySpec",
     "WorkloadSpec",
     "canonical_recompute",
+    "expand_layout",
     "hf_to_megatron",
     "parse_recompute",
+    "pipeline_chunks",
     "recompute_from_megatron",
 ]

@@ -48,6 +48,22 @@ MODEL_KEYS: tuple[str, ...] = (
     "untie_embeddings_and_output_weights",
     "normalization",
     "position_embedding_type",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "mtp_num_layers",
+    "window_size",
+    "window_attn_skip_freq",
+    "softmax_type",
+    "add_bias_linear",
+    "add_qkv_bias",
 )
 """Megatron argument names that are :class:`~primus_optuna.spec.ModelSpec` fields of the same name."""
 
@@ -246,6 +262,27 @@ def model_from_megatron(args: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+PIPELINE_KEYS: dict[str, str] = {
+    "pipeline_model_parallel_layout": "layout",
+    "decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split": "account_for_loss_in_pipeline_split",
+}
+"""Megatron pipeline-split arguments -> the study's ``pipeline`` section."""
+
+
+def pipeline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
+    """The study's ``pipeline`` section from Megatron arguments (empty when the split is even)."""
+    out: dict[str, Any] = {}
+    for key, field_name in PIPELINE_KEYS.items():
+        value = args.get(key)
+        if value is None or value is False:
+            continue
+        out[field_name] = _truthy(value) if key.startswith("account_for") else value
+    return out
+
+
 def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if args.get("seq_length"):
@@ -313,6 +350,9 @@ def expand_primus_study(data: dict[str, Any], base_dir: str | Path = ".") -> dic
         out["workload"] = {**info.workload, **data["workload"]}
     elif "workload" not in data and info.workload:
         out["workload"] = info.workload
+    pipeline = pipeline_from_megatron(info.overrides)
+    if pipeline and "pipeline" not in data:
+        out["pipeline"] = pipeline
     search = dict(data.get("search") or {})
     if "baseline" not in search:
         search["baseline"] = info.baseline

@@ -29,6 +29,7 @@ from pydantic import (
 from ..errors import SpecError
 from ..redaction import MASK, looks_secret, redact_data
 from .hardware import GPU_CATALOG, GPUSpec
+from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
 from .recompute import parse_recompute
 
@@ -302,6 +303,7 @@ class StudySpec(_Strict):
     model: ModelSpec
     cluster: ClusterSpec
     workload: WorkloadSpec
+    pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     search: SearchSpec = Field(default_factory=SearchSpec)
     llm: LLMSpec = Field(default_factory=LLMSpec)
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
@@ -350,6 +352,10 @@ class StudySpec(_Strict):
             raise ValueError(
                 f"workload.precision is fp8 but {gpu.name} has no FP8 peak; use bf16 or set cluster.gpu.fp8_tflops"
             )
+        try:
+            self.pipeline.check_model(self.model)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
         if self.search.max_tp is not None and self.search.max_tp > self.world:
             raise ValueError(
                 f"search.max_tp={self.search.max_tp} exceeds the {self.world} GPUs of the cluster"

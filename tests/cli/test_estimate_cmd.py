@@ -26,7 +26,9 @@ def test_json_document_matches_the_library() -> None:
     assert set(m) == {"peak_gib", "usable_gib", "capacity_gib", "fits", "peak_stage", "recompute", "stages"}
     assert m["recompute"] == "full"
     assert len(m["stages"]) == 8
-    assert set(m["stages"][0]) == {"stage", "total_gib", "breakdown"}
+    assert set(m["stages"][0]) == {"stage", "total_gib", "breakdown", "layers"}
+    # the stage's layers: embedding, MoE layers, loss (Mixtral: 56 MoE layers over 8 stages)
+    assert [s["layers"] for s in m["stages"]] == ["E+7moe"] + ["7moe"] * 6 + ["7moe+L"]
     assert tuple(m["stages"][0]["breakdown"]) == BREAKDOWN_KEYS
     spec = StudySpec.from_yaml(FLAGSHIP)
     space = Space(spec)

@@ -199,3 +199,28 @@ def test_factory_builds_every_kind(spec: StudySpec) -> None:
     assert make_runner(s, "local").kind == "local"
     with pytest.raises(SpecError, match="unknown runner kind"):
         make_runner(spec, "ssh")
+
+
+def test_megatron_argv_carries_mla_moe_fields_and_the_layout(tmp_path: Path) -> None:
+    """DeepSeek-V3 launches with its MLA, shared-expert, dense-first, MTP flags and the study's layout;
+    GPT-OSS with its window, sinks and biases."""
+    from tests.conftest import STUDIES
+
+    v3 = StudySpec.from_yaml(STUDIES / "deepseek-v3-mi355x-fp8.yaml")
+    runner = build_command_runner(v3, "megatron", {"megatron_path": "/opt/Megatron-LM"})
+    argv, _ = runner.build(Space(v3).baseline, _ctx(v3, tmp_path))
+    a = argv.argv
+    pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
+    assert "--multi-latent-attention" in a and pairs["--q-lora-rank"] == "1536"
+    assert pairs["--kv-lora-rank"] == "512" and pairs["--qk-pos-emb-head-dim"] == "64"
+    assert pairs["--moe-shared-expert-intermediate-size"] == "2048"
+    assert pairs["--moe-layer-freq"] == "([0]*3+[1]*58)" and pairs["--mtp-num-layers"] == "1"
+    assert pairs["--pipeline-model-parallel-layout"] == "Et*4|(t*4|)*14tmL"
+    assert "--disable-bias-linear" in a
+    oss = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
+    runner = build_command_runner(oss, "megatron", {"megatron_path": "/opt/Megatron-LM"})
+    argv, _ = runner.build(Space(oss).baseline, _ctx(oss, tmp_path, 1))
+    a = argv.argv
+    pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
+    assert pairs["--window-size"] == "128,0" and pairs["--window-attn-skip-freq"] == "2"
+    assert pairs["--softmax-type"] == "learnable" and "--disable-bias-linear" not in a
