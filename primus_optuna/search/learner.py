@@ -50,9 +50,9 @@ NOISE = 0.02
 """standard deviation of one measurement in log space (run-to-run variation of a training job: ~1-3%)"""
 PRIOR_NOISE = 0.06
 """the same for an observation imported from another study (other software versions, other day)"""
-MAIN_SD = (0.04, 0.08, 0.15)
+MAIN_SD = (0.04, 0.08, 0.15, 0.25)
 """grid of the per-(axis, value) effect's standard deviation (log scale) tried by marginal likelihood"""
-PAIR_SD = (0.015, 0.04, 0.08)
+PAIR_SD = (0.01, 0.03, 0.06)
 """grid of the pairwise interaction's standard deviation"""
 DEFAULT_SD = (0.08, 0.04)
 """(main, pair) used until :data:`MIN_FOR_HYPERPARAMETERS` observations exist"""
