@@ -23,7 +23,6 @@ from typing import Any
 
 import optuna
 
-State = optuna.trial.TrialState
 PREFILTER = ("memory", "illegal", "duplicate")
 """prune-reason categories decided before launch"""
 
@@ -99,16 +98,28 @@ def _category(reason: str) -> str:
 
 
 def budget_accounting(trials: Iterable[optuna.trial.FrozenTrial], gpus: int | None) -> BudgetAccounting:
-    """Account for ``trials`` on a cluster of ``gpus`` GPUs (``None``: unknown, no GPU-hours)."""
+    """Account for Optuna ``trials`` on a cluster of ``gpus`` GPUs (``None``: unknown, no GPU-hours)."""
+    rows = []
+    for t in trials:
+        duration = (
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_start and t.datetime_complete
+            else None
+        )
+        rows.append((t.state.name, t.user_attrs, duration))
+    return account(rows, gpus)
+
+
+def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int | None) -> BudgetAccounting:
+    """The accounting of ``(state name, user attrs, wall seconds)`` rows (what the report reads back)."""
     acc = BudgetAccounting(gpus=gpus)
     hours: list[float] = []
-    for t in trials:
-        if t.state in (State.RUNNING, State.WAITING):
+    for state, ua, seconds in rows:
+        if state in ("RUNNING", "WAITING"):
             continue
         acc.trials += 1
-        ua = t.user_attrs
         source = ua.get("source")
-        if t.state == State.PRUNED:
+        if state == "PRUNED":
             cat = _category(str(ua.get("prune_reason", "")))
             if cat in PREFILTER:
                 acc.pruned_before_launch[cat] += 1
@@ -119,18 +130,17 @@ def budget_accounting(trials: Iterable[optuna.trial.FrozenTrial], gpus: int | No
             acc.pruned_other += 1  # stopped while running (e.g. an early-stopping pruner): it spent GPU time
             launched = source != "analytical"
         else:
-            launched = (t.state == State.COMPLETE and source not in (None, "analytical")) or (
-                t.state == State.FAIL and ua.get("failure_reason") is not None
+            launched = (state == "COMPLETE" and source not in (None, "analytical")) or (
+                state == "FAIL" and ua.get("failure_reason") is not None
             )
-        if t.state == State.COMPLETE and source == "analytical":
+        if state == "COMPLETE" and source == "analytical":
             acc.analytical += 1
         if not launched:
             continue
         acc.launched += 1
-        acc.failed_launched += t.state == State.FAIL
-        if gpus and t.datetime_start and t.datetime_complete:
-            h = (t.datetime_complete - t.datetime_start).total_seconds() / 3600.0 * gpus
-            hours.append(h)
+        acc.failed_launched += state == "FAIL"
+        if gpus and seconds is not None:
+            hours.append(seconds / 3600.0 * gpus)
     acc.gpu_hours_spent = sum(hours)
     acc.gpu_hours_per_launch = statistics.median(hours) if hours else None
     return acc

@@ -1,6 +1,7 @@
 """Budget accounting: launched vs pruned trials, GPU-hours spent vs saved by the filter."""
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import optuna
 import pytest
@@ -72,3 +73,27 @@ def test_run_summary_prints_the_budget(tmp_path):
     lines = summarize(handle.study, url)
     assert any(line.startswith("budget: 4 trials — 0 launched") for line in lines), lines
     assert any("GPU-hours: 0 spent" in line for line in lines)
+
+
+def test_the_report_shows_the_sweep_centre_what_it_skipped_and_the_budget(tmp_path):
+    from primus_optuna import StudySpec
+    from primus_optuna.record.report import build_report
+    from primus_optuna.record.storage import open_study
+    from primus_optuna.run.objective import make_objective
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.sampler import PrimusSampler
+    from tests.conftest import small_moe_study
+
+    spec = StudySpec.from_dict(small_moe_study(sweep_trials=3))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    handle = open_study(spec, storage=url, pruner=MemoryPrefilterPruner(), heartbeat_interval=None)
+    sampler = PrimusSampler(spec)
+    handle.study.sampler = sampler
+    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=4)
+    out = build_report(url, spec.name, tmp_path / "report")
+    md = Path(out["md"]).read_text()
+    assert f"Sweep centre {sampler.design.centre.key()}" in md
+    assert "(search.sweep_trials budget 3)" in md
+    skipped = sampler.design.skipped
+    assert skipped and all(s.reason in md for s in skipped[:3])
+    assert "budget: 4 trials — 0 launched" in md
