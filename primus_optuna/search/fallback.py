@@ -42,6 +42,7 @@ from ..physics.memory import estimate_memory
 from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from ..spec.study import AXES
 from .learner import (
     NOISE,
     PRIOR_NOISE,
@@ -186,6 +187,19 @@ def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.nd
     z = (mean - best) / sd
     pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
     return (mean - best) * _norm_cdf(z) + sd * pdf
+
+
+def untested_pairs(config: TrainingConfig, observed: Sequence[TrainingConfig]) -> list[tuple[str, str]]:
+    """Pairs of ``config``'s axis values that were each measured but never in the same configuration: the
+    interactions a pick probes (the residual model is least certain about them)."""
+    seen_values = {(a, getattr(c, a)) for c in observed for a in AXES}
+    values = [(a, getattr(config, a)) for a in AXES if (a, getattr(config, a)) in seen_values]
+    out = []
+    for i, (a, va) in enumerate(values):
+        for b, vb in values[i + 1 :]:
+            if not any(getattr(c, a) == va and getattr(c, b) == vb for c in observed):
+                out.append((f"{a}={va}", f"{b}={vb}"))
+    return out
 
 
 @dataclass
@@ -428,6 +442,13 @@ class ModelGuidedProposer:
             )
         )
         crit = "expected improvement" if obs and not multi else "expected throughput"
+        probe = untested_pairs(row.config, [o.config for o in obs])
+        if probe:
+            how += (
+                "; probes "
+                + ", ".join(f"{x} with {y}" for x, y in probe[:2])
+                + " (each measured, never together)"
+            )
         obj = f" (Pareto weight w={w:.2f} on log peak memory)" if multi else ""
         return row.config, (
             f"model-guided {what} by {crit} of {len(open_idx)} untried feasible configurations{obj}: "

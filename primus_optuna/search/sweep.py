@@ -15,15 +15,16 @@ value, moving at most :data:`MAX_REPAIR_MOVES` other axes. Every note says what 
 fitting repair is not spent unless the budget has room for it at the end (at most
 :data:`MAX_PRUNED_POINTS`, documented zero-cost prunes); :func:`sweep_design` lists the others as skipped.
 
-**Budget and order.** The sweep uses ``search.sweep_trials`` trials (default: half of ``search.n_trials``),
-centre included. Per axis it sweeps the values that can still matter by the model — a value matters when the
-best fitting configuration with it is estimated within :data:`MATTERS` of the best of all — plus one contrast
-value when no other value of the axis matters. Axes are ordered by expected impact (the largest
-``|estimate(point) / estimate(centre) - 1|``; ``search.sweep_order`` overrides); the first round gives every
-axis its most promising value, the second the remaining values by estimate. What does not fit in the budget
-is skipped (listed by :func:`sweep_design`, reason given) and left to the model-guided search after the
-sweep, whose uncertainty is largest exactly there. A longer budget extends a shorter one's plan, so editing
-``n_trials`` between runs keeps every sweep position's meaning.
+**Budget and order.** The sweep uses ``search.sweep_trials`` trials (default: a fifth of ``search.n_trials``,
+6 of 30; the learner after the sweep uses the rest better, see :data:`SWEEP_SHARE`), centre included. Per
+axis it sweeps the values that can still matter by the model — a value matters when the best fitting
+configuration with it is estimated within :data:`MATTERS` of the best of all — plus one contrast value when no
+other value of the axis matters. The first round gives every axis its most promising value, the most
+promising first (ties: the axis with the larger expected impact ``|estimate(point) / estimate(centre) - 1|``;
+``search.sweep_order`` instead sweeps the listed axes one after the other); then the remaining values by
+estimate. What does not fit in the budget is skipped (listed by :func:`sweep_design`, reason given) and left to
+the model-guided search after the sweep, whose uncertainty is largest exactly there. A longer budget extends a
+shorter one's plan, so editing ``n_trials`` between runs keeps every sweep position's meaning.
 
 Example::
 
