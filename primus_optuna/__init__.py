@@ -34,7 +34,7 @@ from .physics import (
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
-from .spec import GPUSpec, ModelSpec, StudySpec
+from .spec import GPUSpec, ModelSpec, Recompute, StudySpec, parse_recompute
 
 __version__ = "0.1.0"
 
@@ -97,6 +97,7 @@ __all__ = [
     "PlanEntry",
     "PlanResult",
     "PrimusError",
+    "Recompute",
     "Space",
     "SpecError",
     "StageMemory",
@@ -107,6 +108,7 @@ __all__ = [
     "estimate_memory",
     "estimate_throughput",
     "parse_config_string",
+    "parse_recompute",
     "plan_space",
     "redact",
     *_LAZY,

@@ -99,15 +99,18 @@ def _measured_trial(space, config, measured):
 
 
 def test_axis_value_factors_carry_a_measured_penalty_to_untried_configs(spec):
-    """A cluster where every mbs=1 configuration runs at half the model's speed: after a few measurements the
-    fallback expects untried mbs=1 configurations to be slow too, so its pick is no longer an mbs=1 one."""
+    """A cluster where every configuration with the raw model's favourite micro-batch size runs at half the
+    model's speed: after a few measurements the fallback expects untried ones with that mbs to be slow too,
+    so its pick no longer has it."""
     space = Space(spec)
     prop = ModelGuidedProposer(spec, space, exploration=0.0)
     feasible = _feasible(spec, space)
     raw_best, _ = prop.propose([], index=0, exclude=set())
-    penalty = {1: 0.5}
-    measured = [c for c in feasible if c.mbs == 1 and c != raw_best][:4] + [
-        c for c in feasible if c.mbs == 2
+    bad = raw_best.mbs
+    other = next(c.mbs for c in feasible if c.mbs != bad)
+    penalty = {bad: 0.5}
+    measured = [c for c in feasible if c.mbs == bad and c != raw_best][:4] + [
+        c for c in feasible if c.mbs == other
     ][:4]
     trials = [
         _measured_trial(space, c, estimate_throughput(spec, c).tokens_per_s_per_gpu * penalty.get(c.mbs, 1.0))
@@ -115,12 +118,12 @@ def test_axis_value_factors_carry_a_measured_penalty_to_untried_configs(spec):
     ]
     factors = AxisValueFactors.fit(space, [(c, math.log(penalty.get(c.mbs, 1.0))) for c in measured])
     idx = AxisValueFactors.feature_index(space)
-    assert factors.beta[idx[("mbs", 1)]] - factors.beta[idx[("mbs", 2)]] < -0.3  # log(0.5) = -0.69, shrunk
+    assert factors.beta[idx[("mbs", bad)]] - factors.beta[idx[("mbs", other)]] < -0.3  # log(0.5), shrunk
     config, why = prop.propose(trials, index=1, exclude=set(measured))
     assert "learned from 8 measured trials" in why
-    # the raw model's favourite among these untried configurations has mbs=1; the corrected pick does not
-    assert raw_best.mbs == 1 and raw_best not in measured
-    assert config.mbs != 1
+    # the raw model's favourite among these untried configurations has mbs=bad; the corrected pick does not
+    assert raw_best not in measured
+    assert config.mbs != bad
 
 
 def test_axis_value_factors_need_a_few_measurements(spec):
@@ -211,14 +214,15 @@ def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
     space = Space(spec)
     feasible = _feasible(spec, space)
     model = ResidualModel(space, feasible)
-    centre = feasible[0]
-    mbs_values = [m for m in space.candidates["mbs"] if m != centre.mbs]
-    obs = [centre] + [
-        next(
-            c for c in feasible if c.mbs == m and sum(getattr(c, a) != getattr(centre, a) for a in AXES) == 1
-        )
-        for m in mbs_values[:1]
-    ]
+    # two feasible configurations that differ in one axis only: a one-axis sweep point and its centre
+    centre, point = next(
+        (c, d)
+        for c in feasible[:200]
+        for d in feasible
+        if sum(getattr(c, a) != getattr(d, a) for a in AXES) == 1
+    )
+    axis = next(a for a in AXES if getattr(centre, a) != getattr(point, a))
+    obs = [centre, point]
     y = [0.0, -0.3]
     post = model.fit(obs, y)
     mean, sd = post.predict()
@@ -226,8 +230,9 @@ def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
     assert mean[i0] == pytest.approx(0.0, abs=0.05) and mean[i1] == pytest.approx(-0.3, abs=0.05)
     far = max(range(len(feasible)), key=lambda i: sd[i])
     assert sd[far] > 3 * max(sd[i0], sd[i1])
-    # an untried configuration with the penalised mbs value inherits part of the penalty
-    other = next(
-        i for i, c in enumerate(feasible) if c.mbs == obs[1].mbs and c not in obs and c.tp == centre.tp
+    # an untried configuration with the penalised axis value inherits part of the penalty
+    other = max(
+        (i for i, c in enumerate(feasible) if getattr(c, axis) == getattr(point, axis) and c not in obs),
+        key=lambda i: sum(getattr(feasible[i], a) == getattr(point, a) for a in AXES),
     )
     assert mean[other] < -0.05
