@@ -15,8 +15,8 @@ value, moving at most :data:`MAX_REPAIR_MOVES` other axes. Every note says what 
 fitting repair is not spent unless the budget has room for it at the end (at most
 :data:`MAX_PRUNED_POINTS`, documented zero-cost prunes); :func:`sweep_design` lists the others as skipped.
 
-**Budget and order.** The sweep uses ``search.sweep_trials`` trials (default: a fifth of ``search.n_trials``,
-6 of 30; the learner after the sweep uses the rest better, see :data:`SWEEP_SHARE`), centre included. Per
+**Budget and order.** The sweep uses ``search.sweep_trials`` trials (default: 15% of ``search.n_trials``,
+4 of 30; the learner after the sweep uses the rest better, see :data:`SWEEP_SHARE`), centre included. Per
 axis it sweeps the values that can still matter by the model — a value matters when the best fitting
 configuration with it is estimated within :data:`MATTERS` of the best of all — plus one contrast value when no
 other value of the axis matters. The first round gives every axis its most promising value, the most
@@ -131,10 +131,10 @@ MAX_PRUNED_POINTS = 2
 MATTERS = 0.25
 """a value can still matter when its best fitting configuration is estimated within 25% of the best one (the
 model's errors on real clusters reach ±15-25%, see docs/benchmarks.md)"""
-SWEEP_SHARE = 0.2
-"""default share of ``search.n_trials`` given to the sweep: 6 of 30. The learner needs the remaining trials
-more than the sweep needs its second round (scripts/bench_search.py: a 15-point sweep reached a median 77-83%
-of the optimum at 15 trials, a 6-point one 94-100%; docs/benchmarks.md)"""
+SWEEP_SHARE = 0.15
+"""default share of ``search.n_trials`` given to the sweep: 4 of 30. The learner needs the remaining trials
+more than the sweep needs a second round (scripts/bench_search.py on the shipped studies: a 15-point sweep
+reached a median 77-83% of the optimum at 15 trials, a 4-point one 96-100%; docs/benchmarks.md)"""
 
 
 @dataclass(frozen=True)
@@ -171,11 +171,12 @@ class SweepDesign:
 
 
 def sweep_budget(space: Space) -> int:
-    """Trials the sweep may use: ``search.sweep_trials``, default half of ``search.n_trials`` (at least 2)."""
+    """Trials the sweep may use: ``search.sweep_trials``, default :data:`SWEEP_SHARE` of ``search.n_trials``
+    (at least 2)."""
     search = space.spec.search
     if search.sweep_trials is not None:
         return search.sweep_trials
-    return max(2, round(search.n_trials * SWEEP_SHARE))
+    return max(2, int(search.n_trials * SWEEP_SHARE))
 
 
 class _Nearest:
