@@ -45,6 +45,10 @@ _LAZY: dict[str, str] = {
     "PrimusSampler": "search.sampler",
     "suggest_config": "search.suggest",
     "sweep_plan": "search.sweep",
+    "sweep_design": "search.sweep",
+    "prior_observations": "search.learner",
+    "Observation": "search.learner",
+    "budget_accounting": "record.budget",
     "MemoryPrefilterPruner": "search.pruner",
     "prune_if_infeasible": "search.pruner",
     # run

@@ -85,6 +85,9 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     )
     if failed:
         lines.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()))
+    from ..record.budget import budget_accounting, study_gpus
+
+    lines += budget_accounting(trials, study_gpus(study)).lines()
     phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
     ua = study.user_attrs

@@ -141,7 +141,9 @@ def space_hash(spec: StudySpec) -> str:
     seed keeps the hash.
     """
     data = spec.to_dict()
-    search = {k: v for k, v in data["search"].items() if k not in ("n_trials", "seed")}
+    # the trial budget and the sweep's share of it only say where the sweep stops: a longer sweep extends a
+    # shorter one (see search.sweep), so changing them keeps every position's meaning
+    search = {k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "sweep_trials")}
     doc = {
         "candidates": Space(spec).candidates,
         "model": data["model"],

@@ -1,15 +1,24 @@
 """The model-guided proposer: used when there is no planner, it fails, it is over budget, or it has no valid idea.
 
-It ranks every untried, legal configuration that fits in memory by the step-time model's tokens/s/GPU, corrected
-in two steps from the completed trials' (estimate, measurement) pairs — a
-:class:`~primus_optuna.physics.calibration.Calibration` of the model's terms (compute, communication,
-bubble), then a per-(axis, value) factor: a ridge regression of log(measured / calibrated estimate) on one-hot
-axis values, so an effect the model misses for one value (a slow kernel for mbs=1, a dispatcher that
-underperforms on this fabric) carries over to every untried configuration with that value. It picks the best —
-or, with probability ``exploration``, a random one of the top few.
-Randomness derives from ``(seed, index)`` only, where ``index`` is the sampler's storage-derived count of
-earlier free trials (unchanged by heartbeat retries), so the choice is reproducible, resumable and thread-safe.
-For a Pareto study the score is ``log(tokens/s) - w·log(peak GiB)`` with ``w`` drawn per trial from [0, 1].
+It ranks every untried, legal configuration that fits in memory by what the measurements so far say about it:
+
+1. the step-time model's tokens/s/GPU, rescaled by the study's
+   :class:`~primus_optuna.physics.calibration.Calibration` of its terms (compute, communication, bubble) —
+   the prior mean;
+2. a Gaussian process on the residual ``log(measured / calibrated estimate)`` over the nine categorical axes
+   (:mod:`~primus_optuna.search.learner`): per-(axis, value) effects, which a one-axis sweep measures
+   directly, plus pairwise and three-way interactions, which only combinations reveal;
+3. the pick: the highest *expected improvement* (in log tokens/s) over the best measurement, so the
+   corrected model's favourite is measured first and a configuration whose outcome is still uncertain (a pair
+   of axis values never measured together) wins when its upside is larger. With probability
+   ``exploration`` the pick is instead a seeded draw among the few best by expected improvement.
+
+Every completed trial that is not analytical teaches it: its value is the measurement (plain Optuna
+objectives included), see :func:`~primus_optuna.search.learner.trial_measurement`. Measurements imported
+from earlier studies (``prior=`` :func:`~primus_optuna.search.learner.prior_observations`) join them with a
+larger noise. Randomness derives from ``(seed, index)`` only, where ``index`` is the sampler's
+storage-derived count of earlier free trials, so the choice is reproducible, resumable and thread-safe. For
+a Pareto study the score is ``log(tokens/s) - w·log(peak GiB)`` with ``w`` drawn per trial from [0, 1].
 
 Example::
 
@@ -19,28 +28,48 @@ Example::
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
 
-from ..physics.calibration import Calibration
+from ..physics.calibration import BREAKDOWN_TERMS, Calibration
 from ..physics.memory import estimate_memory
 from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from .suggest import complete_config
+from ..spec.study import AXES
+from .learner import (
+    NOISE,
+    PRIOR_NOISE,
+    Observation,
+    Posterior,
+    ResidualModel,
+    measured_pairs,
+    observations,
+)
 
-EXPLORATION = 0.2
-TOP_K = 20
-"""exploration picks uniformly among this many best-ranked untried configurations"""
+__all__ = [
+    "AxisValueFactors",
+    "ModelGuidedProposer",
+    "Ranked",
+    "calibration_from_trials",
+    "corrected_tps",
+    "measured_pairs",
+    "rng_for",
+]
+
+EXPLORATION = 0.0
+"""probability of a seeded draw among the :data:`TOP_K` best by expected improvement instead of the best
+(expected improvement already explores; a draw only cost the benchmark, docs/benchmarks.md)"""
+TOP_K = 5
+"""exploration picks uniformly among this many best configurations by expected improvement"""
 RIDGE = 1.0
-"""ridge penalty on the per-(axis, value) log factors: with few measurements they stay near 0 (no correction);
-one measurement that deviates by d moves its values' factors by about d/2"""
+"""ridge penalty on the per-(axis, value) log factors of :class:`AxisValueFactors`"""
 MIN_PAIRS_FOR_AXIS_FACTORS = 3
 
 
@@ -52,27 +81,23 @@ class Row:
     key: str
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One configuration of the corrected ranking."""
+
+    config: TrainingConfig
+    expected: float
+    """expected tokens/s/GPU (calibrated model × exp(posterior mean residual))"""
+    uncertainty: float
+    """posterior standard deviation of log tokens/s (0.05 ≈ ±5%)"""
+    estimate: float
+    """the uncalibrated step-time model's tokens/s/GPU"""
+    peak_gib: float
+
+
 def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
     """The generator of one draw: a pure function of ``(seed, index, salt)``."""
     return np.random.default_rng([abs(int(seed)), int(index), salt])
-
-
-def measured_pairs(
-    spec: StudySpec, space: Space, trials: list[optuna.trial.FrozenTrial]
-) -> list[tuple[TrainingConfig, ThroughputEstimate, float]]:
-    """(config, estimate, measured tokens/s/GPU) of every completed, measured (not analytical) trial."""
-    pairs: list[tuple[TrainingConfig, ThroughputEstimate, float]] = []
-    for t in trials:
-        if (
-            t.state != optuna.trial.TrialState.COMPLETE
-            or t.user_attrs.get("source", "analytical") == "analytical"
-        ):
-            continue
-        measured = t.user_attrs.get("measured_tokens_per_s_per_gpu")
-        config = complete_config(space, t.params)
-        if measured and config is not None:
-            pairs.append((config, estimate_throughput(spec, config), float(measured)))
-    return pairs
 
 
 def calibration_from_trials(
@@ -84,12 +109,13 @@ def calibration_from_trials(
 
 
 class AxisValueFactors:
-    """Per-(axis, value) multiplicative corrections, fitted by ridge regression in log space.
+    """Per-(axis, value) multiplicative corrections, fitted by ridge regression in log space: the readable
+    summary of what the measurements say about each axis value (the proposer itself ranks with the GP).
 
     Example::
 
         f = AxisValueFactors.fit(space, [(config, residual_log_ratio), ...])
-        f.factor(config)  # exp(sum of the factors of its axis values)
+        f.log_factor(config)  # sum of the log factors of its axis values
     """
 
     def __init__(self, features: dict[tuple[str, Any], int], beta: np.ndarray) -> None:
@@ -138,6 +164,13 @@ class AxisValueFactors:
             float(sum(self.beta[j] for j in self.columns(self.features, config))) if self.beta.size else 0.0
         )
 
+    def effects(self) -> dict[str, dict[Any, float]]:
+        """``{axis: {value: log factor}}`` of every fitted feature."""
+        out: dict[str, dict[Any, float]] = {}
+        for (axis, value), j in self.features.items():
+            out.setdefault(axis, {})[value] = float(self.beta[j])
+        return out
+
 
 def corrected_tps(est: ThroughputEstimate, cal: Calibration) -> float:
     if cal.is_identity:
@@ -147,8 +180,50 @@ def corrected_tps(est: ThroughputEstimate, cal: Calibration) -> float:
     return est.tokens_per_s_per_gpu * step / new if new > 0 else 0.0
 
 
+def _norm_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+
+
+def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    """E[max(0, X - best)] for X ~ N(mean, sd²) (log scale)."""
+    z = (mean - best) / sd
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return (mean - best) * _norm_cdf(z) + sd * pdf
+
+
+def untested_pairs(config: TrainingConfig, observed: Sequence[TrainingConfig]) -> list[tuple[str, str]]:
+    """Pairs of ``config``'s axis values that were each measured but never in the same configuration: the
+    interactions a pick probes (the residual model is least certain about them)."""
+    seen_values = {(a, getattr(c, a)) for c in observed for a in AXES}
+    values = [(a, getattr(config, a)) for a in AXES if (a, getattr(config, a)) in seen_values]
+    out = []
+    for i, (a, va) in enumerate(values):
+        for b, vb in values[i + 1 :]:
+            if not any(getattr(c, a) == va and getattr(c, b) == vb for c in observed):
+                out.append((f"{a}={va}", f"{b}={vb}"))
+    return out
+
+
+@dataclass
+class _Table:
+    """Every legal configuration that fits at one memory scale, as arrays (built once per scale)."""
+
+    rows: list[Row]
+    index: dict[TrainingConfig, int]
+    by_key: dict[str, int]
+    log_tps: np.ndarray
+    breakdown: np.ndarray
+    """rows × BREAKDOWN_TERMS seconds"""
+    model: ResidualModel
+
+
 class ModelGuidedProposer:
-    """Ranks untried feasible configurations by the calibrated estimate; seeded exploration."""
+    """Ranks untried feasible configurations by the corrected model; picks by expected improvement.
+
+    Args:
+        prior: observations imported from earlier studies (:func:`~primus_optuna.search.learner.
+            prior_observations`), learned from with a larger noise than this study's own trials.
+    """
 
     def __init__(
         self,
@@ -158,15 +233,17 @@ class ModelGuidedProposer:
         seed: int = 0,
         exploration: float = EXPLORATION,
         mode: str = "model",
+        prior: Sequence[Observation] = (),
     ) -> None:
         if mode not in ("model", "random"):
             raise ValueError(f"fallback must be 'model' or 'random', got {mode!r}")
         self.spec, self.space, self.seed = spec, space, seed
         self.exploration, self.mode = exploration, mode
+        self.prior = list(prior)
         self._peaks: list[tuple[TrainingConfig, float]] | None = None
         self._usable = 0.0
         self._row_cache: dict[TrainingConfig, Row] = {}
-        self._onehot: tuple[dict[TrainingConfig, int], np.ndarray] | None = None
+        self._tables: dict[float, _Table] = {}
         self._lock = threading.Lock()
 
     def _all_peaks(self) -> list[tuple[TrainingConfig, float]]:
@@ -180,35 +257,116 @@ class ModelGuidedProposer:
             self._peaks = peaks
         return self._peaks
 
+    def _rows_locked(self, memory_scale: float) -> list[Row]:
+        peaks = self._all_peaks()
+        out = []
+        for c, peak in peaks:
+            if peak * memory_scale <= self._usable:
+                row = self._row_cache.get(c)
+                if row is None:
+                    row = self._row_cache[c] = Row(c, estimate_throughput(self.spec, c), peak, c.key())
+                out.append(row)
+        return out
+
     def rows(self, memory_scale: float = 1.0) -> list[Row]:
         """Every legal configuration whose peak × ``memory_scale`` (the study's memory calibration) fits,
         with its uncalibrated step-time estimate (each computed once)."""
         with self._lock:
-            peaks = self._all_peaks()
-            out = []
-            for c, peak in peaks:
-                if peak * memory_scale <= self._usable:
-                    row = self._row_cache.get(c)
-                    if row is None:
-                        row = self._row_cache[c] = Row(c, estimate_throughput(self.spec, c), peak, c.key())
-                    out.append(row)
-            return out
+            return self._rows_locked(memory_scale)
 
-    def _log_factors(self, factors: AxisValueFactors) -> dict[TrainingConfig, float]:
-        """Every legal configuration's log correction (one matrix product over cached one-hot rows)."""
-        if factors.is_identity:
-            return {}
+    def fits(self, config: TrainingConfig, memory_scale: float = 1.0) -> bool:
+        """Whether a legal configuration fits (the same test as :meth:`rows`)."""
+        return config in self._table(memory_scale).index
+
+    def _table(self, memory_scale: float) -> _Table:
+        key = round(float(memory_scale), 6)
         with self._lock:
-            configs = [c for c, _ in self._all_peaks()]
-            if self._onehot is None:
-                index = AxisValueFactors.feature_index(self.space)
-                x = np.zeros((len(configs), len(index)))
-                for i, c in enumerate(configs):
-                    x[i, AxisValueFactors.columns(index, c)] = 1.0
-                self._onehot = ({c: i for i, c in enumerate(configs)}, x)
-            _, x = self._onehot
-        values = x @ factors.beta
-        return {c: float(v) for c, v in zip(configs, values, strict=True)}
+            table = self._tables.get(key)
+            if table is None:
+                rows = self._rows_locked(memory_scale)
+                table = _Table(
+                    rows,
+                    {r.config: i for i, r in enumerate(rows)},
+                    {r.key: i for i, r in enumerate(rows)},
+                    np.log(np.maximum([r.estimate.tokens_per_s_per_gpu for r in rows], 1e-9)),
+                    np.array([[r.estimate.breakdown_s.get(t, 0.0) for t in BREAKDOWN_TERMS] for r in rows]),
+                    ResidualModel(self.space, [r.config for r in rows]),
+                )
+                if len(self._tables) > 8:  # memory calibrations change rarely; keep a few
+                    self._tables.pop(next(iter(self._tables)))
+                self._tables[key] = table
+            return table
+
+    def estimate_of(self, config: TrainingConfig) -> float | None:
+        """The model's tokens/s/GPU of a legal configuration that fits at the model's memory (else ``None``)."""
+        table = self._table(1.0)
+        i = table.index.get(config)
+        return None if i is None else table.rows[i].estimate.tokens_per_s_per_gpu
+
+    # --- the corrected model -----------------------------------------------------------------------------
+    def learn(
+        self, trials: list[optuna.trial.FrozenTrial], memory_scale: float = 1.0
+    ) -> tuple[Calibration, Posterior, _Table, np.ndarray, list[Observation]]:
+        """Fit the Calibration and the residual GP to the study's measurements (and the prior ones)."""
+        table = self._table(memory_scale)
+        obs = observations(self.space, trials) + self.prior
+        ests = [self._estimate(o.config) for o in obs]
+        cal = (
+            Calibration.fit(list(zip(ests, [o.measured for o in obs], strict=True))) if obs else Calibration()
+        )
+        prior_log = self._prior_log(table, cal)
+        residuals = [
+            math.log(o.measured / max(corrected_tps(e, cal), 1e-9)) for o, e in zip(obs, ests, strict=True)
+        ]
+        post = table.model.fit(
+            [o.config for o in obs], residuals, [PRIOR_NOISE if o.prior else NOISE for o in obs]
+        )
+        return cal, post, table, prior_log, obs
+
+    def _estimate(self, config: TrainingConfig) -> ThroughputEstimate:
+        row = self._row_cache.get(config)
+        return row.estimate if row is not None else estimate_throughput(self.spec, config)
+
+    @staticmethod
+    def _prior_log(table: _Table, cal: Calibration) -> np.ndarray:
+        if cal.is_identity or not len(table.rows):
+            return table.log_tps
+        factors = np.array([cal.factor(t) for t in BREAKDOWN_TERMS])
+        step = table.breakdown.sum(axis=1)
+        new = table.breakdown @ factors
+        return table.log_tps + np.log(np.maximum(step, 1e-12) / np.maximum(new, 1e-12))
+
+    def ranking(
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        *,
+        k: int = 10,
+        exclude: set[TrainingConfig] = frozenset(),  # type: ignore[assignment]
+        memory_scale: float = 1.0,
+    ) -> list[Ranked]:
+        """The ``k`` untried feasible configurations with the highest expected tokens/s/GPU under the
+        corrected model (what the planner sees as context)."""
+        _, post, table, prior_log, _ = self.learn(trials, memory_scale)
+        mean, sd = post.predict()
+        total = prior_log + mean
+        order = np.argsort(-total, kind="stable")
+        out = []
+        for i in order:
+            r = table.rows[i]
+            if r.config in exclude:
+                continue
+            out.append(
+                Ranked(
+                    r.config,
+                    float(math.exp(total[i])),
+                    float(sd[i]),
+                    r.estimate.tokens_per_s_per_gpu,
+                    r.peak_gib,
+                )
+            )
+            if len(out) >= k:
+                break
+        return out
 
     def propose(
         self,
@@ -227,51 +385,75 @@ class ModelGuidedProposer:
         that many best-ranked picks to earlier trials still being sampled by other workers; ``memory_scale``
         is the study's memory calibration (a configuration is feasible when its peak × scale fits)."""
         rng = rng_for(self.seed, index)
-        untried = [
-            r for r in self.rows(memory_scale) if r.config not in exclude and r.key not in exclude_keys
-        ]
-        if not untried:
+        table = self._table(memory_scale)
+        closed = np.zeros(len(table.rows), dtype=bool)
+        for c in exclude:
+            if (i := table.index.get(c)) is not None:
+                closed[i] = True
+        for k in exclude_keys:
+            if (i := table.by_key.get(k)) is not None:
+                closed[i] = True
+        open_idx = np.flatnonzero(~closed)
+        if not len(open_idx):
             return None
         if self.mode == "random":
-            row = untried[int(rng.integers(len(untried)))]
-            return row.config, f"random: one of {len(untried)} untried feasible configurations"
-        pairs = measured_pairs(self.spec, self.space, trials)
-        cal = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
-        factors = AxisValueFactors.fit(
-            self.space,
-            [(c, math.log(m / max(corrected_tps(est, cal), 1e-9))) for c, est, m in pairs if m > 0],
-        )
+            row = table.rows[int(open_idx[int(rng.integers(len(open_idx)))])]
+            return row.config, f"random: one of {len(open_idx)} untried feasible configurations"
+        cal, post, table, prior_log, obs = self.learn(trials, memory_scale)
+        mean, sd = post.predict(open_idx)
+        total = prior_log[open_idx] + mean
         multi = self.spec.search.multi_objective
         w = float(rng.uniform(0.0, 1.0)) if multi else 0.0
-
-        log_f = self._log_factors(factors)
-
-        def expected(r: Row) -> float:
-            return corrected_tps(r.estimate, cal) * math.exp(log_f.get(r.config, 0.0))
-
-        def score(r: Row) -> float:
-            tps = expected(r)
-            if not multi:
-                return tps
-            return math.log(max(tps, 1e-9)) - w * math.log(max(r.peak_gib, 1e-3))
-
-        k = TOP_K
-        # only the head of the ranking is ever used: the top k for exploration, or the skip-th best
-        ranked = heapq.nsmallest(max(k, skip + 1), untried, key=lambda r: (-score(r), r.key))
+        if multi:
+            peaks = np.log(np.maximum([table.rows[i].peak_gib for i in open_idx], 1e-3))
+            score = total + 0.5 * sd - w * peaks
+        elif obs:
+            best = (
+                max(math.log(o.measured) for o in obs if not o.prior)
+                if any(not o.prior for o in obs)
+                else float(np.max(total))
+            )
+            score = expected_improvement(total, sd, best)
+        else:
+            score = total
+        # ties (e.g. equal estimates) break by key, so the choice does not depend on enumeration details
+        keys = [table.rows[i].key for i in open_idx]
+        n_head = max(TOP_K, skip + 1)
+        head = sorted(np.argsort(-score, kind="stable")[: n_head * 4], key=lambda j: (-score[j], keys[j]))[
+            :n_head
+        ]
         explore = rng.random() < self.exploration
-        idx = int(rng.integers(min(k, len(ranked)))) if explore else min(skip, len(ranked) - 1)
-        row = ranked[idx]
-        tps = expected(row)
-        how = f"calibrated on {cal.n_trials} measured trials" if not cal.is_identity else "uncalibrated model"
-        if not factors.is_identity:
-            how += " with per-axis-value factors"
+        pick = int(rng.integers(min(TOP_K, len(head)))) if explore else min(skip, len(head) - 1)
+        j = head[pick]
+        row = table.rows[int(open_idx[j])]
+        expected = math.exp(total[j])
+        n_trial = sum(1 for o in obs if not o.prior)
+        n_prior = len(obs) - n_trial
+        if obs:
+            how = f"learned from {n_trial} measured trials" + (
+                f" and {n_prior} prior ones" if n_prior else ""
+            )
+            how += f", ±{sd[j]:.0%} uncertain"
+        else:
+            how = "uncalibrated model, nothing measured yet"
         what = (
-            f"exploration pick {idx + 1} of the top {min(k, len(ranked))}"
+            f"exploration pick {pick + 1} of the top {len(head[:TOP_K])}"
             if explore
-            else ("best" if idx == 0 else f"pick {idx + 1} (the better ones left to {idx} concurrent trials)")
+            else (
+                "best" if pick == 0 else f"pick {pick + 1} (the better ones left to {pick} concurrent trials)"
+            )
         )
+        crit = "expected improvement" if obs and not multi else "expected throughput"
+        probe = untested_pairs(row.config, [o.config for o in obs])
+        if probe:
+            how += (
+                "; probes "
+                + ", ".join(f"{x} with {y}" for x, y in probe[:2])
+                + " (each measured, never together)"
+            )
         obj = f" (Pareto weight w={w:.2f} on log peak memory)" if multi else ""
         return row.config, (
-            f"model-guided {what} of {len(untried)} untried feasible configurations{obj}: "
-            f"{tps:.0f} tokens/s/GPU expected ({how}), peak {row.peak_gib:.1f} GiB"
+            f"model-guided {what} by {crit} of {len(open_idx)} untried feasible configurations{obj}: "
+            f"{expected:.0f} tokens/s/GPU expected ({how}; model {row.estimate.tokens_per_s_per_gpu:.0f}), "
+            f"peak {row.peak_gib:.1f} GiB"
         )

@@ -23,7 +23,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,10 @@ class ProposeConfigs(dspy.Signature):
     coupling_rules: str = dspy.InputField(desc="rules every configuration must satisfy")
     sweep_effects: str = dspy.InputField(desc="one-axis sweep: per axis, value -> tokens/s/GPU or why pruned")
     best_trials: str = dspy.InputField(desc="best trials so far (estimate, measurement, memory) and failures")
+    corrected_ranking: str = dspy.InputField(
+        desc="untried configurations ranked by the step-time model corrected by every measurement so far: "
+        "expected tokens/s/GPU and the uncertainty of log throughput (0.05 = about ±5%)"
+    )
     tried: str = dspy.InputField(desc="configuration keys already tried or queued: do not repeat them")
     n_candidates: int = dspy.InputField(desc="how many candidates to return")
     candidates: list[Candidate] = dspy.OutputField(desc="new configurations, best first")
@@ -190,7 +194,13 @@ class Planner:
         return None
 
     # --- prompt ------------------------------------------------------------------------------------------
-    def inputs(self, trials: list[optuna.trial.FrozenTrial], n: int, tried: list[str]) -> dict[str, Any]:
+    def inputs(
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        n: int,
+        tried: list[str],
+        ranking: Sequence[Any] = (),
+    ) -> dict[str, Any]:
         spec, m, g = self.spec, self.spec.model, self.spec.cluster.gpu
         moe = (
             f", MoE {m.experts} experts top-{m.moe_router_topk} (expert FFN {m.expert_ffn})"
@@ -223,6 +233,19 @@ class Planner:
             "coupling_rules": rules,
             "sweep_effects": _json(sweep_effects(trials)),
             "best_trials": _json(best_trials(trials, self.spec.search.multi_objective)),
+            "corrected_ranking": _json(
+                [
+                    {
+                        "config": r.config.key(),
+                        "expected": round(r.expected, 1),
+                        "uncertainty": round(r.uncertainty, 3),
+                        "model": round(r.estimate, 1),
+                        "peak_gib": round(r.peak_gib, 1),
+                    }
+                    for r in ranking
+                ]
+            )
+            or "[]",
             "tried": ", ".join(tried[-MAX_TRIED_LISTED:]) or "(none)",
             "n_candidates": n,
         }
@@ -237,6 +260,7 @@ class Planner:
         tried: list[str],
         validate: Validate,
         trial_number: int | None = None,
+        ranking: Sequence[Any] = (),
     ) -> PlannerOutcome:
         """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures."""
         out = PlannerOutcome()
@@ -244,7 +268,7 @@ class Planner:
         if exhausted:
             out.error = exhausted
             return out
-        inputs = self.inputs(trials, n, tried)
+        inputs = self.inputs(trials, n, tried, ranking)
         lm = self.make_lm()
         start = len(getattr(lm, "history", []))
         raw: list[dict[str, Any]] = []

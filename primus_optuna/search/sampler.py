@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -45,13 +46,18 @@ from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
 from .fallback import ModelGuidedProposer, rng_for
+from .learner import Observation
 from .pruner import memory_attrs, study_memory_calibration
 from .suggest import axis_distributions, complete_config
-from .sweep import SweepPoint, sweep_plan
+from .sweep import SweepDesign, SweepPoint, sweep_design
 
 log = logging.getLogger(__name__)
 RUNNING = optuna.trial.TrialState.RUNNING
 EXHAUSTED = "exhausted: every legal configuration that fits in memory has been tried"
+SWEEP_ATTR = "sweep"
+"""study user attr: the sweep's centre, budget and what it skipped and why (:meth:`SweepDesign.summary`)"""
+PLANNER_CONTEXT = 12
+"""configurations of the corrected ranking shown to the planner"""
 PENDING_S = 60.0
 """a free trial still without a configuration this long after its start is a killed sampling, not a
 concurrent one (a proposal takes milliseconds, a planner call at most the LLM timeout)"""
@@ -109,6 +115,11 @@ class PrimusSampler(BaseSampler):
         artifact_store: where planner transcripts go (study artifacts).
         cache_dir: DSPy disk cache directory (next to the storage, so reruns replay).
         llm_api_base: overrides ``llm.api_base``.
+        exploration: probability that the fallback picks among its few best by expected improvement at random
+            (default :data:`~primus_optuna.search.fallback.EXPLORATION`).
+        prior: measurements imported from earlier studies (see
+            :func:`~primus_optuna.search.learner.prior_observations`): the fallback learns from them, with a
+            larger noise than from this study's own trials.
     """
 
     def __init__(
@@ -122,17 +133,24 @@ class PrimusSampler(BaseSampler):
         artifact_store: Any = None,
         cache_dir: str | Path | None = None,
         llm_api_base: str | None = None,
-        exploration: float = 0.2,
+        exploration: float | None = None,
+        prior: Sequence[Observation] = (),
     ) -> None:
         self.spec = spec
         self.space = Space(spec)
         self.seed = seed
         self.proposals_per_round = proposals_per_round
+        self.planner_context = PLANNER_CONTEXT
         self._dists = axis_distributions(self.space)
-        self._plan: list[SweepPoint] | None = None
+        self._design: SweepDesign | None = None
         self._lock = threading.Lock()
         self.fallback = ModelGuidedProposer(
-            spec, self.space, seed=seed, exploration=exploration, mode=fallback
+            spec,
+            self.space,
+            seed=seed,
+            mode=fallback,
+            prior=prior,
+            **({"exploration": exploration} if exploration is not None else {}),
         )
         self.planner = None
         if llm is not None and llm is not False:
@@ -150,17 +168,22 @@ class PrimusSampler(BaseSampler):
 
     # --- the plan ------------------------------------------------------------------------------------------
     def _score(self, config: TrainingConfig) -> float | None:
-        if not estimate_memory(self.spec, config).fits:
-            return None
-        return estimate_throughput(self.spec, config).tokens_per_s_per_gpu
+        """The model's tokens/s/GPU of a legal configuration that fits (``None`` otherwise), from the
+        fallback's table of every feasible configuration (computed once)."""
+        return self.fallback.estimate_of(config)
+
+    @property
+    def design(self) -> SweepDesign:
+        """The sweep (computed once; deterministic from the study file), with what it skipped and why."""
+        with self._lock:
+            if self._design is None:
+                self._design = sweep_design(self.space, self._score)
+            return self._design
 
     @property
     def plan(self) -> list[SweepPoint]:
-        """The sweep plan (computed once; deterministic from the study file)."""
-        with self._lock:
-            if self._plan is None:
-                self._plan = sweep_plan(self.space, self._score)
-            return self._plan
+        """The sweep plan's points, centre first."""
+        return self.design.points
 
     # --- BaseSampler ---------------------------------------------------------------------------------------
     def reseed_rng(self) -> None:
@@ -202,6 +225,8 @@ class PrimusSampler(BaseSampler):
         k = sum(1 for t in trials if t.number < trial.number and is_free(t))
         plan = self.plan
         if k < len(plan):
+            if SWEEP_ATTR not in study._storage.get_study_user_attrs(study._study_id):
+                study._storage.set_study_user_attr(study._study_id, SWEEP_ATTR, self.design.summary())
             p = plan[k]
             value = p.value if p.axis else p.config.key()
             extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": value}
@@ -240,6 +265,9 @@ class PrimusSampler(BaseSampler):
                 tried=list(dict.fromkeys(c.key() for c in ordered)),
                 validate=lambda d: self.validate(d, exclude, mem_cal),
                 trial_number=trial.number,
+                ranking=self.fallback.ranking(
+                    others, k=self.planner_context, exclude=exclude, memory_scale=mem_cal.scale
+                ),
             )
             if out.accepted:
                 for config, rationale in out.accepted[1:]:

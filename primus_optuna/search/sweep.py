@@ -1,23 +1,35 @@
-"""The deterministic single-axis sweep: the baseline, then one axis at a time with the others at the baseline.
+"""The deterministic one-axis sweep around a configuration that fits, sized to the study's budget.
 
-The plan depends on the study file alone (and on the analytical model for the default axis order), so every
-worker and every rerun computes the same list and maps the storage-unique trial number onto it.
+The plan depends on the study file alone (and on the analytical model), so every worker and every rerun
+computes the same list and maps the storage-unique trial number onto it.
 
-Axis order (``search.sweep_order`` when given, only those axes): by default the axis whose single-axis points
-the step-time model expects to move throughput the most comes first — its *expected impact* is the largest
-``|estimate(point) / estimate(baseline) - 1|`` over the axis's points that fit in memory; axes with no
-feasible point, or with a single legal value, go last, ties keep the canonical axis order. Sweeping the
-high-impact axes first gives the planner the most informative measurements when the budget is short.
+**Centre.** The study's baseline when it is legal and fits in memory; otherwise the fitting configuration
+nearest to it: fewest parallelism moves first (the memory levers ``recompute`` and ``mbs`` are preferred), then
+fewest moves, then the smallest steps in the candidate lists, then the higher estimate. Its note says what
+moved and why.
 
-A single-axis change that breaks a coupling rule (e.g. ``pp=8`` with ``vpp=2`` on 56 layers) is *repaired*:
-the legal configuration with that axis value that changes the fewest other axes (then the smallest steps in
-candidate lists) replaces it, and its note says what moved. Infeasible (out-of-memory) points stay in the plan;
-the memory pruner removes them at zero GPU cost so the dashboard shows what the filter removed.
+**Points.** For each axis, the centre with that axis changed. A point that breaks a coupling rule (e.g.
+``pp=8`` with ``vpp=2`` on 56 layers) is repaired to the legal configuration that changes the fewest other
+axes; a point that does not fit is repaired the same way to the nearest fitting configuration with that axis
+value, moving at most :data:`MAX_REPAIR_MOVES` other axes. Every note says what else moved. A point with no
+fitting repair is not spent unless the budget has room for it at the end (at most
+:data:`MAX_PRUNED_POINTS`, documented zero-cost prunes); :func:`sweep_design` lists the others as skipped.
+
+**Budget and order.** The sweep uses ``search.sweep_trials`` trials (default: 15% of ``search.n_trials``,
+4 of 30; the learner after the sweep uses the rest better, see :data:`SWEEP_SHARE`), centre included. Per
+axis it sweeps the values that can still matter by the model — a value matters when the best fitting
+configuration with it is estimated within :data:`MATTERS` of the best of all — plus one contrast value when no
+other value of the axis matters. The first round gives every axis its most promising value, the most
+promising first (ties: the axis with the larger expected impact ``|estimate(point) / estimate(centre) - 1|``;
+``search.sweep_order`` instead sweeps the listed axes one after the other); then the remaining values by
+estimate. What does not fit in the budget is skipped (listed by :func:`sweep_design`, reason given) and left to
+the model-guided search after the sweep, whose uncertainty is largest exactly there. A longer budget extends a
+shorter one's plan, so editing ``n_trials`` between runs keeps every sweep position's meaning.
 
 Example::
 
-    plan = sweep_plan(Space(spec))
-    [p.rationale for p in plan[:3]]
+    design = sweep_design(Space(spec), score)
+    [p.rationale for p in design.points[:3]], design.skipped[:3]
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..space import Space, TrainingConfig
 from ..spec.study import AXES
@@ -51,7 +65,7 @@ class SweepPoint:
     def rationale(self) -> str:
         if self.axis is None:
             return "baseline" + (f" ({self.note})" if self.note else "")
-        text = f"sweep {self.axis}={self.value} (other axes at the baseline)"
+        text = f"sweep {self.axis}={self.value} (other axes at the sweep centre)"
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -108,22 +122,159 @@ def _step(space: Space, axis: str, old: Any, new: Any) -> int:
     return len(cands)
 
 
-def sweep_center(space: Space) -> tuple[TrainingConfig, str]:
-    """The baseline, or (when the study's baseline is illegal) its nearest legal repair, with a note."""
+MEMORY_LEVERS = ("recompute", "mbs")
+"""axes that trade speed for memory without changing the parallel layout: moved first to make a point fit"""
+MAX_REPAIR_MOVES = 2
+"""a sweep point that does not fit may move at most this many other axes to fit"""
+MAX_PRUNED_POINTS = 2
+"""points with no fitting repair spent (as zero-cost memory prunes) when the budget has room, at most"""
+MATTERS = 0.25
+"""a value can still matter when its best fitting configuration is estimated within 25% of the best one (the
+model's errors on real clusters reach ±15-25%, see docs/benchmarks.md)"""
+SWEEP_SHARE = 0.15
+"""default share of ``search.n_trials`` given to the sweep: 4 of 30. The learner needs the remaining trials
+more than the sweep needs a second round (scripts/bench_search.py on the shipped studies: a 15-point sweep
+reached a median 77-83% of the optimum at 15 trials, a 4-point one 96-100%; docs/benchmarks.md)"""
+
+
+@dataclass(frozen=True)
+class SweepSkip:
+    """A value the sweep does not spend a trial on, and why."""
+
+    axis: str
+    value: Any
+    reason: str
+
+
+@dataclass
+class SweepDesign:
+    """The sweep plan with what it left out."""
+
+    points: list[SweepPoint]
+    skipped: list[SweepSkip]
+    centre_note: str
+    budget: int
+
+    @property
+    def centre(self) -> TrainingConfig:
+        return self.points[0].config
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able record (stored as the study user attr ``sweep``, read by the report)."""
+        return {
+            "centre": self.centre.key(),
+            "centre_note": self.centre_note,
+            "budget": self.budget,
+            "points": len(self.points),
+            "skipped": [{"axis": s.axis, "value": str(s.value), "reason": s.reason} for s in self.skipped],
+        }
+
+
+def sweep_budget(space: Space) -> int:
+    """Trials the sweep may use: ``search.sweep_trials``, default :data:`SWEEP_SHARE` of ``search.n_trials``
+    (at least 2)."""
+    search = space.spec.search
+    if search.sweep_trials is not None:
+        return search.sweep_trials
+    return max(2, int(search.n_trials * SWEEP_SHARE))
+
+
+class _Nearest:
+    """Legal configurations as code arrays, for "nearest fitting configuration" searches."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self.configs = space.configs()
+        self.codes = np.array(
+            [[space.candidates[a].index(getattr(c, a)) for a in AXES] for c in self.configs], dtype=np.int16
+        )
+        self.lever = np.array([a in MEMORY_LEVERS for a in AXES])
+
+    def code(self, config: TrainingConfig) -> np.ndarray:
+        cands = self.space.candidates
+        return np.array(
+            [cands[a].index(getattr(config, a)) if getattr(config, a) in cands[a] else -99 for a in AXES]
+        )
+
+    def nearest(
+        self,
+        ref: TrainingConfig,
+        fits: Callable[[TrainingConfig], bool],
+        score: Score | None,
+        *,
+        fixed: str | None = None,
+        max_moves: int | None = None,
+    ) -> TrainingConfig | None:
+        """The fitting legal configuration nearest to ``ref`` (keeping ``fixed`` at ``ref``'s value)."""
+        r = self.code(ref)
+        diff = self.codes != r
+        if fixed is not None:
+            j = AXES.index(fixed)
+            mask = self.codes[:, j] == r[j]
+            diff[:, j] = False
+        else:
+            mask = np.ones(len(self.configs), dtype=bool)
+        moves = diff.sum(axis=1)
+        if max_moves is not None:
+            mask &= moves <= max_moves
+        steps = np.where(r >= 0, np.abs(self.codes - r), 3).sum(axis=1)
+        parallel = (diff & ~self.lever).sum(axis=1)
+        idx = np.flatnonzero(mask)
+        order = idx[np.lexsort((steps[idx], moves[idx], parallel[idx]))]
+        best: tuple[tuple[int, int, int], float, str, TrainingConfig] | None = None
+        for i in order:
+            rank = (int(parallel[i]), int(moves[i]), int(steps[i]))
+            if best is not None and rank != best[0]:
+                break  # ties broken by the estimate; nothing nearer remains
+            c = self.configs[i]
+            if not fits(c):
+                continue
+            s = (score(c) or 0.0) if score is not None else 0.0
+            if best is None or (-s, c.key()) < (-best[1], best[2]):
+                best = (rank, s, c.key(), c)
+        return best[3] if best is not None else None
+
+
+def _moved(base: TrainingConfig, c: TrainingConfig, skip: str | None = None) -> str:
+    return ", ".join(
+        f"{a} {getattr(base, a)}→{getattr(c, a)}"
+        for a in AXES
+        if a != skip and getattr(base, a) != getattr(c, a)
+    )
+
+
+def sweep_center(
+    space: Space,
+    fits: Callable[[TrainingConfig], bool] | None = None,
+    score: Score | None = None,
+    nearest: _Nearest | None = None,
+) -> tuple[TrainingConfig, str]:
+    """The sweep's centre and a note: the baseline if it is legal and fits, else the nearest one that does."""
     base = space.canonical(space.baseline)
-    if _legal(space, base):
+    legal = _legal(space, base)
+    if legal and (fits is None or fits(base)):
         return base, ""
-    fixed = repair(space, space.baseline)
-    if fixed is None:
-        return base, "the baseline is illegal and has no legal neighbour"
-    return fixed, "the study's baseline is illegal; " + _diff_note(space.baseline, fixed, None).replace(
-        " to stay legal", ""
-    ).replace("also ", "moved ")
+    if fits is None:
+        fixed = repair(space, space.baseline)
+        if fixed is None:
+            return base, "the baseline is illegal and has no legal neighbour"
+        return fixed, f"the study's baseline is illegal; moved {_moved(space.baseline, fixed)}"
+    found = (nearest or _Nearest(space)).nearest(space.baseline if not legal else base, fits, score)
+    if found is None:
+        return base, "nothing in the space fits in memory; the baseline is kept"
+    why = "is illegal" if not legal else "does not fit in memory"
+    return found, (
+        f"the study's baseline {why}; centred on the nearest configuration that fits: "
+        f"moved {_moved(space.baseline, found)}"
+    )
 
 
-def axis_points(space: Space, center: TrainingConfig, axis: str) -> list[tuple[Any, TrainingConfig, str]]:
-    """``(value, config, note)`` for every other legal value of ``axis`` around ``center``."""
-    legal_values = space.legal_values()[axis]
+def axis_points(
+    space: Space, center: TrainingConfig, axis: str, legal: dict[str, list[Any]] | None = None
+) -> list[tuple[Any, TrainingConfig, str]]:
+    """``(value, config, note)`` for every other legal value of ``axis`` around ``center`` (legal repairs);
+    ``legal`` is ``space.legal_values()`` when already computed."""
+    legal_values = (legal or space.legal_values())[axis]
     out = []
     for v in legal_values:
         if v == getattr(center, axis):
@@ -134,15 +285,17 @@ def axis_points(space: Space, center: TrainingConfig, axis: str) -> list[tuple[A
     return out
 
 
-def default_order(space: Space, center: TrainingConfig, score: Score | None) -> list[str]:
+def default_order(
+    space: Space, center: TrainingConfig, score: Score | None, legal: dict[str, list[Any]] | None = None
+) -> list[str]:
     """Axes by decreasing expected impact (see the module docstring); canonical order without a model.
 
-    The impact of an axis is its largest relative change of the score against the baseline's; when the
-    baseline itself does not fit (no score), against the median score of every feasible sweep point, so the
-    order still follows the model rather than falling back to the canonical one."""
+    The impact of an axis is its largest relative change of the score against the centre's; when the centre
+    itself has no score, against the median score of every feasible sweep point."""
     if score is None:
         return list(AXES)
-    values = {axis: [score(c) for _, c, _ in axis_points(space, center, axis)] for axis in AXES}
+    legal = legal or space.legal_values()
+    values = {axis: [score(c) for _, c, _ in axis_points(space, center, axis, legal)] for axis in AXES}
     base = score(center)
     if not base:
         feasible_all = [v for vs in values.values() for v in vs if v is not None and v > 0]
@@ -157,16 +310,102 @@ def default_order(space: Space, center: TrainingConfig, score: Score | None) -> 
     return sorted(AXES, key=lambda a: (-impact[a], AXES.index(a)))
 
 
-def sweep_plan(space: Space, score: Score | None = None) -> list[SweepPoint]:
-    """The whole sweep, baseline first, canonicalised and de-duplicated."""
-    center, note = sweep_center(space)
-    order = space.spec.search.sweep_order or default_order(space, center, score)
-    plan = [SweepPoint(0, None, None, center, note)]
+def _value_best(space: Space, score: Score) -> tuple[dict[tuple[str, Any], float], float]:
+    """The best estimate of any fitting configuration with each (axis, value), and the best overall."""
+    best: dict[tuple[str, Any], float] = {}
+    top = 0.0
+    for c in space.configs():
+        s = score(c)
+        if not s:
+            continue
+        top = max(top, s)
+        for a in AXES:
+            k = (a, getattr(c, a))
+            if s > best.get(k, 0.0):
+                best[k] = s
+    return best, top
+
+
+def sweep_design(
+    space: Space,
+    score: Score | None = None,
+    *,
+    fits: Callable[[TrainingConfig], bool] | None = None,
+    budget: int | None = None,
+) -> SweepDesign:
+    """The whole sweep (see the module docstring) with the values it skips and why.
+
+    ``score`` is the expected tokens/s/GPU (``None`` when a configuration does not fit); ``fits`` defaults to
+    ``score(c) is not None`` when a score is given (without either, everything is taken to fit)."""
+    if fits is None and score is not None:
+        fits = lambda c: score(c) is not None  # noqa: E731
+    budget = sweep_budget(space) if budget is None else budget
+    nearest = _Nearest(space) if fits is not None else None
+    center, note = sweep_center(space, fits, score, nearest)
+    explicit = space.spec.search.sweep_order
+    legal = space.legal_values()
+    order = explicit or default_order(space, center, score, legal)
+    value_best, top = _value_best(space, score) if score is not None else ({}, 0.0)
+    skipped: list[SweepSkip] = []
+    kept: dict[str, list[SweepPoint]] = {}
+    unfit: list[SweepPoint] = []
     seen = {center}
+
+    def vbest(axis: str, value: Any) -> float:
+        return value_best.get((axis, value), 0.0)
+
     for axis in order:
-        for value, config, pnote in axis_points(space, center, axis):
+        points = []
+        for value, config, pnote in axis_points(space, center, axis, legal):
+            if fits is not None and not fits(config):
+                assert nearest is not None
+                fixed = nearest.nearest(config, fits, score, fixed=axis, max_moves=MAX_REPAIR_MOVES)
+                if fixed is None:
+                    unfit.append(SweepPoint(0, axis, value, config, pnote))
+                    continue
+                moved = _moved(center, fixed, axis)
+                config, pnote = fixed, f"also {moved} to fit in memory" if moved else ""
             if config in seen:
                 continue
             seen.add(config)
-            plan.append(SweepPoint(len(plan), axis, value, config, pnote))
-    return plan
+            points.append(SweepPoint(0, axis, value, config, pnote))
+        # the values that can still matter by the model, best first; a contrast value when none does
+        ranked = sorted(points, key=lambda p: (-vbest(axis, p.value), space.candidates[axis].index(p.value)))
+        keep = [p for p in ranked if not top or vbest(axis, p.value) >= (1 - MATTERS) * top] or ranked[:1]
+        kept[axis] = keep
+        for p in [q for q in ranked if q not in keep]:
+            skipped.append(
+                SweepSkip(
+                    axis,
+                    p.value,
+                    f"cannot matter by the model: its best fitting configuration is estimated at "
+                    f"{vbest(axis, p.value):.0f} tokens/s/GPU, {1 - vbest(axis, p.value) / top:.0%} below the best",
+                )
+            )
+    if explicit:  # the user's order: axis by axis
+        ordered = [p for axis in order for p in kept.get(axis, [])]
+    else:  # every axis's most promising value first, the most promising axis first; then the rest
+        rest = [p for axis in order for p in kept.get(axis, [])[1:]]
+        # (stable: equal potentials keep the impact order)
+        ordered = sorted(
+            [ps[0] for axis in order if (ps := kept.get(axis))], key=lambda p: -vbest(p.axis or "", p.value)
+        )
+        ordered += sorted(rest, key=lambda p: -vbest(p.axis or "", p.value))
+    ordered += unfit[:MAX_PRUNED_POINTS]
+    plan = [SweepPoint(0, None, None, center, note)]
+    for p in ordered:
+        if len(plan) >= budget:
+            break
+        plan.append(SweepPoint(len(plan), p.axis, p.value, p.config, p.note))
+    spent = len(plan) - 1
+    no_fit = f"does not fit in memory, and no fitting configuration is within {MAX_REPAIR_MOVES} other moves"
+    for p in ordered[spent:]:
+        reason = no_fit if p in unfit else f"beyond the sweep budget of {budget} trials (search.sweep_trials)"
+        skipped.append(SweepSkip(p.axis or "", p.value, reason))
+    skipped += [SweepSkip(p.axis or "", p.value, no_fit) for p in unfit[MAX_PRUNED_POINTS:]]
+    return SweepDesign(plan, skipped, note, budget)
+
+
+def sweep_plan(space: Space, score: Score | None = None, **kwargs: Any) -> list[SweepPoint]:
+    """The sweep's points, centre first (see :func:`sweep_design`)."""
+    return sweep_design(space, score, **kwargs).points

@@ -200,6 +200,8 @@ class SearchSpec(_Strict):
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     sweep_order: list[str] | None = None
     n_trials: int = Field(default=30, gt=0)
+    sweep_trials: int | None = Field(default=None, ge=1)
+    """trials the one-axis sweep may use (centre included); default: 15% of ``n_trials``"""
     seed: int = 0
     max_tp: int | None = Field(default=None, gt=0)
 

@@ -31,7 +31,8 @@ def test_run_creates_resumes_and_summarises(tmp_path):
     assert "study 'small-moe' created" in out and "12 trials" in out
     assert "best configuration (trial" in out and "tokens/s/GPU" in out
     assert "gain over the baseline" in out
-    assert "trials by phase: sweep 12" in out
+    assert "trials by phase: fallback 8, sweep 4" in out  # the sweep's default share: 4 of n_trials=30
+    assert "budget: 12 trials — 0 launched" in out and "GPU-hours: 0 spent" in out
     assert f"primus-optuna report --storage {url} --study-name small-moe" in out
     assert f"primus-optuna dashboard --storage {url}" in out
     r2 = invoke("run", study, "--storage", url, "--n-trials", 6, "--seed", 3, "--no-progress")

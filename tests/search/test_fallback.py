@@ -12,6 +12,7 @@ from primus_optuna.search.fallback import (
     calibration_from_trials,
     corrected_tps,
 )
+from primus_optuna.spec.study import AXES
 from tests.conftest import small_moe_study
 
 
@@ -119,7 +120,7 @@ def test_axis_value_factors_carry_a_measured_penalty_to_untried_configs(spec):
     idx = AxisValueFactors.feature_index(space)
     assert factors.beta[idx[("mbs", bad)]] - factors.beta[idx[("mbs", other)]] < -0.3  # log(0.5), shrunk
     config, why = prop.propose(trials, index=1, exclude=set(measured))
-    assert "per-axis-value factors" in why
+    assert "learned from 8 measured trials" in why
     # the raw model's favourite among these untried configurations has mbs=bad; the corrected pick does not
     assert raw_best not in measured
     assert config.mbs != bad
@@ -142,3 +143,96 @@ def test_memory_calibration_widens_or_narrows_the_feasible_pool(spec):
     assert widened and all(not estimate_memory(spec, c).fits for c in widened)
     config, why = prop.propose([], index=0, exclude=set(), memory_scale=0.5)
     assert f"of {len(prop.rows(0.5))} untried feasible configurations" in why
+
+
+def _plain_trial(space, config, value, **attrs):
+    """A completed trial as a plain Optuna objective leaves it: params and a value, no measurement attrs."""
+    return optuna.trial.create_trial(
+        params=config.to_params(),
+        distributions={
+            a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in config.to_params()
+        },
+        value=value,
+        user_attrs=attrs,
+    )
+
+
+def test_a_plain_objectives_values_move_the_fallbacks_ranking(spec):
+    """Issue 15: a trial's value is the measurement. A cluster where deepep runs at 60% of the model: after a
+    few plain trials (no source / measured attrs) the fallback stops proposing deepep configurations."""
+    space = Space(spec)
+    prop = ModelGuidedProposer(spec, space, exploration=0.0)
+    raw_best, _ = prop.propose([], index=0, exclude=set())
+    assert raw_best.moe_dispatcher == "deepep"  # the model likes DeepEP on this study
+
+    def cluster(c):
+        return estimate_throughput(spec, c).tokens_per_s_per_gpu * (
+            0.6 if c.moe_dispatcher == "deepep" else 1.0
+        )
+
+    feasible = _feasible(spec, space)
+    measured = [c for c in feasible if c.moe_dispatcher == "deepep"][:3] + [
+        c for c in feasible if c.moe_dispatcher == "alltoall"
+    ][:3]
+    plain = [_plain_trial(space, c, cluster(c)) for c in measured]
+    assert all(not t.user_attrs for t in plain)
+    config, why = prop.propose(plain, index=1, exclude=set(measured))
+    assert config.moe_dispatcher == "alltoall" and "learned from 6 measured trials" in why
+    ranking = prop.ranking(plain, k=10, exclude=set(measured))
+    assert all(r.config.moe_dispatcher == "alltoall" for r in ranking[:3])
+    # the same values marked analytical teach nothing
+    analytical = [_plain_trial(space, c, cluster(c), source="analytical") for c in measured]
+    again, why = prop.propose(analytical, index=1, exclude=set(measured))
+    assert again.moe_dispatcher == "deepep" and "nothing measured yet" in why
+
+
+def test_prior_observations_from_an_earlier_study_teach_the_fallback(spec):
+    """The warm-start entry point: (config, measured) pairs from elsewhere, learned with a larger noise."""
+    from primus_optuna.search.learner import prior_observations
+
+    space = Space(spec)
+    feasible = _feasible(spec, space)
+    pairs = [
+        (
+            c.to_params(),
+            estimate_throughput(spec, c).tokens_per_s_per_gpu * (0.6 if c.moe_dispatcher == "deepep" else 1),
+        )
+        for c in feasible[:40:5]
+    ]
+    prior = prior_observations(space, pairs)
+    assert len(prior) == len(pairs) and all(o.prior for o in prior)
+    prop = ModelGuidedProposer(spec, space, exploration=0.0, prior=prior)
+    config, why = prop.propose([], index=0, exclude=set())
+    assert config.moe_dispatcher == "alltoall" and f"0 measured trials and {len(prior)} prior ones" in why
+
+
+def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
+    """The GP on log(measured / estimate): it reproduces a measured residual, carries a one-axis effect to
+    untried configurations with that value, and is more certain of a measured configuration than of a new one."""
+    from primus_optuna.search.learner import ResidualModel
+
+    space = Space(spec)
+    feasible = _feasible(spec, space)
+    model = ResidualModel(space, feasible)
+    # two feasible configurations that differ in one axis only: a one-axis sweep point and its centre
+    centre, point = next(
+        (c, d)
+        for c in feasible[:200]
+        for d in feasible
+        if sum(getattr(c, a) != getattr(d, a) for a in AXES) == 1
+    )
+    axis = next(a for a in AXES if getattr(centre, a) != getattr(point, a))
+    obs = [centre, point]
+    y = [0.0, -0.3]
+    post = model.fit(obs, y)
+    mean, sd = post.predict()
+    i0, i1 = feasible.index(obs[0]), feasible.index(obs[1])
+    assert mean[i0] == pytest.approx(0.0, abs=0.05) and mean[i1] == pytest.approx(-0.3, abs=0.05)
+    far = max(range(len(feasible)), key=lambda i: sd[i])
+    assert sd[far] > 3 * max(sd[i0], sd[i1])
+    # an untried configuration with the penalised axis value inherits part of the penalty
+    other = max(
+        (i for i, c in enumerate(feasible) if getattr(c, axis) == getattr(point, axis) and c not in obs),
+        key=lambda i: sum(getattr(feasible[i], a) == getattr(point, a) for a in AXES),
+    )
+    assert mean[other] < -0.05

@@ -89,6 +89,12 @@ def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(t
     reasons = sorted(r["reason"].split(":")[0] for r in first["rejected"])
     assert reasons == ["duplicate", "illegal", "memory"]
     assert first["inputs"]["legal_values"] and "tp" in first["inputs"]["coupling_rules"]
+    # the planner sees the fallback's corrected ranking: untried configurations, best expected first
+    ranking = json.loads(first["inputs"]["corrected_ranking"])
+    assert ranking and {"config", "expected", "uncertainty", "model", "peak_gib"} <= set(ranking[0])
+    tried = {t.user_attrs["config_key"] for t in study.trials[:n_sweep]}
+    assert not tried & {r["config"] for r in ranking}
+    assert [r["expected"] for r in ranking] == sorted((r["expected"] for r in ranking), reverse=True)
     _valid_only(spec, study)
 
 

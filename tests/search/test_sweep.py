@@ -1,7 +1,24 @@
 from primus_optuna import Space, StudySpec
-from primus_optuna.search.sweep import sweep_plan
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.search.sweep import (
+    MEMORY_LEVERS,
+    SWEEP_SHARE,
+    sweep_budget,
+    sweep_design,
+    sweep_plan,
+)
 from primus_optuna.spec.study import AXES
 from tests.conftest import small_dense_study, small_moe_study
+
+
+def _score_of(data):
+    spec = StudySpec.from_dict(data)
+
+    def score(c):
+        return estimate_throughput(spec, c).tokens_per_s_per_gpu if estimate_memory(spec, c).fits else None
+
+    return score
 
 
 def _diff(a, b):
@@ -9,7 +26,11 @@ def _diff(a, b):
 
 
 def test_sweep_starts_at_the_baseline_and_changes_one_axis_at_a_time():
-    space = Space(StudySpec.from_dict(small_moe_study(sweep_order=["mbs", "moe_dispatcher", "recompute"])))
+    space = Space(
+        StudySpec.from_dict(
+            small_moe_study(sweep_order=["mbs", "moe_dispatcher", "recompute"], sweep_trials=12)
+        )
+    )
     plan = sweep_plan(space)
     base = space.canonical(space.baseline)
     assert plan[0].config == base and plan[0].axis is None and plan[0].rationale == "baseline"
@@ -35,24 +56,42 @@ def test_sweep_starts_at_the_baseline_and_changes_one_axis_at_a_time():
     assert [p.index for p in plan] == list(range(len(plan)))
 
 
-def test_default_sweep_covers_every_other_legal_value_once_and_is_deterministic():
-    spec = StudySpec.from_dict(small_moe_study())
+def test_every_other_legal_value_is_swept_or_skipped_with_a_reason_and_the_plan_is_deterministic():
+    spec = StudySpec.from_dict(small_moe_study(sweep_trials=40))
     space = Space(spec)
-    plan = sweep_plan(space)
-    assert plan == sweep_plan(Space(StudySpec.from_dict(small_moe_study())))
+    design = sweep_design(space)
+    assert design.points == sweep_design(Space(StudySpec.from_dict(small_moe_study(sweep_trials=40)))).points
+    plan = design.points
     assert len({p.config for p in plan}) == len(plan)
     base = plan[0].config
     legal = space.legal_values()
     for axis in AXES:
         swept = {p.value for p in plan if p.axis == axis}
-        # every other legal value appears unless its repaired point duplicates an earlier one
+        skipped = {s.value for s in design.skipped if s.axis == axis}
         assert swept <= set(legal[axis]) - {getattr(base, axis)}
+        assert not swept & skipped
+    assert all(s.reason for s in design.skipped)
     assert {p.axis for p in plan[1:]} >= {"tp", "pp", "ep", "mbs", "recompute"}
+
+
+def test_the_sweep_fits_its_budget_and_a_longer_one_extends_a_shorter_one():
+    def design(**kw):
+        return sweep_design(
+            Space(StudySpec.from_dict(small_moe_study(**kw))), _score_of(small_moe_study(**kw))
+        )
+
+    short, long = design(sweep_trials=4), design(sweep_trials=9)
+    assert len(short.points) == 4 and len(long.points) == 9
+    assert long.points[:4] == short.points
+    assert any("beyond the sweep budget of 4" in s.reason for s in short.skipped)
+    # default: a share of n_trials
+    assert len(design(n_trials=30).points) == sweep_budget(Space(StudySpec.from_dict(small_moe_study())))
+    assert len(design(n_trials=50).points) == int(50 * SWEEP_SHARE)
 
 
 def test_coupled_axis_is_repaired_with_a_note():
     # pp=1 forces vpp=1 and 1f1b: the sweep point moves those axes and says so
-    space = Space(StudySpec.from_dict(small_dense_study()))
+    space = Space(StudySpec.from_dict(small_dense_study(sweep_trials=40)))
     plan = sweep_plan(space)
     pp1 = next(p for p in plan if p.axis == "pp" and p.value == 1)
     assert pp1.config.vpp == 1 and pp1.config.pp_schedule == "1f1b"
@@ -61,7 +100,7 @@ def test_coupled_axis_is_repaired_with_a_note():
 
 
 def test_default_order_puts_the_highest_expected_impact_first():
-    space = Space(StudySpec.from_dict(small_moe_study()))
+    space = Space(StudySpec.from_dict(small_moe_study(sweep_trials=40)))
     impact = {"mbs": 0.5, "tp": 0.1}
 
     def score(c):
@@ -103,3 +142,71 @@ def test_default_order_follows_the_model_when_the_baseline_does_not_fit():
     assert order != list(AXES)
     feasible = [v for _, c, _ in axis_points(space, center, order[0]) if (v := score(c))]
     assert feasible  # the first axis has feasible points that move the estimate
+
+
+def _unfit_flagship():
+    """The flagship study with its baseline's micro-batch raised until it does not fit (whatever the shipped
+    baseline is)."""
+    from tests.conftest import FLAGSHIP
+
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    for mbs in Space(spec).candidates["mbs"]:
+        base = spec.search.baseline.model_copy(update={"mbs": mbs})
+        s2 = spec.model_copy(update={"search": spec.search.model_copy(update={"baseline": base})})
+        sp = Space(s2)
+        if (
+            not sp.check(sp.canonical(sp.baseline))
+            and not estimate_memory(s2, sp.canonical(sp.baseline)).fits
+        ):
+            return s2
+    raise AssertionError("no micro-batch makes the flagship baseline not fit")
+
+
+def test_a_baseline_that_does_not_fit_is_swept_around_the_nearest_fitting_centre():
+    """Issue 15: the sweep is centred on a configuration that fits, moved by memory levers when they suffice,
+    and at most three of the flagship's sweep points are memory-pruned."""
+    from primus_optuna.search.sampler import PrimusSampler
+
+    spec = _unfit_flagship()
+    space = Space(spec)
+    sampler = PrimusSampler(spec)
+    design = sampler.design
+    centre = design.centre
+    base = space.canonical(space.baseline)
+    assert estimate_memory(spec, centre).fits and not estimate_memory(spec, base).fits
+    assert "does not fit in memory" in design.centre_note and "moved" in design.centre_note
+    moved = {a for a in AXES if getattr(centre, a) != getattr(base, a)}
+    assert moved and all(f"{a} " in design.centre_note for a in moved)
+    # a memory-lever-only fix exists for this baseline (the mbs it had before), so no parallel axis moved
+    lever_fix = any(
+        estimate_memory(spec, c).fits
+        for c in space.configs()
+        if all(getattr(c, a) == getattr(base, a) for a in AXES if a not in MEMORY_LEVERS)
+    )
+    assert lever_fix and moved <= set(MEMORY_LEVERS)
+    pruned = [p for p in design.points if not estimate_memory(spec, p.config).fits]
+    assert len(pruned) <= 3
+    for p in design.points[1:]:
+        assert getattr(p.config, p.axis) == p.value and not space.check(p.config)
+        if "to fit in memory" in p.rationale:
+            assert estimate_memory(spec, p.config).fits
+    # and in a study: the first trials are those points, launched (not pruned) except the documented ones
+    import optuna
+
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.suggest import suggest_config
+
+    def objective(trial):
+        c = suggest_config(trial, spec, space)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return estimate_throughput(spec, c).tokens_per_s_per_gpu
+
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(objective, n_trials=len(design.points))
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.PRUNED) == len(pruned) <= 3
+    assert study.user_attrs["sweep"]["centre"] == centre.key()
+    assert study.user_attrs["sweep"]["skipped"]

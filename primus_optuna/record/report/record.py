@@ -30,6 +30,8 @@ class TrialRow:
     config: TrainingConfig | None
     values: list[float] | None
     attrs: dict[str, Any]
+    duration_s: float | None = None
+    """wall time from start to end (``None`` while running or unknown)"""
 
     @property
     def value(self) -> float | None:
@@ -195,7 +197,16 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
         except Exception:  # a trial with hand-made params: show it without a config
             config = None
         rows.append(
-            TrialRow(t.number, t.state.name, config, list(t.values) if t.values else None, t.user_attrs)
+            TrialRow(
+                t.number,
+                t.state.name,
+                config,
+                list(t.values) if t.values else None,
+                t.user_attrs,
+                (t.datetime_complete - t.datetime_start).total_seconds()
+                if t.datetime_start and t.datetime_complete
+                else None,
+            )
         )
     try:
         from optuna.artifacts import get_all_artifact_meta

@@ -24,6 +24,7 @@ from ...redaction import redact
 from ...search.fallback import corrected_tps
 from ...space import TrainingConfig
 from ...spec.study import AXES
+from ..budget import account
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -115,6 +116,7 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
         f"Baseline {_cfg(base)}: {b.outcome if b else 'not run yet'}"
         + (f", estimate {fmt_tok(b.estimate)} tokens/s/GPU" if b else "")
     )
+    _sweep_design(doc, rec)
     for axis in sorted(groups, key=lambda a: (a != "baseline", order.index(a) if a in order else 99)):
         if axis == "baseline":
             continue
@@ -136,6 +138,27 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
                 f"Best other value on this axis: trial {top.number}, {fmt_pct(g)} vs the baseline"
                 + ("." if g is not None and g > 0 else " (the baseline's value stays best).")
             )
+
+
+def _sweep_design(doc: Doc, rec: StudyRecord) -> None:
+    """The sweep's centre, budget and what it skipped and why (study attr ``sweep``, written by the sampler)."""
+    design = rec.user_attrs.get("sweep")
+    if not isinstance(design, dict):
+        return
+    note = design.get("centre_note") or "the study's baseline (it fits)"
+    doc.p(
+        f"Sweep centre {design.get('centre')}: {note}. The sweep spends {design.get('points')} trials "
+        f"(search.sweep_trials budget {design.get('budget')}), centre included."
+    )
+    skipped = design.get("skipped") or []
+    if skipped:
+        doc.p(
+            f"Values the sweep did not spend a trial on ({len(skipped)}); the model-guided search after the "
+            "sweep may still try them:"
+        )
+        doc.table(
+            ["axis", "value", "why"], [[s.get("axis"), s.get("value"), s.get("reason")] for s in skipped]
+        )
 
 
 def _planner(doc: Doc, rec: StudyRecord) -> None:
@@ -201,6 +224,8 @@ def _cand(c: Any) -> str:
 
 def _memory(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Memory filter")
+    acc = account(((t.state, t.attrs, t.duration_s) for t in rec.trials), rec.spec.world)
+    doc.bullets(acc.lines())
     pruned = [t for t in rec.trials if t.state == "PRUNED"]
     counts = Counter(t.prune_category for t in pruned)
     doc.p(
