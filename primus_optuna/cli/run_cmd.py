@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 from collections import Counter
 from typing import Any
 
 import click
 
+from ..run.interrupt import stop_signal
 from ._common import study_argument, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
@@ -100,6 +103,82 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     return lines
 
 
+class _QuietInterrupt(logging.Filter):
+    """Drop Optuna's "Trial N failed ... KeyboardInterrupt" warnings and their traceback: an interrupt is
+    reported by one line of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        return not (stop_signal() is not None and "failed with value" in record.getMessage())
+
+
+def summary_data(study: Any, storage_url: str) -> dict[str, Any]:
+    """The end-of-run summary as a JSON-serialisable dict (``run --json``)."""
+    import optuna
+
+    from ..redaction import redact_url
+
+    State = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    by_state = Counter(t.state.name.lower() for t in trials)
+    done = [t for t in trials if t.state == State.COMPLETE and t.values]
+    base = next((t for t in done if t.user_attrs.get("sweep_axis") == "baseline"), None)
+
+    def brief(t: Any) -> dict[str, Any]:
+        ua = t.user_attrs
+        return {
+            "trial": t.number,
+            "phase": ua.get("phase"),
+            "config_key": ua.get("config_key"),
+            "params": t.params,
+            "tokens_per_s_per_gpu": t.values[0],
+            "source": ua.get("source"),
+            "measured_peak_memory_gib": ua.get("measured_peak_memory_gib"),
+            "estimated_peak_memory_gib": ua.get("memory_peak_gib"),
+        }
+
+    best = max(done, key=lambda t: t.values[0]) if done else None
+    url = redact_url(storage_url)
+    return {
+        "study": study.study_name,
+        "storage": url,
+        "trials": len(trials),
+        "by_state": dict(by_state),
+        "best": brief(best) if best else None,
+        "baseline": brief(base) if base else None,
+        "gain_over_baseline": (
+            best.values[0] / base.values[0] - 1.0 if best and base and base.values[0] > 0 else None
+        ),
+        "pruned_by_reason": dict(
+            Counter(
+                _category(str(t.user_attrs.get("prune_reason", "unknown")))
+                for t in trials
+                if t.state == State.PRUNED
+            )
+        ),
+        "failed_by_reason": dict(
+            Counter(str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL)
+        ),
+        "trials_by_phase": dict(Counter(str(t.user_attrs.get("phase", "?")) for t in trials)),
+        "next": [
+            f"primus-optuna report --storage {url} --study-name {study.study_name}",
+            f"primus-optuna dashboard --storage {url}",
+        ],
+    }
+
+
+def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
+    if as_json:
+        from ._common import emit_json
+
+        emit_json(summary_data(study, storage_url))
+        return
+    for line in summarize(study, storage_url):
+        click.echo(line)
+
+
 @click.command("run")
 @study_argument
 @click.option(
@@ -136,7 +215,15 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     help="Trial heartbeat interval; a trial silent for 3x this long (a killed worker) is failed and retried. "
     "Default 10 for the analytical runner, 30 otherwise; 0 disables (then a killed run leaves a RUNNING trial).",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Start no new trial after this many seconds (the running ones finish); the study stays resumable.",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the end-of-run summary as JSON on stdout.")
 @user_errors
 def run(
     study: str,
@@ -151,7 +238,9 @@ def run(
     n_jobs: int,
     runs_dir: str | None,
     heartbeat: int | None,
+    timeout: float | None,
     no_progress: bool,
+    as_json: bool,
 ) -> None:
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
     import optuna
@@ -161,7 +250,8 @@ def run(
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
-    from ..run.objective import make_objective
+    from ..run.interrupt import Interrupted, exit_code, handle_signals
+    from ..run.objective import make_objective, requeue_interrupted
     from ..search.pruner import MemoryPrefilterPruner
     from ..search.sampler import PrimusSampler
     from ..spec import StudySpec
@@ -202,21 +292,64 @@ def run(
         trial_hooks=(note_hook,),
     )
     n = n_trials or spec.search.n_trials
-    verb = "created" if handle.created else f"resumed ({len(st.trials)} trials so far)"
-    click.echo(
+
+    def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
+        click.echo(text, err=as_json)
+
+    first_new = len(st.trials)
+    verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
+    say(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
         + (f" and planner {llm}" if llm else "")
     )
-    click.echo(
-        f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)"
-    )
+    say(f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)")
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    requeued = requeue_interrupted(st)
+    if requeued:
+        say("re-running first the interrupted trial(s) " + ", ".join(f"#{k}" for k in requeued))
+    quiet = _QuietInterrupt()
+    optuna_log = logging.getLogger("optuna")
+    optuna_log.addFilter(quiet)
+    for h in optuna_log.handlers:
+        h.addFilter(quiet)
+    interrupted: Interrupted | None = None
     try:
-        st.optimize(
-            objective, n_trials=n, n_jobs=n_jobs, catch=(RunFailure,), show_progress_bar=not no_progress
-        )
-    except KeyboardInterrupt:
-        click.echo("interrupted; run the same command again to resume where it stopped", err=True)
-    refresh_study_note(st, handle.storage_url)
-    for line in summarize(st, handle.storage_url):
-        click.echo(line)
+        with handle_signals():
+            try:
+                st.optimize(
+                    objective,
+                    n_trials=n,
+                    timeout=timeout,
+                    n_jobs=n_jobs,
+                    catch=(RunFailure,),
+                    show_progress_bar=not no_progress and not as_json,
+                )
+            except KeyboardInterrupt as exc:
+                interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
+            if interrupted is not None:
+                stopped = [
+                    t.number
+                    for t in st.get_trials(deepcopy=False)
+                    if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
+                ]
+                click.echo(
+                    f"interrupted ({signal.Signals(interrupted.signum).name})"
+                    + (
+                        f": trial(s) {', '.join(f'#{k}' for k in stopped)} stopped, recorded as FAIL "
+                        "(failure_reason: interrupted)"
+                        if stopped
+                        else ""
+                    )
+                    + "; run the same command again to resume (interrupted trials are re-run first)",
+                    err=True,
+                )
+            refresh_study_note(st, handle.storage_url)
+            _print_summary(st, handle.storage_url, as_json)
+    except KeyboardInterrupt as exc:  # a second interrupt while writing the summary
+        interrupted = interrupted or (exc if isinstance(exc, Interrupted) else Interrupted())
+    finally:
+        optuna_log.removeFilter(quiet)
+        for h in optuna_log.handlers:
+            h.removeFilter(quiet)
+    if interrupted is not None:
+        sys.exit(exit_code(interrupted.signum))
