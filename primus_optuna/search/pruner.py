@@ -1,9 +1,10 @@
 """Memory prefilter: prune a trial whose configuration would not fit in GPU memory, before any GPU time.
 
-:class:`MemoryPrefilterPruner` is an Optuna pruner: when the objective calls ``trial.should_prune()`` before
-any ``report()``, it reads the trial's configuration from its parameters (the nine axes, whichever sampler
-set them; missing axes come from the study's baseline), estimates its memory and prunes it when the peak
-stage exceeds the usable memory. Later calls (after ``report()``) go to the wrapped pruner.
+:class:`MemoryPrefilterPruner` is an Optuna pruner: at the *first* ``trial.should_prune()`` of a trial —
+whether or not the objective called ``report()`` before — it reads the trial's configuration from its
+parameters (the nine axes, whichever sampler set them; missing axes come from the study's baseline), estimates
+its memory and prunes it when the peak stage exceeds the usable memory. Later calls go to the wrapped pruner
+(which also gets the first call when steps were reported). Call ``should_prune()`` before launching anything.
 
 Multi-objective studies cannot call ``should_prune``; their objectives call :func:`prune_if_infeasible`,
 which writes the same user attrs and raises :class:`optuna.TrialPruned`.
@@ -21,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import optuna
@@ -104,6 +106,8 @@ class MemoryPrefilterPruner(BasePruner):
         self.wrapped = wrapped
         self._spec = spec
         self._space: Space | None = Space(spec) if spec is not None else None
+        self._checked: set[tuple[int, int]] = set()  # trials whose memory was checked (by this process)
+        self._lock = threading.Lock()
 
     def _space_for(self, study: optuna.Study) -> Space:
         if self._space is None:
@@ -118,8 +122,14 @@ class MemoryPrefilterPruner(BasePruner):
         return self._space
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        if trial.last_step is not None:
+        key = (trial._trial_id, trial.number)
+        with self._lock:
+            first = key not in self._checked
+            self._checked.add(key)
+        if not first:
             return self.wrapped.prune(study, trial) if self.wrapped is not None else False
+        if self.wrapped is not None and trial.last_step is not None and self.wrapped.prune(study, trial):
+            return True
         space = self._space_for(study)
         _, fits, attrs = memory_check(
             space.spec, config_from_params(space, trial.params), study_memory_calibration(study)
