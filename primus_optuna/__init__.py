@@ -30,6 +30,7 @@ from .physics import (
     ThroughputEstimate,
     estimate_memory,
     estimate_throughput,
+    no_fit_message,
     plan_space,
 )
 from .redaction import redact
@@ -103,6 +104,7 @@ __all__ = [
     "estimate_memory",
     "estimate_throughput",
     "parse_config_string",
+    "no_fit_message",
     "plan_space",
     "redact",
     *_LAZY,

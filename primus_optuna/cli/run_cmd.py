@@ -245,6 +245,8 @@ def run(
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
     import optuna
 
+    from ..errors import SpecError
+    from ..physics.plan import no_fit_message
     from ..record.dashboard import note_hook, refresh_study_note
     from ..record.report import default_report_dir
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
@@ -254,11 +256,17 @@ def run(
     from ..run.objective import make_objective, requeue_interrupted
     from ..search.pruner import MemoryPrefilterPruner
     from ..search.sampler import PrimusSampler
+    from ..search.sweep import sweep_center
+    from ..space import Space
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(study)
+    space = Space(spec)
+    no_fit = no_fit_message(spec, space)
+    if no_fit:  # every trial would be pruned: say so and create nothing
+        raise SpecError(no_fit)
     runner = make_runner(spec, runner_kind)
     llm = None if no_llm else (llm_model or spec.llm.model)
     # the heartbeat lets a resumed or parallel run fail and retry the trial of a killed worker instead of leaving
@@ -296,6 +304,10 @@ def run(
     def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
         click.echo(text, err=as_json)
 
+    center, center_note = sweep_center(space)
+    if center_note:
+        why = "; ".join(space.check(space.canonical(space.baseline)))
+        say(f"warning: {center_note} ({why}); the sweep starts from {center}")
     first_new = len(st.trials)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
     say(

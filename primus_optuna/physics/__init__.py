@@ -2,7 +2,7 @@
 
 from .calibration import BREAKDOWN_TERMS, Calibration
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
-from .plan import PlanEntry, PlanResult, plan_space
+from .plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from .shapes import (
     LayerParams,
     LayerShape,
@@ -24,6 +24,7 @@ __all__ = [
     "ThroughputEstimate",
     "estimate_throughput",
     "format_throughput",
+    "no_fit_message",
     "plan_space",
     "throughput_section",
     "LayerParams",

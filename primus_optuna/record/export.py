@@ -265,8 +265,19 @@ def select_trial(study: Any, number: int | None = None) -> Any:
         raise SpecError(f"--trial {number}: study {study.study_name!r} has no trial with that number")
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done:
+        trials = study.get_trials(deepcopy=False)
+        pruned_mem = [
+            t for t in trials if str(t.user_attrs.get("prune_reason", "")).startswith(("memory", "exhausted"))
+        ]
+        if trials and len(pruned_mem) == len(trials):
+            raise SpecError(
+                f"study {study.study_name!r} has no completed trial: every one of its {len(trials)} trials was "
+                "pruned because nothing fits in memory (running longer will not help); see `primus-optuna space "
+                "STUDY` for the smallest peak, then change the cluster, the axes or the memory margin"
+            )
         raise SpecError(
-            f"study {study.study_name!r} has no completed trial yet; pass --trial N or run it longer"
+            f"study {study.study_name!r} has no completed trial yet; pass --trial N (a trial with parameters) "
+            "or run the study until a trial completes"
         )
     if len(study.directions) > 1:
         return max(study.best_trials, key=lambda t: t.values[0])

@@ -15,7 +15,10 @@ def test_space_json_is_stable():
     r = invoke("space", FLAGSHIP, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert list(doc) == ["axes", "legal_configs", "baseline"]
+    assert list(doc) == ["axes", "legal_configs", "baseline", "no_fit"]
+    assert doc["no_fit"] is None
+    memory = doc["baseline"].pop("memory")
+    assert memory["fits"] == (memory["peak_gib"] <= memory["usable_gib"])
     assert doc["legal_configs"] > 1000
     assert doc["baseline"] == {
         "config": {
