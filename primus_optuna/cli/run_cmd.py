@@ -91,10 +91,15 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
     ua = study.user_attrs
-    if ua.get("llm_calls"):
+    if ua.get("llm_calls") or ua.get("llm_failed_calls"):
         lines.append(
-            f"LLM planner: {ua['llm_calls']} calls, {ua.get('llm_tokens', 0)} tokens, "
+            f"LLM planner: {ua.get('llm_calls', 0)} calls, {ua.get('llm_tokens', 0)} tokens, "
             f"${float(ua.get('llm_cost_usd', 0.0)):.4f}, {ua.get('llm_rejected', 0)} candidates rejected"
+            + (
+                f"; {ua['llm_failed_calls']} failed calls (no answer; not counted in llm.max_calls)"
+                if ua.get("llm_failed_calls")
+                else ""
+            )
         )
     url = redact_url(storage_url)
     lines.append("next:")
@@ -269,6 +274,10 @@ def run(
         raise SpecError(no_fit)
     runner = make_runner(spec, runner_kind)
     llm = None if no_llm else (llm_model or spec.llm.model)
+    if llm:  # a missing key is one error now, not a failed call per trial later
+        from ..search.planner import require_api_key
+
+        require_api_key(spec.llm.model_copy(update={"model": llm}), llm_api_base or spec.llm.api_base)
     # the heartbeat lets a resumed or parallel run fail and retry the trial of a killed worker instead of leaving
     # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
     if heartbeat is None:

@@ -131,3 +131,16 @@ def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
     # the second round repeats the same answer: rejected as a duplicate, so the last trial is the fallback's
     assert loaded.trials[-1].user_attrs["phase"] == "fallback"
     assert (tmp_path / "l-dspy-cache").is_dir()
+
+
+def test_missing_llm_key_is_one_error_before_anything_is_created(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = tmp_path / "k.db"
+    r = invoke(
+        "run", _write(tmp_path, small_moe_study()), "--storage", f"sqlite:///{db}", "--llm", "openai/gpt-4o"
+    )
+    assert r.exit_code == 2
+    assert r.output.startswith(
+        "error: the LLM planner 'openai/gpt-4o' needs OPENAI_API_KEY in the environment"
+    )
+    assert len(r.output.strip().splitlines()) == 1 and not db.exists()
