@@ -31,7 +31,7 @@ def test_report_writes_md_and_html(storage: str, tmp_path: Path) -> None:
     r = invoke("report", "--storage", storage, "--study-name", "small", "--out", out)
     assert r.exit_code == 0, r.output
     assert f"wrote {out / 'report.md'}" in r.output
-    assert "## 6. Result" in (out / "report.md").read_text()
+    assert "## 7. Result" in (out / "report.md").read_text()
     assert (out / "report.html").read_text().startswith("<!doctype html>")
 
 
