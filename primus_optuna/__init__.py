@@ -35,7 +35,7 @@ from .physics import (
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
-from .spec import GPUSpec, ModelSpec, StudySpec
+from .spec import GPUSpec, ModelSpec, Recompute, StudySpec, parse_recompute
 
 __version__ = "0.1.0"
 
@@ -94,6 +94,7 @@ __all__ = [
     "PlanEntry",
     "PlanResult",
     "PrimusError",
+    "Recompute",
     "Space",
     "SpecError",
     "StageMemory",
@@ -105,6 +106,7 @@ __all__ = [
     "estimate_throughput",
     "parse_config_string",
     "no_fit_message",
+    "parse_recompute",
     "plan_space",
     "redact",
     *_LAZY,

@@ -10,13 +10,18 @@ from .calibration import BREAKDOWN_TERMS, Calibration
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
 from .plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from .shapes import (
+    RECOMPUTE_DROPS,
     LayerParams,
     LayerShape,
+    attention_terms,
+    chunk_activation_bytes,
     chunks_in_flight,
+    dense_mlp_terms,
     layer_activation_bytes,
     layer_activation_terms,
     layer_params,
     layers_in_flight,
+    moe_terms,
     stage_chunks,
 )
 from .throughput import ThroughputEstimate, estimate_throughput, format_throughput, throughput_section
@@ -37,7 +42,12 @@ __all__ = [
     "LayerShape",
     "MemoryEstimate",
     "StageMemory",
+    "RECOMPUTE_DROPS",
+    "attention_terms",
+    "chunk_activation_bytes",
     "chunks_in_flight",
+    "dense_mlp_terms",
+    "moe_terms",
     "estimate_memory",
     "layer_activation_bytes",
     "layer_activation_terms",

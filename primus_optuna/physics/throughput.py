@@ -12,8 +12,8 @@ The step is built bottom-up (each piece's source is in the module it comes from)
    ring exchange of K/V (and dK/dV in backward), hidden under the core attention up to ``cp_overlap``;
    EP = dispatch + combine all-to-all per MoE layer and pass, exposed for ``alltoall`` (plus a host sync),
    DeepEP's bandwidths and partial overlap with expert compute for ``deepep``;
-3. passes: F = forward; B = input gradient (linear dgrad + attention backward + ``recompute``: full re-runs
-   the layer's forward, selective the core attention); W = weight gradient (linear wgrad);
+3. passes: F = forward; B = input gradient (linear dgrad + attention backward + ``recompute``: the forward
+   of exactly what the recompute value drops, :func:`recompute_seconds`); W = weight gradient (linear wgrad);
 4. the pipeline (:mod:`.pipeline`): a simulation of the schedule over ``m`` micro-batches with blocking
    point-to-point sends between stages gives the busiest stage's work and the bubble;
 5. after the pipeline: data-parallel gradient reduce-scatter (all-reduce without the distributed optimizer)
@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
@@ -46,9 +47,10 @@ from .spec_cache import per_spec
 ACT = 2
 """bf16 activation bytes (communication and memory-bound kernels)"""
 GRAD_REDUCE_BYTES = 4
-"""Megatron reduces the fp32 main grads (``accumulate_allreduce_grads_in_fp32``)"""
+"""Megatron reduces the fp32 main grads (``grad_reduce_in_fp32``, the default; 2 bytes without it)"""
 PARAM_GATHER_BYTES = 2
-"""the distributed optimizer all-gathers bf16 parameters"""
+"""the distributed optimizer all-gathers bf16 parameters (FP8 GEMM weights: 1 byte with ``fp8_param_gather``,
+counted as 1 byte for every parameter: the GEMM weights are nearly all of them)"""
 ADAM_BYTES_PER_PARAM = 36
 """Adam step traffic per local parameter: read+write fp32 master, exp_avg, exp_avg_sq (24), read the fp32 grad
 (4), write the bf16 param (2), grad-norm/zeroing passes (~6)"""
@@ -119,6 +121,8 @@ class _Context:
         self.gbs = w.global_batch_size
         self.world = spec.world
         self.fp8 = w.precision == "fp8"
+        self.grad_bytes = GRAD_REDUCE_BYTES if w.grad_reduce_in_fp32 else ACT
+        self.gather_bytes = 1 if self.fp8 and w.fp8_param_gather else PARAM_GATHER_BYTES
         self.bf16_rate = gpu.bf16_tflops * 1e12 * self.k.gemm_eff_bf16
         fp8_rate = gpu.peak_tflops("fp8") * 1e12 * self.k.gemm_eff_fp8 if self.fp8 else 0.0
         self.lin_rate = max(self.bf16_rate, fp8_rate)  # FP8 never slower than BF16
@@ -258,6 +262,47 @@ class _Context:
 _context = per_spec(_Context)
 
 
+def recompute_seconds(
+    ctx: _Context, lay: _Layer, recompute: str, tp: int, cp: int, mbs: int, per_chunk: float
+) -> float:
+    """Forward time re-run in backward per layer and micro-batch: exactly what ``recompute`` drops.
+
+    ``full``: the whole layer forward (with its TP/CP/EP communication); ``full:N``: that, for N of each
+    chunk's ``per_chunk`` layers; selective modules: ``core_attn`` the flash attention forward, ``moe_act``
+    the expert activation (memory-bound: read 2F, write F per routed copy), ``layernorm`` the pre-MLP norm,
+    ``mlp`` the dense MLP (GEMMs, activation, its TP all-gather), ``moe`` the whole MoE block: router,
+    experts, activation, permutation and both expert all-to-alls. ``shared_experts``/``mla_up_proj`` add
+    nothing until the layer model has those parts.
+    """
+    r = parse_recompute(recompute)
+    if r.granularity == "none":
+        return 0.0
+    if r.is_full:
+        f_layer = lay.attn_lin + lay.mlp_lin + lay.core_f + lay.other_f + lay.tp_f + lay.cp_f + lay.ep_f
+        return f_layer * (min(r.num_layers, per_chunk) / per_chunk if r.num_layers else 1.0)
+    md = ctx.model
+    tokens = mbs * ctx.seq / cp
+    local = tokens / tp
+    h = md.hidden_size
+    rec = 0.0
+    if r.has("core_attn"):
+        rec += lay.core_f
+    if md.is_moe:
+        copies = local * md.moe_router_topk
+        act = 3 * copies * md.expert_ffn * ACT / ctx.hbm + ctx.kernel_s
+        if r.has("moe"):
+            permute = (4 * copies * h * ACT + 2 * local * md.experts * 4) / ctx.hbm + 4 * ctx.kernel_s
+            rec += lay.mlp_lin + act + permute + lay.ep_f
+        elif r.has("moe_act"):
+            rec += act
+    elif r.has("mlp"):
+        act = 3 * tokens * md.ffn_hidden_size / tp * ACT / ctx.hbm + ctx.kernel_s
+        rec += lay.mlp_lin + act + lay.tp_f / 2  # the MLP block's sequence-parallel all-gather
+    if r.has("layernorm"):
+        rec += 4 * local * h * ACT / ctx.hbm + ctx.kernel_s
+    return rec
+
+
 def estimate_throughput(
     spec: StudySpec, config: Any, calibration: Calibration | None = None
 ) -> ThroughputEstimate:
@@ -283,12 +328,7 @@ def estimate_throughput(
     # one layer, one micro-batch: passes
     lin = lay.attn_lin + lay.mlp_lin
     f_layer = lin + lay.core_f + lay.other_f + lay.tp_f + lay.cp_f + lay.ep_f
-    if recompute == "full":
-        rec = f_layer
-    elif recompute == "selective":
-        rec = lay.core_f
-    else:
-        rec = 0.0
+    rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, md.num_layers / (pp * vpp))
     b_layer = lin + lay.core_b + 2 * lay.other_f + lay.tp_b + lay.cp_b + lay.ep_b + rec
     w_layer = lin
     per_chunk = math.ceil(md.num_layers / (pp * vpp))
@@ -323,16 +363,16 @@ def estimate_throughput(
     edp = max(1, (tp * cp * dp) // ep)
     edp_grp = Group(edp, ep)
     if spec.workload.distributed_optimizer:
-        rs = topo.reduce_scatter(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.reduce_scatter(
-            expert * GRAD_REDUCE_BYTES, edp_grp
+        rs = topo.reduce_scatter(dense * ctx.grad_bytes, dp_grp) + topo.reduce_scatter(
+            expert * ctx.grad_bytes, edp_grp
         )
-        ag = topo.all_gather(dense * PARAM_GATHER_BYTES, dp_grp) + topo.all_gather(
-            expert * PARAM_GATHER_BYTES, edp_grp
+        ag = topo.all_gather(dense * ctx.gather_bytes, dp_grp) + topo.all_gather(
+            expert * ctx.gather_bytes, edp_grp
         )
         local = dense / (dp * cp) + expert / edp
     else:
-        rs = topo.all_reduce(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.all_reduce(
-            expert * GRAD_REDUCE_BYTES, edp_grp
+        rs = topo.all_reduce(dense * ctx.grad_bytes, dp_grp) + topo.all_reduce(
+            expert * ctx.grad_bytes, edp_grp
         )
         ag = 0.0
         local = dense + expert

@@ -13,7 +13,9 @@ Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text de
 
 Megatron/Primus names: ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
 ``expert_model_parallel_size``, ``context_parallel_size``, ``num_virtual_stages_per_pipeline_rank``,
-``micro_batch_size``, ``global_batch_size``, ``recompute_granularity/method/num_layers``,
+``micro_batch_size``, ``global_batch_size``, ``recompute_granularity/method/num_layers/modules`` (the
+``recompute`` axis: none, selective[:modules], full = uniform 1, full:N = block N; Primus's
+``recompute_layer_ids`` is read back too), ``grad_reduce_in_bf16``, ``fp8_param_gather``,
 ``moe_token_dispatcher_type`` (DeepEP: ``flex`` + ``moe_enable_deepep`` and Primus-Turbo's
 ``use_turbo_deepep``), the zero-bubble switches of Primus (``patch_zero_bubble``, ``enable_zero_bubble``,
 ``zero_bubble_v_schedule``, ``zero_bubble_v_schedule_mem_setup``) and ``fp8: hybrid``.
@@ -82,6 +84,8 @@ def megatron_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
             continue
         if value is True:
             args.append(flag)
+        elif isinstance(value, list):  # nargs="*" arguments (``--recompute-modules moe_act layernorm``)
+            args += [flag, *(str(v) for v in value)]
         else:
             args += [flag, str(value)]
     return args
@@ -93,12 +97,11 @@ def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "") -> st
     lines: list[str] = []
     i = 0
     while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"{args[i]} {shlex.quote(args[i + 1])}")
-            i += 2
-        else:
-            lines.append(args[i])
-            i += 1
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        lines.append(" ".join([args[i], *(shlex.quote(v) for v in args[i + 1 : j])]))
+        i = j
     return _comment(header) + " \\\n".join(lines) + "\n"
 
 
@@ -178,12 +181,13 @@ def parse_megatron_args(text: str | list[str], spec: StudySpec | None = None) ->
             name, value = name.split("=", 1)
             values[name] = value
             i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            values[name] = argv[i + 1]
-            i += 2
-        else:
-            values[name] = True
-            i += 1
+            continue
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            j += 1
+        rest = argv[i + 1 : j]
+        values[name] = True if not rest else rest[0] if len(rest) == 1 else rest
+        i = j
     return config_from_megatron(values, spec)
 
 

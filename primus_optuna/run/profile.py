@@ -46,6 +46,7 @@ from ..physics.shapes import LayerShape
 from ..physics.throughput import estimate_throughput
 from ..space import TrainingConfig
 from ..spec import StudySpec
+from ..spec.recompute import parse_recompute
 from .base import LaunchFailure, Measurement, OutOfMemory, RunContext
 
 ATTN_BWD_FACTOR = 2.5
@@ -107,9 +108,10 @@ def layer_flops(shape: LayerShape, recompute: str = "none") -> float:
         mlp = 2 * t * (fc1 + 1) * h * shape.ffn
     fwd = attn_gemm + core + mlp
     total = 3 * (attn_gemm + mlp) + (1 + ATTN_BWD_FACTOR) * core
-    if recompute == "full":
-        total += fwd
-    elif recompute == "selective":
+    r = parse_recompute(recompute)
+    if r.is_full:
+        total += fwd  # the profiled layer is a recomputed one (full:N: the first N of each chunk)
+    elif r.has("core_attn"):
         total += core
     return float(total)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..spec import StudySpec
 from ..spec.primus_import import baseline_from_megatron
+from ..spec.recompute import parse_recompute
 from .config import TrainingConfig
 
 
@@ -30,12 +31,8 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         "seq_length": spec.workload.seq_length,
         "use_distributed_optimizer": spec.workload.distributed_optimizer,
     }
-    if c.recompute == "none":
-        out.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None)
-    elif c.recompute == "full":
-        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    else:
-        out.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None)
+    # none / selective (+ recompute_modules) / full (uniform, 1) / full:N (block, N per virtual chunk)
+    out.update(parse_recompute(c.recompute).megatron_args())
     if spec.model.is_moe:
         deepep = c.moe_dispatcher == "deepep"
         out.update(
@@ -54,6 +51,11 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
     precision = spec.workload.precision
     out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
     out["fp8"] = "hybrid" if precision == "fp8" else None
+    w = spec.workload
+    # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16 is given
+    # (megatron/training/arguments.py); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
+    out["grad_reduce_in_bf16"] = True if not w.grad_reduce_in_fp32 else None
+    out["fp8_param_gather"] = True if precision == "fp8" and w.fp8_param_gather else None
     return out
 
 

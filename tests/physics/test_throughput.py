@@ -220,3 +220,30 @@ def test_calibration_json_round_trip() -> None:
     cal = Calibration(multipliers={"ep_comm": 1.5, "compute_mlp": 0.9}, scale=1.1, n_trials=7)
     assert Calibration.from_dict(cal.to_dict()) == cal
     assert Calibration.from_dict(None) == Calibration()
+
+
+def test_recompute_costs_exactly_what_it_drops() -> None:
+    """Each recompute value re-runs the forward of what it drops: full:N is N/7 of full on the flagship's
+    7-layer chunks, moe re-runs the expert all-to-alls (moe_act does not), core_attn is the attention."""
+    from primus_optuna.physics.throughput import _context, recompute_seconds
+
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    ctx = _context(spec)
+    lay = ctx.layer(1, 1, 8, 1, "alltoall")
+
+    def rec(value: str) -> float:
+        return recompute_seconds(ctx, lay, value, 1, 1, 1, 7.0)
+
+    full = lay.attn_lin + lay.mlp_lin + lay.core_f + lay.other_f + lay.tp_f + lay.cp_f + lay.ep_f
+    assert rec("none") == 0.0 and rec("full") == pytest.approx(full)
+    assert rec("full:2") == pytest.approx(2 / 7 * full)
+    assert rec("selective") == pytest.approx(lay.core_f)
+    assert 0 < rec("selective:moe_act") < rec("selective:moe_act+layernorm") < lay.mlp_lin
+    assert rec("selective:moe") > lay.mlp_lin + lay.ep_f  # experts + router + both all-to-alls
+    space = Space(spec)
+    step = {
+        r: estimate_throughput(spec, space.make(recompute=r)).step_time_s
+        for r in ("none", "selective:moe", "full:1", "full:2", "full")
+    }
+    assert step["none"] < step["full:1"] < step["full:2"] < step["full"]
+    assert step["none"] < step["selective:moe"] < step["full"]

@@ -58,6 +58,11 @@ CASES = {
         {"pp_schedule": "zbv", "recompute": "full"},
         "zero bubble",
     ),
+    # flagship: 56 layers, pp4·vpp2 -> 7 layers per chunk
+    "recompute_layers": ({"recompute": "full:6"}, {"recompute": "full:7"}, "N < the 7 layers"),
+    # flagship is FP8 with Megatron's default delayed scaling
+    "recompute_fp8": ({"recompute": "selective:moe"}, {"recompute": "selective:moe_act"}, "delayed scaling"),
+    "recompute_modules": ({"recompute": "selective:moe"}, {"recompute": "selective:mlp"}, "no dense MLP"),
 }
 
 
@@ -97,6 +102,29 @@ def test_dense_only_rules(dense):
         rule = next(r for r in RULES if r.id == rule_id)
         assert rule.fn(dense.facts, dense.make(**good)) is None
         assert needle in rule.fn(dense.facts, dense.make(**bad))
+
+
+def test_recompute_module_rules():
+    dense = Space(StudySpec.from_dict(small_dense_study()))
+    moe_data = StudySpec.from_yaml(FLAGSHIP).to_dict()
+    moe_data["workload"]["fp8_recipe"] = "tensorwise"
+    moe = Space(StudySpec.from_dict(moe_data))
+    rule = next(r for r in RULES if r.id == "recompute_modules")
+    fp8 = next(r for r in RULES if r.id == "recompute_fp8")
+    assert rule.fn(dense.facts, dense.make(recompute="selective:mlp")) is None
+    assert "dense" in rule.fn(dense.facts, dense.make(recompute="selective:moe_act"))
+    assert "multi-latent" in rule.fn(moe.facts, moe.make(recompute="selective:mla_up_proj"))
+    assert "shared experts" in rule.fn(moe.facts, moe.make(recompute="selective:shared_experts"))
+    # tensorwise FP8 allows moe_act/layernorm
+    assert fp8.fn(moe.facts, moe.make(recompute="selective:moe_act+layernorm")) is None
+
+
+def test_full_n_canonical_and_bounds(moe):
+    # 7 layers per chunk at pp4 vpp2: full:7 is `full`, full:8 illegal, full:6 legal
+    assert moe.canonical(moe.make(**{**BASE_OK, "recompute": "full:7"})).recompute == "full"
+    assert moe.canonical(moe.make(**{**BASE_OK, "recompute": "full:6"})).recompute == "full:6"
+    assert reasons(moe, **{**BASE_OK, "recompute": "full:8"})
+    assert not reasons(moe, **{**BASE_OK, "recompute": "full:1"})
 
 
 def test_every_rule_is_covered():
