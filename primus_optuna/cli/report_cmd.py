@@ -53,6 +53,10 @@ def _study(storage: str, study_name: str | None):  # -> optuna.Study
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     backend = make_storage(url, heartbeat_interval=None)
     names = optuna.get_all_study_names(backend)
+    if not names:
+        raise SpecError(
+            f"--storage {url}: it holds no study; `primus-optuna run STUDY --storage {url}` creates one"
+        )
     if study_name is None:
         if len(names) != 1:
             raise SpecError(
@@ -113,10 +117,28 @@ def dashboard(storage: str | None, host: str, port: int, artifact_dir: str | Non
     url = _url(storage)
     _check_file(url)
     adir = Path(artifact_dir) if artifact_dir else artifact_dir_for(url)
+    _check_port(host, port)
     click.echo(
         f"optuna-dashboard on http://{host}:{port}/dashboard (storage {url}, artifacts {adir})", err=True
     )
-    serve_dashboard(url, host=host, port=port, artifact_dir=adir)
+    try:
+        serve_dashboard(url, host=host, port=port, artifact_dir=adir)
+    except OSError as exc:  # taken between the check and the server's bind
+        raise SpecError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """One error when ``host:port`` cannot be listened on (in use, or not an address of this machine)."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        hint = "; pick a free one with --port" if exc.errno in (98, 48, 10048) else ""  # EADDRINUSE
+        raise SpecError(
+            f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}){hint}"
+        ) from None
 
 
 @click.command()
