@@ -136,9 +136,8 @@ def _check_port(host: str, port: int) -> None:
             pass
     except OSError as exc:
         hint = "; pick a free one with --port" if exc.errno in (98, 48, 10048) else ""  # EADDRINUSE
-        raise SpecError(
-            f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}){hint}"
-        ) from None
+        why = (exc.strerror or str(exc)).split(" (while attempting", 1)[0]
+        raise SpecError(f"--port {port}: cannot listen on {host}:{port} ({why}){hint}") from None
 
 
 @click.command()
