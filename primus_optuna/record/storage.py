@@ -152,6 +152,34 @@ def space_hash(spec: StudySpec) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+HASHED_SECTIONS = ("model", "cluster", "workload", "search")
+
+
+def changed_fields(stored: Any, spec: StudySpec, limit: int = 8) -> str:
+    """``search.axes.mbs: [1, 2] -> [1, 2, 4]; ...``: the space-defining fields of the stored study file
+    (study attr ``primus_spec``) that differ from ``spec`` ("" when there is no stored copy)."""
+    if not isinstance(stored, dict):
+        return ""
+    new = spec.to_public_dict()
+    diffs: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        elif a != b:
+            diffs.append(f"{path}: {a!r} -> {b!r}")
+
+    for section in HASHED_SECTIONS:
+        a, b = stored.get(section), new.get(section)
+        if section == "search":
+            a = {k: v for k, v in (a or {}).items() if k not in ("n_trials", "seed")}
+            b = {k: v for k, v in (b or {}).items() if k not in ("n_trials", "seed")}
+        walk(a, b, section)
+    more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
 def directions(spec: StudySpec) -> list[str]:
     """``maximize`` tokens/s/GPU, ``minimize`` peak memory."""
     return ["maximize" if o == "tokens_per_s_per_gpu" else "minimize" for o in spec.search.objectives]
@@ -200,9 +228,12 @@ def open_study(
         attrs = optuna.load_study(study_name=name, storage=store).user_attrs
         old = attrs.get("primus_space_hash")
         if old is not None and old != h:
+            changed = changed_fields(attrs.get("primus_spec"), spec)
             raise SpecError(
                 f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
-                f"file gives {h}): the study file was edited between runs in a way that changes the space or "
+                f"file gives {h})"
+                + (f"; changed: {changed}" if changed else "")
+                + ": the study file was edited between runs in a way that changes the space or "
                 "its estimates (axes, model, cluster or GPU figures, workload, objectives, memory margin, "
                 "baseline or sweep order) — or a primus-optuna upgrade changed a catalog figure the study used. "
                 "Restore the file, or start a new study with --study-name NAME or another --storage."

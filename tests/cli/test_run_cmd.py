@@ -57,6 +57,7 @@ def test_edited_space_is_refused_with_exit_code_2(tmp_path):
     edited = _write(tmp_path, small_moe_study(axes={"mbs": [1, 2]}))
     r = invoke("run", edited, "--storage", url, "--n-trials", 1, "--no-progress")
     assert r.exit_code == 2 and "changes the space" in r.output
+    assert "; changed: search.axes.mbs: None -> [1, 2]" in r.output
 
 
 def test_unknown_runner_is_a_user_error(tmp_path):
