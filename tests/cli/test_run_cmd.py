@@ -145,3 +145,20 @@ def test_missing_llm_key_is_one_error_before_anything_is_created(tmp_path, monke
         "error: the LLM planner 'openai/gpt-4o' needs OPENAI_API_KEY in the environment"
     )
     assert len(r.output.strip().splitlines()) == 1 and not db.exists()
+
+
+def test_run_json_summary_and_timeout(tmp_path):
+    import json
+
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    r = CliRunner().invoke(cli, ["run", str(study), "--storage", url, "--n-trials", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)  # stdout is the JSON alone; the progress lines went to stderr
+    assert doc["study"] == "small-moe" and doc["trials"] == 4
+    assert doc["best"]["trial"] >= 0 and doc["best"]["tokens_per_s_per_gpu"] > 0
+    assert doc["baseline"]["trial"] == 0 and doc["trials_by_phase"] == {"sweep": 4}
+    # --timeout: no new trial starts after the limit (here: one trial at most, the limit is tiny)
+    r = invoke("run", study, "--storage", url, "--n-trials", 50, "--timeout", 0.001, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert len(optuna.load_study(study_name="small-moe", storage=url).trials) < 4 + 50
