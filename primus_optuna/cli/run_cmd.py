@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import statistics
 import sys
 from collections import Counter
 from typing import Any
@@ -39,6 +40,23 @@ def _baseline_note(trials: list[Any], best: float) -> str:
     return note
 
 
+def _noise_warning(done: list[Any]) -> list[str]:
+    """A warning when the two fastest configurations are closer than the measurement noise: the median
+    relative spread of the repeated runs (``runner.options.repeats`` > 1); nothing without repeats."""
+    spreads = [float(t.user_attrs["measured_spread"]) for t in done if t.user_attrs.get("measured_spread")]
+    if not spreads or len(done) < 2:
+        return []
+    noise = statistics.median(spreads)
+    a, b = sorted(done, key=lambda t: -t.values[0])[:2]
+    if a.values[0] - b.values[0] > noise * a.values[0]:
+        return []
+    return [
+        f"  warning: trials {a.number} and {b.number} are within the measurement noise "
+        f"({a.values[0] / b.values[0] - 1.0:+.1%} apart; repeated runs spread {noise:.1%}): "
+        "measure both again before choosing"
+    ]
+
+
 def summarize(study: Any, storage_url: str) -> list[str]:
     """The end-of-run report: best configuration, gain over the baseline, prune/fail counts, next commands."""
     import optuna
@@ -62,6 +80,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
         lines.append(
             f"  {best.values[0]:.1f} tokens/s/GPU, peak memory {best.user_attrs.get('memory_peak_gib')} GiB"
         )
+        lines += _noise_warning(done)
         if base is not None and base.values[0] > 0:
             gain = best.values[0] / base.values[0] - 1.0
             lines.append(f"  gain over the baseline (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")

@@ -173,6 +173,8 @@ class CommandRunner:
     """Run a command per trial; the measurement is parsed from its log."""
 
     kind = "command"
+    repeats = 1
+    """measurements per configuration (``runner.options.repeats``); the objective takes the median"""
 
     def __init__(
         self,

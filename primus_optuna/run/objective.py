@@ -169,7 +169,7 @@ def make_objective(
             spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
         )
         try:
-            m = runner.run(config, context)
+            m, repeated = _measure(runner, config, context)
         except RunFailure as exc:
             # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
             # stored, uploaded or re-raised (Optuna logs the exception) unredacted
@@ -208,6 +208,8 @@ def make_objective(
                     update_memory_calibration(
                         study, ratio=m.peak_memory_gib / mem.peak_gib, capacity=mem.capacity_gib
                     )
+        if repeated:
+            result.update(repeated)
         if m.log_path and Path(m.log_path).is_file():
             result["log_tail"] = hide(_tail(Path(m.log_path)))
             _attach_log(artifact_store, trial, m.log_path, hide)
@@ -220,6 +222,35 @@ def make_objective(
         return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
 
     return objective
+
+
+def _measure(runner: Runner, config: TrainingConfig, context: RunContext) -> tuple[Any, dict[str, Any]]:
+    """``runner.repeats`` runs of ``config`` (each in ``repeat-<j>`` under the trial's directory when more than
+    one): the median run (by tokens/s/GPU, the lower one of an even count) and the attrs that record them all
+    (``measured_repeats``, ``measured_spread`` = (max − min) / median)."""
+    k = max(1, int(getattr(runner, "repeats", 1) or 1))
+    if k == 1:
+        return runner.run(config, context), {}
+    runs = []
+    for j in range(k):
+        sub = RunContext(
+            spec=context.spec,
+            workdir=context.workdir / f"repeat-{j}",
+            trial_number=context.trial_number,
+            study_name=context.study_name,
+        )
+        sub.workdir.mkdir(parents=True, exist_ok=True)
+        runs.append(runner.run(config, sub))
+    ordered = sorted(runs, key=lambda r: r.tokens_per_s_per_gpu)
+    median = ordered[(k - 1) // 2]
+    values = [r.tokens_per_s_per_gpu for r in runs]
+    spread = (
+        (max(values) - min(values)) / median.tokens_per_s_per_gpu if median.tokens_per_s_per_gpu else None
+    )
+    return median, {
+        "measured_repeats": [round(v, 3) for v in values],
+        "measured_spread": round(spread, 5) if spread is not None else None,
+    }
 
 
 def requeue_interrupted(study: optuna.Study) -> list[int]:

@@ -68,3 +68,11 @@ def test_reoffered_configuration_is_not_counted_as_gpu_hours_not_spent(rec):
     # the memory calibration later showed it fits and it was launched: nothing was saved
     rec.trials.append(dataclasses.replace(pruned, number=99, state="COMPLETE", values=[4000.0]))
     assert gpu_hours_saved(rec) == (0.0, 0)
+
+
+def test_repeated_measurements_show_their_spread(rec):
+    best = rec.best
+    best.attrs.update(measured_repeats=[5100.0, 5200.0, 5350.0], measured_spread=0.048)
+    md = render(rec).markdown()
+    assert "Measured 3 times (5100.0, 5200.0, 5350.0 tokens/s/GPU): the value is the median" in md
+    assert "spread (max − min) / median +4.8%" in md

@@ -375,6 +375,12 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
         f"{_throughput_text(rec, best.value)} ({best.attr('source') or 'unknown source'}); estimate "
         f"{fmt_tok(best.estimate)} tokens/s/GPU; {_peak_text(best)}."
     )
+    repeats = best.attr("measured_repeats")
+    if isinstance(repeats, list) and len(repeats) > 1:
+        doc.p(
+            f"Measured {len(repeats)} times ({', '.join(fmt_tok(as_number(v)) for v in repeats)} tokens/s/GPU): "
+            f"the value is the median; spread (max − min) / median {fmt_pct(as_number(best.attr('measured_spread')))}."
+        )
     if b is not None and b.state == "COMPLETE":
         doc.p(
             f"Gain over the baseline (trial {b.number}, {fmt_tok(b.value)} tokens/s/GPU): "
