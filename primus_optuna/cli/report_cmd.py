@@ -151,13 +151,23 @@ def _check_port(host: str, port: int) -> None:
     show_default=True,
     help="Primus overlay YAML, Megatron arguments, `export` lines, or JSON.",
 )
+@click.option(
+    "--upstream",
+    is_flag=True,
+    help="With --format megatron: leave out the Primus-only flags (zero bubble, Primus-Turbo) for upstream Megatron-LM.",
+)
 @click.option("--trial", "trial_number", type=int, default=None, help="Trial number (default: the best).")
 @click.option(
     "--output", "-o", "output", default=None, type=click.Path(dir_okay=False), help="Write to a file."
 )
 @user_errors
 def export(
-    storage: str, study_name: str | None, fmt: str, trial_number: int | None, output: str | None
+    storage: str,
+    study_name: str | None,
+    fmt: str,
+    upstream: bool,
+    trial_number: int | None,
+    output: str | None,
 ) -> None:
     """Print the best (or chosen) trial's configuration in the format a launcher reads."""
     from ..record.export import export_config, select_trial, study_spec, trial_config
@@ -169,7 +179,7 @@ def export(
     value = f", {trial.values[0]:.1f} tokens/s/GPU" if trial.values else f" ({trial.state.name})"
     header = f"primus-optuna study {study.study_name}, trial {trial.number}{value}: {config.key()}"
     extra = {"study": study.study_name, "trial": trial.number, "values": trial.values}
-    text = export_config(spec, config, fmt, header=header, extra=extra)
+    text = export_config(spec, config, fmt, header=header, extra=extra, upstream=upstream)
     if trial.state.name != "COMPLETE":
         reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason") or ""
         click.echo(
