@@ -23,6 +23,7 @@ from typing import Any
 from .errors import PrimusError, SpecError
 from .physics import (
     Calibration,
+    EfficiencyCurve,
     MemoryEstimate,
     PlanEntry,
     PlanResult,
@@ -32,6 +33,7 @@ from .physics import (
     estimate_throughput,
     no_fit_message,
     plan_space,
+    ranking_fidelity,
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
@@ -88,6 +90,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Calibration",
+    "EfficiencyCurve",
     "GPUSpec",
     "MemoryEstimate",
     "ModelSpec",
@@ -108,6 +111,7 @@ __all__ = [
     "no_fit_message",
     "parse_recompute",
     "plan_space",
+    "ranking_fidelity",
     "redact",
     *_LAZY,
 ]

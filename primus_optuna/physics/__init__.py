@@ -7,6 +7,8 @@ or record (tests/package/test_layers.py asserts it).
 """
 
 from .calibration import BREAKDOWN_TERMS, Calibration
+from .fidelity import FidelityReport, ranking_fidelity, spearman
+from .gemm_efficiency import EfficiencyCurve, gemm_seconds
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
 from .plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from .shapes import (
@@ -30,6 +32,11 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "BREAKDOWN_TERMS",
     "Calibration",
+    "EfficiencyCurve",
+    "FidelityReport",
+    "gemm_seconds",
+    "ranking_fidelity",
+    "spearman",
     "PlanEntry",
     "PlanResult",
     "ThroughputEstimate",

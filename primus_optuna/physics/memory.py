@@ -243,7 +243,8 @@ class _Context:
         transient = one_layer - inp if n_rec else 0.0  # backward rebuilds one recomputed layer at a time
         out = []
         for i, (_, has_out) in enumerate(stage_ends(pp, vpp, schedule)):
-            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else 1
+            # pp = 1: Megatron's combined 1F1B (ep_overlap) runs micro-batch i+1's forward with i's backward
+            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else (2 if extra else 1)
             out.append((chunks * chunk + transient + (logits if has_out else 0.0)) / GIB)
         acts = self.stage_acts[key] = tuple(out)
         return acts

@@ -90,6 +90,8 @@ class LayerShape:
     dropout: float = 0.0
     fp8: bool = False
     """FP8 GEMMs: Transformer Engine saves the FP8 copy (1 byte) of each GEMM input for backward"""
+    flash: bool = True
+    """fused (flash) attention; False keeps the s² softmax output (and dropout mask/output) per head"""
 
     @property
     def tokens(self) -> int:
@@ -127,6 +129,7 @@ class LayerShape:
             bias=has_bias(m),
             dropout=dropout_rate(m),
             fp8=spec.workload.precision == "fp8",
+            flash=spec.workload.flash_attention,
         )
 
     def replace(self, **changes: Any) -> LayerShape:
@@ -258,14 +261,16 @@ def attention_terms(shape: LayerShape) -> dict[str, int]:
     - ``core_out``: the flash/fused attention output O, shared with the projection GEMM (counted once; FP8
       adds the projection's 1-byte FP8 copy);
     - ``softmax_lse``: fp32 softmax statistics per head and token;
-    - ``attn_dropout_mask``: 1 byte per element when ``hidden_dropout`` > 0 (GPT-style models).
+    - ``attn_dropout_mask``: 1 byte per element when ``hidden_dropout`` > 0 (GPT-style models);
+    - ``attn_scores`` (``workload.flash_attention: false`` only): unfused attention keeps the s² softmax
+      output (2 bytes per score) and with dropout its mask (1) and output (2): Korthikanti's 5as²b.
     """
     h = shape.hidden
     T, Tl = shape.tokens, shape.local_tokens
     a, g, d = shape.heads, shape.groups, shape.head_dim
     gemm_in = 1 if shape.fp8 else ACT_BYTES
     stats = (2 if shape.layernorm else 1) * FP32 * Tl
-    return {
+    t = {
         "norm1_input": ACT_BYTES * Tl * h + stats,
         "qkv_input": gemm_in * Tl * h,
         "qkv": ACT_BYTES * T * (a + 2 * g) * d,
@@ -273,6 +278,9 @@ def attention_terms(shape: LayerShape) -> dict[str, int]:
         "softmax_lse": FP32 * T * a,
         "attn_dropout_mask": Tl * h if shape.dropout > 0 else 0,
     }
+    if not shape.flash:
+        t["attn_scores"] = (2 + (3 if shape.dropout > 0 else 0)) * shape.mbs * a * shape.seq * shape.seq
+    return t
 
 
 def dense_mlp_terms(shape: LayerShape) -> dict[str, int]:
@@ -332,7 +340,7 @@ def layer_activation_terms(shape: LayerShape) -> dict[str, int]:
 
 
 RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
-    "core_attn": ("softmax_lse",),
+    "core_attn": ("softmax_lse", "attn_scores"),
     "moe_act": ("expert_act_out",),
     "layernorm": ("router_input",),
     "mlp": ("fc1_out", "act_out"),

@@ -6,7 +6,7 @@ Formats (``FORMATS``):
 - ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations (the zero-bubble
   and Primus-Turbo switches are Primus extensions);
 - ``env``: ``export PRIMUS_TP=1`` lines for launch scripts;
-- ``json``: the nine axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
+- ``json``: the ten axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
 
 Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text describes, so
 ``parse_export(export_config(spec, c, fmt), fmt, spec) == c`` for every format (the round-trip test).
@@ -51,6 +51,7 @@ ENV_NAMES: dict[str, str] = {
     "recompute": "PRIMUS_RECOMPUTE",
     "moe_dispatcher": "PRIMUS_MOE_DISPATCHER",
     "pp_schedule": "PRIMUS_PP_SCHEDULE",
+    "ep_overlap": "PRIMUS_EP_OVERLAP",
 }
 """``env`` format: one variable per axis (plus ``PRIMUS_GBS``/``PRIMUS_DP``/``PRIMUS_SEQ_LENGTH``)."""
 
@@ -125,7 +126,7 @@ def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "", upstr
 
 
 def to_env(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
-    """``export NAME=value`` lines: the nine axes, derived DP, GBS and sequence length."""
+    """``export NAME=value`` lines: the ten axes, derived DP, GBS and sequence length."""
     c = config.derive(spec.world, spec.workload.global_batch_size)
     pairs = [(ENV_NAMES[a], v) for a, v in c.to_params().items()]
     pairs += [
@@ -267,14 +268,14 @@ def study_spec(study: Any) -> StudySpec:
 
 
 def trial_config(trial: Any, spec: StudySpec) -> TrainingConfig:
-    """The canonical, derived configuration of a trial (its Optuna params are the nine axes)."""
+    """The canonical, derived configuration of a trial (its Optuna params are the ten axes)."""
     from ..search.suggest import complete_config
     from ..space import Space
 
     config = complete_config(Space(spec), trial.params)
     if config is None:
         raise SpecError(
-            f"trial {trial.number} does not have all nine axes as parameters: {sorted(trial.params)}"
+            f"trial {trial.number} does not have all ten axes as parameters: {sorted(trial.params)}"
         )
     return config
 

@@ -2,7 +2,7 @@
 
 :class:`MemoryPrefilterPruner` is an Optuna pruner: at the *first* ``trial.should_prune()`` of a trial —
 whether or not the objective called ``report()`` before — it reads the trial's configuration from its
-parameters (the nine axes, whichever sampler set them; missing axes come from the study's baseline), estimates
+parameters (the ten axes, whichever sampler set them; missing axes come from the study's baseline), estimates
 its memory and prunes it when the peak stage exceeds the usable memory. Later calls go to the wrapped pruner
 (which also gets the first call when steps were reported). Call ``should_prune()`` before launching anything.
 

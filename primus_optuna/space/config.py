@@ -1,6 +1,6 @@
 """:class:`TrainingConfig`: one point of the search space (frozen, hashable).
 
-The nine axes are the product's interface (Optuna parameter names, YAML keys, CLI flags). ``dp`` and
+The ten axes are the product's interface (Optuna parameter names, YAML keys, CLI flags). ``dp`` and
 ``num_microbatches`` are derived from the cluster size and global batch and are not part of equality.
 
 Example::
@@ -43,6 +43,8 @@ class TrainingConfig:
     recompute: Recompute = "none"
     moe_dispatcher: Dispatcher = "alltoall"
     pp_schedule: Schedule = "1f1b"
+    ep_overlap: bool = False
+    """Megatron's ``--overlap-moe-expert-parallel-comm`` (with ``--delay-wgrad-compute``): MoE only"""
     dp: int = field(default=0, compare=False, repr=False)
     """data-parallel size = world / (tp·cp·pp); 0 when not derived or not whole"""
     num_microbatches: int = field(default=0, compare=False, repr=False)
@@ -55,6 +57,8 @@ class TrainingConfig:
             check_choice("moe_dispatcher", self.moe_dispatcher)
         if self.pp_schedule not in _SCHEDULES:
             check_choice("pp_schedule", self.pp_schedule)
+        if self.ep_overlap is not False and self.ep_overlap is not True:
+            object.__setattr__(self, "ep_overlap", check_choice("ep_overlap", self.ep_overlap))
         if self.recompute not in _CANONICAL_SEEN:
             canonical = check_choice("recompute", self.recompute)
             if canonical != self.recompute:
@@ -75,7 +79,7 @@ class TrainingConfig:
         return dataclasses.replace(self, dp=0, num_microbatches=0, **changes)
 
     def to_params(self) -> dict[str, Any]:
-        """The nine axes as a dict (Optuna parameter names)."""
+        """The ten axes as a dict (Optuna parameter names)."""
         return {a: getattr(self, a) for a in AXES}
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,12 +112,14 @@ class TrainingConfig:
         return (
             f"tp{self.tp}-pp{self.pp}-ep{self.ep}-cp{self.cp}-vpp{self.vpp}-mbs{self.mbs}-"
             f"{self.recompute}-{self.moe_dispatcher}-{self.pp_schedule}"
+            + ("-epoverlap" if self.ep_overlap else "")
         )
 
     def __str__(self) -> str:
         return (
             f"TP{self.tp} PP{self.pp} VPP{self.vpp} EP{self.ep} CP{self.cp} MBS{self.mbs} "
             f"recompute={self.recompute} dispatcher={self.moe_dispatcher} schedule={self.pp_schedule}"
+            + (" ep_overlap" if self.ep_overlap else "")
         )
 
 
@@ -137,5 +143,5 @@ def parse_config_string(text: str) -> dict[str, Any]:
         if key in out:
             raise SpecError(f"--config: {key} is given twice ({out[key]} and {value}); give each axis once")
         out[key] = value
-    TrainingConfig.from_params(out)  # validates names and types
-    return {k: (int(v) if k in INT_AXES else v) for k, v in out.items()}
+    clean = TrainingConfig.from_params(out)
+    return {k: getattr(clean, k) for k in out}

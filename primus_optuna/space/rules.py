@@ -226,6 +226,32 @@ def _zb_recompute(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _ep_overlap(f: Facts, c: Any) -> str | None:
+    # Megatron-Core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism,
+    # a virtual pipeline when pp > 1, no full recompute (alltoall and flex dispatchers both allowed)
+    if not getattr(c, "ep_overlap", False):
+        return None
+    if not f.is_moe or c.ep <= 1:
+        return "ep_overlap needs an MoE model with ep > 1 (Megatron: expert model parallelism)"
+    if c.pp > 1 and c.pp_schedule != "interleaved":
+        return (
+            f"ep_overlap with pp={c.pp} needs pp_schedule=interleaved (Megatron: a virtual pipeline); "
+            "use interleaved or ep_overlap=false"
+        )
+    r = parse_recompute(c.recompute)
+    if r.is_full:
+        return (
+            f"ep_overlap is incompatible with recompute={c.recompute} (Megatron: no full recompute, no recompute "
+            "method/num_layers); use selective/none or ep_overlap=false"
+        )
+    if r.has("moe"):
+        return (
+            f"ep_overlap is incompatible with recompute={c.recompute} (Megatron: no 'moe' in recompute_modules); "
+            "use selective:moe_act or ep_overlap=false"
+        )
+    return None
+
+
 def _recompute_modules(f: Facts, c: Any) -> str | None:
     r = parse_recompute(c.recompute)
     if not r.modules:
@@ -300,6 +326,12 @@ RULES: tuple[Rule, ...] = (
         _zb_recompute,
     ),
     Rule("deepep_moe", ("moe_dispatcher",), "deepep only for MoE models", _deepep_moe),
+    Rule(
+        "ep_overlap",
+        ("ep", "pp", "pp_schedule", "recompute", "ep_overlap"),
+        "ep_overlap needs ep>1, interleaved when pp>1, no full recompute",
+        _ep_overlap,
+    ),
     Rule(
         "recompute_modules",
         ("recompute",),

@@ -32,6 +32,7 @@ ENUM_ORDER: tuple[str, ...] = (
     "mbs",
     "recompute",
     "moe_dispatcher",
+    "ep_overlap",
 )
 DEFAULT_MBS = (1, 2, 4, 8)
 MAX_DEFAULT_VPP = 8
@@ -75,6 +76,8 @@ class Space:
             return [b for b in DEFAULT_MBS if b <= f.gbs]
         if axis == "moe_dispatcher":
             return list(CHOICES[axis]) if f.is_moe else ["alltoall"]
+        if axis == "ep_overlap":
+            return [False, True] if f.is_moe else [False]
         if axis == "recompute":  # decreasing memory order: the sweep walks the axis in this order
             return list(MOE_RECOMPUTE if f.is_moe else DENSE_RECOMPUTE)
         return list(CHOICES[axis])
@@ -82,7 +85,7 @@ class Space:
     def canonical(self, config: TrainingConfig) -> TrainingConfig:
         """One representation per physical configuration, with ``dp``/``num_microbatches`` derived.
 
-        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1 and alltoall;
+        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1, alltoall, no ep_overlap;
         ``full:N`` with N ≥ the layers of a virtual pipeline chunk → ``full``.
         """
         changes: dict[str, Any] = {}
@@ -96,7 +99,7 @@ class Space:
         elif config.pp_schedule == "interleaved" and config.vpp == 1:
             changes["pp_schedule"] = "1f1b"
         if not self.facts.is_moe:
-            changes.update(ep=1, moe_dispatcher="alltoall")
+            changes.update(ep=1, moe_dispatcher="alltoall", ep_overlap=False)
         c = config.replace(**changes) if changes else config
         return c.derive(self.facts.world, self.facts.gbs)
 

@@ -176,7 +176,7 @@ def _recompute_from_layer_ids(ids: Any, per_chunk: int | None) -> str:
 
 
 def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
-    """The nine axes (as ``search.baseline``) that Megatron/Primus arguments select; absent ones are defaults."""
+    """The ten axes (as ``search.baseline``) that Megatron/Primus arguments select; absent ones are defaults."""
 
     def get(name: str, default: Any = None) -> Any:
         v = args.get(name)
@@ -219,6 +219,7 @@ def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
         "recompute": recompute,
         "moe_dispatcher": "deepep" if deepep else "alltoall",
         "pp_schedule": schedule,
+        "ep_overlap": _truthy(get("overlap_moe_expert_parallel_comm", False)),
     }
 
 

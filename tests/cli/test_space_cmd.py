@@ -31,6 +31,7 @@ def test_space_json_is_stable():
             "recompute": "full:1",
             "moe_dispatcher": "alltoall",
             "pp_schedule": "interleaved",
+            "ep_overlap": False,
         },
         "legal": True,
         "reasons": [],

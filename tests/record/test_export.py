@@ -25,7 +25,9 @@ def flagship() -> StudySpec:
 
 def _sample(space: Space) -> list[TrainingConfig]:
     configs = space.configs()
-    picked = {c.pp_schedule + c.recompute + c.moe_dispatcher: c for c in configs}  # every combination
+    picked = {
+        (c.pp_schedule, c.recompute, c.moe_dispatcher, c.ep_overlap): c for c in configs
+    }  # every combination
     return list(picked.values()) + configs[:: max(1, len(configs) // 40)]
 
 
@@ -34,6 +36,7 @@ def test_round_trip_flagship(flagship: StudySpec, fmt: str) -> None:
     space = Space(flagship)
     configs = _sample(space)
     assert {c.pp_schedule for c in configs} == {"1f1b", "interleaved", "zb1p", "zbv"}
+    assert {c.ep_overlap for c in configs} == {False, True}
     for c in configs:
         text = export_config(flagship, c, fmt, header="trial 3 of study x")
         back = parse_export(text, fmt, flagship)
@@ -163,3 +166,24 @@ def test_megatron_marks_primus_only_flags_or_leaves_them_out_with_upstream(flags
         export_config(flagship, zb, "megatron", upstream=True)
     with pytest.raises(SpecError, match="--format megatron only"):
         export_config(flagship, c, "primus", upstream=True)
+
+
+def test_ep_overlap_maps_to_megatron_flags(flagship: StudySpec) -> None:
+    c = Space(flagship).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved", ep_overlap=True)
+    args = megatron_args(flagship, c)
+    assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" in args
+    assert parse_megatron_args(args, flagship).ep_overlap is True
+
+
+def test_workload_overlap_options_reach_megatron(flagship: StudySpec) -> None:
+    # Megatron's --overlap-grad-reduce/--overlap-param-gather default off: the export states the workload's
+    # choice; zero-bubble forces them off (Primus's zero-bubble required args)
+    c = Space(flagship).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved")
+    args = megatron_args(flagship, c)
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+    zb = Space(flagship).make(tp=1, pp=4, vpp=1, ep=8, mbs=1, pp_schedule="zb1p")
+    assert "--overlap-grad-reduce" not in megatron_args(flagship, zb)
+    off = StudySpec.from_dict(
+        {**flagship.to_dict(), "workload": {**flagship.to_dict()["workload"], "overlap_grad_reduce": False}}
+    )
+    assert "--overlap-grad-reduce" not in megatron_args(off, c)

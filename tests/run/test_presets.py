@@ -24,6 +24,8 @@ CONFIGS = [
     {"tp": 1, "pp": 2, "vpp": 1, "ep": 8, "cp": 2, "mbs": 1, "pp_schedule": "zb1p"},
     {"tp": 1, "pp": 2, "vpp": 1, "ep": 8, "cp": 2, "mbs": 1, "recompute": "selective"},
     {"tp": 8, "pp": 1, "ep": 1, "mbs": 4},
+    {"tp": 1, "pp": 4, "vpp": 2, "ep": 8, "mbs": 1, "pp_schedule": "interleaved", "recompute": "full:2"},
+    {"tp": 1, "pp": 2, "ep": 8, "mbs": 1, "recompute": "selective:core_attn+moe"},
 ]
 
 
@@ -107,6 +109,15 @@ def test_megatron_argv(spec: StudySpec, tmp_path: Path) -> None:
     assert pairs["--expert-model-parallel-size"] == "8" and pairs["--micro-batch-size"] == "2"
     assert pairs["--fp8-format"] == "hybrid" and pairs["--num-experts"] == "8"
     assert not any("zero-bubble" in x or "turbo" in x for x in a)
+    sel = runner.build(Space(spec).make(**CONFIGS[-1]), _ctx(spec, tmp_path, 2))[0].argv
+    i = sel.index("--recompute-granularity")
+    assert sel[i + 1] == "selective" and sel[sel.index("--recompute-modules") + 1 :][:2] == [
+        "core_attn",
+        "moe",
+    ]
+    blk = runner.build(Space(spec).make(**CONFIGS[-2]), _ctx(spec, tmp_path, 3))[0].argv
+    blk_pairs = {blk[i]: blk[i + 1] for i in range(len(blk) - 1) if blk[i].startswith("--")}
+    assert (blk_pairs["--recompute-method"], blk_pairs["--recompute-num-layers"]) == ("block", "2")
     with pytest.raises(LaunchFailure, match="zero bubble"):
         runner.build(Space(spec).make(**CONFIGS[2]), _ctx(spec, tmp_path, 1))
 

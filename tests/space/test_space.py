@@ -109,6 +109,7 @@ def test_summary_shape():
         "recompute",
         "moe_dispatcher",
         "pp_schedule",
+        "ep_overlap",
     ]
 
 
