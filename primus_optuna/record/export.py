@@ -258,11 +258,13 @@ def parse_export(text: str, fmt: str, spec: StudySpec | None = None) -> Training
 
 
 def study_spec(study: Any) -> StudySpec:
-    """The :class:`StudySpec` a primus-optuna study stored in its ``primus_spec`` user attr."""
-    data = study.user_attrs.get("primus_spec")
+    """The :class:`StudySpec` a primus-optuna study stored (its ``primus_spec`` attr)."""
+    from ..search.pruner import stored_spec_data
+
+    data = stored_spec_data(study)
     if not isinstance(data, dict):
         raise SpecError(
-            f"study {study.study_name!r} was not created by primus-optuna (no 'primus_spec' study user attr)"
+            f"study {study.study_name!r} was not created by primus-optuna (no 'primus_spec' study attr)"
         )
     return StudySpec.from_dict(data, source=f"study {study.study_name!r}")
 

@@ -6,7 +6,8 @@ Default storage is ``sqlite:///<study name>.db`` in the working directory. Any O
 (:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize`` once it is older than
 the grace period (default 3 x the heartbeat interval).
 
-At creation the study stores ``primus_spec`` (the study file as JSON) and ``primus_space_hash`` in its user
+At creation the study stores ``primus_spec`` (the study file as JSON, a study system attr, with a one-line
+``primus_study`` user attr) and ``primus_space_hash`` in its user
 attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.
 
 Example::
@@ -30,6 +31,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
 from ..errors import SpecError
+from ..search.pruner import store_spec, stored_spec_data
 from ..space import Space
 from ..spec import StudySpec
 
@@ -228,7 +230,9 @@ def open_study(
         attrs = optuna.load_study(study_name=name, storage=store).user_attrs
         old = attrs.get("primus_space_hash")
         if old is not None and old != h:
-            changed = changed_fields(attrs.get("primus_spec"), spec)
+            changed = changed_fields(
+                stored_spec_data(optuna.load_study(study_name=name, storage=store)), spec
+            )
             raise SpecError(
                 f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
                 f"file gives {h})"
@@ -250,7 +254,7 @@ def open_study(
     except ValueError as exc:
         raise SpecError(f"study {name!r} in {url}: {exc}") from None
     if study.user_attrs.get("primus_space_hash") is None:
-        study.set_user_attr("primus_spec", spec.to_public_dict())
+        store_spec(study, spec)  # a system attr: optuna-dashboard's study page lists user attrs only
         study.set_user_attr("primus_space_hash", h)
     if study.metric_names is None:
         with warnings.catch_warnings():

@@ -41,10 +41,32 @@ __all__ = [
     "memory_attrs",
     "memory_check",
     "prune_if_infeasible",
+    "store_spec",
+    "stored_spec_data",
     "study_memory_calibration",
 ]
 
 SPEC_ATTR = "primus_spec"
+"""the study file as a dict: a study *system* attr (optuna-dashboard does not list those; older studies have it
+as a user attr, still read); the user attr ``primus_study`` is a one-line summary"""
+SUMMARY_ATTR = "primus_study"
+
+
+def stored_spec_data(study: optuna.Study) -> Any:
+    """The study file a primus-optuna study stored (system attr, else the user attr of older studies)."""
+    data = study._storage.get_study_system_attrs(study._study_id).get(SPEC_ATTR)
+    return data if data is not None else study.user_attrs.get(SPEC_ATTR)
+
+
+def store_spec(study: optuna.Study, spec: StudySpec) -> None:
+    """Store ``spec`` in the study (system attr ``primus_spec``) with a short summary user attr."""
+    study._storage.set_study_system_attr(study._study_id, SPEC_ATTR, spec.to_public_dict())
+    g = spec.cluster.gpu
+    study.set_user_attr(
+        SUMMARY_ATTR,
+        f"{spec.model.name} on {spec.cluster.nodes}x{spec.cluster.gpus_per_node} {g.name}, seq "
+        f"{spec.workload.seq_length}, GBS {spec.workload.global_batch_size}, {spec.workload.precision}",
+    )
 
 
 def config_from_params(space: Space, params: dict[str, Any]) -> TrainingConfig:
@@ -99,7 +121,7 @@ def memory_check(
 class MemoryPrefilterPruner(BasePruner):
     """Prune configurations that do not fit before they run; delegate later decisions to ``wrapped``.
 
-    ``spec`` defaults to the study's ``primus_spec`` user attr (the study file as a dict), read once.
+    ``spec`` defaults to the study file the study stored (:func:`store_spec`), read once.
     """
 
     def __init__(self, wrapped: BasePruner | None = None, spec: StudySpec | None = None) -> None:
@@ -111,13 +133,13 @@ class MemoryPrefilterPruner(BasePruner):
 
     def _space_for(self, study: optuna.Study) -> Space:
         if self._space is None:
-            data = study.user_attrs.get(SPEC_ATTR)
+            data = stored_spec_data(study)
             if data is None:
                 raise SpecError(
-                    "MemoryPrefilterPruner needs the study spec: pass spec=... or set the study user attr "
-                    f"{SPEC_ATTR!r} to StudySpec.to_dict()"
+                    "MemoryPrefilterPruner needs the study spec: pass spec=... or store it with "
+                    "store_spec(study, spec)"
                 )
-            self._spec = StudySpec.from_dict(data, source=f"study user attr {SPEC_ATTR}")
+            self._spec = StudySpec.from_dict(data, source=f"study attr {SPEC_ATTR}")
             self._space = Space(self._spec)
         return self._space
 
