@@ -31,6 +31,7 @@ from .physics import (
     ThroughputEstimate,
     estimate_memory,
     estimate_throughput,
+    no_fit_message,
     plan_space,
     ranking_fidelity,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "estimate_memory",
     "estimate_throughput",
     "parse_config_string",
+    "no_fit_message",
     "parse_recompute",
     "plan_space",
     "ranking_fidelity",

@@ -19,12 +19,8 @@ WORK="$(mktemp -d)"
 export LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_OFFLINE_MODE=true
 [ -f "$ROOT/.venv/bin/activate" ] && source "$ROOT/.venv/bin/activate"
 
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "installing chromium (Debian package)" >&2
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-fi
+source "$ROOT/scripts/install_chromium.sh"  # the same install path as the CI browser test
+command -v chromium >/dev/null 2>&1 || { echo "chromium is required" >&2; exit 1; }
 
 DB="$WORK/study.db"
 STORAGE="sqlite:///$DB"
@@ -75,6 +71,7 @@ URL="http://127.0.0.1:$PORT/dashboard/studies/$SID/trials?numbers=$BEST"
 echo "screenshot of $URL" >&2
 
 mkdir -p "$(dirname "$OUT")"
+# the same flags as tests/record/test_dashboard_browser.py (which dumps the DOM instead of a PNG)
 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$WORK/chrome" \
   --window-size="$WIDTH,$HEIGHT" --virtual-time-budget=15000 --screenshot="$OUT" "$URL" \
   >"$WORK/chromium.log" 2>&1 || { cat "$WORK/chromium.log" >&2; exit 1; }

@@ -32,3 +32,6 @@ if [ -z "${PRIMUS_OPTUNA_PG_URL:-}" ] && [ "${PRIMUS_OPTUNA_NO_PG:-0}" != "1" ];
     echo "[services] PostgreSQL is not installed and could not be installed; PostgreSQL tests will be skipped" >&2
   fi
 fi
+
+# the headless-browser dashboard test needs Debian's chromium
+source "$(dirname "${BASH_SOURCE[0]}")/install_chromium.sh"

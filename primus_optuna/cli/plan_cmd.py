@@ -6,7 +6,7 @@ import time
 
 import click
 
-from ..physics.plan import PlanEntry, plan_space
+from ..physics.plan import PlanEntry, no_fit_message, plan_space
 from ..physics.throughput import format_throughput
 from ._common import emit_json, json_option, load_study, study_argument, user_errors
 
@@ -31,9 +31,12 @@ def plan(study: str, top_n: int, as_json: bool) -> None:
     t0 = time.perf_counter()
     result = plan_space(spec, sp, top=top_n)
     elapsed = time.perf_counter() - t0
+    no_fit = no_fit_message(spec, sp) if result.legal_configs and not result.feasible_configs else None
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "no_fit": no_fit})
         return
+    if no_fit:
+        click.echo(no_fit)
     click.echo(
         f"study {spec.name}: {result.legal_configs} legal configurations, {result.feasible_configs} fit in "
         f"memory (estimated in {elapsed:.2f} s)"

@@ -53,6 +53,10 @@ def _study(storage: str, study_name: str | None):  # -> optuna.Study
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     backend = make_storage(url, heartbeat_interval=None)
     names = optuna.get_all_study_names(backend)
+    if not names:
+        raise SpecError(
+            f"--storage {url}: it holds no study; `primus-optuna run STUDY --storage {url}` creates one"
+        )
     if study_name is None:
         if len(names) != 1:
             raise SpecError(
@@ -113,10 +117,27 @@ def dashboard(storage: str | None, host: str, port: int, artifact_dir: str | Non
     url = _url(storage)
     _check_file(url)
     adir = Path(artifact_dir) if artifact_dir else artifact_dir_for(url)
+    _check_port(host, port)
     click.echo(
         f"optuna-dashboard on http://{host}:{port}/dashboard (storage {url}, artifacts {adir})", err=True
     )
-    serve_dashboard(url, host=host, port=port, artifact_dir=adir)
+    try:
+        serve_dashboard(url, host=host, port=port, artifact_dir=adir)
+    except OSError as exc:  # taken between the check and the server's bind
+        raise SpecError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """One error when ``host:port`` cannot be listened on (in use, or not an address of this machine)."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        hint = "; pick a free one with --port" if exc.errno in (98, 48, 10048) else ""  # EADDRINUSE
+        why = (exc.strerror or str(exc)).split(" (while attempting", 1)[0]
+        raise SpecError(f"--port {port}: cannot listen on {host}:{port} ({why}){hint}") from None
 
 
 @click.command()
@@ -130,13 +151,23 @@ def dashboard(storage: str | None, host: str, port: int, artifact_dir: str | Non
     show_default=True,
     help="Primus overlay YAML, Megatron arguments, `export` lines, or JSON.",
 )
+@click.option(
+    "--upstream",
+    is_flag=True,
+    help="With --format megatron: leave out the Primus-only flags (zero bubble, Primus-Turbo) for upstream Megatron-LM.",
+)
 @click.option("--trial", "trial_number", type=int, default=None, help="Trial number (default: the best).")
 @click.option(
     "--output", "-o", "output", default=None, type=click.Path(dir_okay=False), help="Write to a file."
 )
 @user_errors
 def export(
-    storage: str, study_name: str | None, fmt: str, trial_number: int | None, output: str | None
+    storage: str,
+    study_name: str | None,
+    fmt: str,
+    upstream: bool,
+    trial_number: int | None,
+    output: str | None,
 ) -> None:
     """Print the best (or chosen) trial's configuration in the format a launcher reads."""
     from ..record.export import export_config, select_trial, study_spec, trial_config
@@ -148,7 +179,7 @@ def export(
     value = f", {trial.values[0]:.1f} tokens/s/GPU" if trial.values else f" ({trial.state.name})"
     header = f"primus-optuna study {study.study_name}, trial {trial.number}{value}: {config.key()}"
     extra = {"study": study.study_name, "trial": trial.number, "values": trial.values}
-    text = export_config(spec, config, fmt, header=header, extra=extra)
+    text = export_config(spec, config, fmt, header=header, extra=extra, upstream=upstream)
     if trial.state.name != "COMPLETE":
         reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason") or ""
         click.echo(

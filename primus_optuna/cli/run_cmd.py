@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import statistics
+import sys
 from collections import Counter
 from typing import Any
 
 import click
 
+from ..run.interrupt import stop_signal
 from ._common import study_argument, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
@@ -36,6 +40,23 @@ def _baseline_note(trials: list[Any], best: float) -> str:
     return note
 
 
+def _noise_warning(done: list[Any]) -> list[str]:
+    """A warning when the two fastest configurations are closer than the measurement noise: the median
+    relative spread of the repeated runs (``runner.options.repeats`` > 1); nothing without repeats."""
+    spreads = [float(t.user_attrs["measured_spread"]) for t in done if t.user_attrs.get("measured_spread")]
+    if not spreads or len(done) < 2:
+        return []
+    noise = statistics.median(spreads)
+    a, b = sorted(done, key=lambda t: -t.values[0])[:2]
+    if a.values[0] - b.values[0] > noise * a.values[0]:
+        return []
+    return [
+        f"  warning: trials {a.number} and {b.number} are within the measurement noise "
+        f"({a.values[0] / b.values[0] - 1.0:+.1%} apart; repeated runs spread {noise:.1%}): "
+        "measure both again before choosing"
+    ]
+
+
 def summarize(study: Any, storage_url: str) -> list[str]:
     """The end-of-run report: best configuration, gain over the baseline, prune/fail counts, next commands."""
     import optuna
@@ -59,6 +80,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
         lines.append(
             f"  {best.values[0]:.1f} tokens/s/GPU, peak memory {best.user_attrs.get('memory_peak_gib')} GiB"
         )
+        lines += _noise_warning(done)
         if base is not None and base.values[0] > 0:
             gain = best.values[0] / base.values[0] - 1.0
             lines.append(f"  gain over the baseline (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")
@@ -91,16 +113,97 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
     ua = study.user_attrs
-    if ua.get("llm_calls"):
+    if ua.get("llm_calls") or ua.get("llm_failed_calls"):
         lines.append(
-            f"LLM planner: {ua['llm_calls']} calls, {ua.get('llm_tokens', 0)} tokens, "
+            f"LLM planner: {ua.get('llm_calls', 0)} calls, {ua.get('llm_tokens', 0)} tokens, "
             f"${float(ua.get('llm_cost_usd', 0.0)):.4f}, {ua.get('llm_rejected', 0)} candidates rejected"
+            + (
+                f"; {ua['llm_failed_calls']} failed calls (no answer; not counted in llm.max_calls)"
+                if ua.get("llm_failed_calls")
+                else ""
+            )
         )
     url = redact_url(storage_url)
     lines.append("next:")
     lines.append(f"  primus-optuna report --storage {url} --study-name {study.study_name}")
     lines.append(f"  primus-optuna dashboard --storage {url}")
     return lines
+
+
+class _QuietInterrupt(logging.Filter):
+    """Drop Optuna's "Trial N failed ... KeyboardInterrupt" warnings and their traceback: an interrupt is
+    reported by one line of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        return not (stop_signal() is not None and "failed with value" in record.getMessage())
+
+
+def summary_data(study: Any, storage_url: str) -> dict[str, Any]:
+    """The end-of-run summary as a JSON-serialisable dict (``run --json``)."""
+    import optuna
+
+    from ..redaction import redact_url
+
+    State = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    by_state = Counter(t.state.name.lower() for t in trials)
+    done = [t for t in trials if t.state == State.COMPLETE and t.values]
+    base = next((t for t in done if t.user_attrs.get("sweep_axis") == "baseline"), None)
+
+    def brief(t: Any) -> dict[str, Any]:
+        ua = t.user_attrs
+        return {
+            "trial": t.number,
+            "phase": ua.get("phase"),
+            "config_key": ua.get("config_key"),
+            "params": t.params,
+            "tokens_per_s_per_gpu": t.values[0],
+            "source": ua.get("source"),
+            "measured_peak_memory_gib": ua.get("measured_peak_memory_gib"),
+            "estimated_peak_memory_gib": ua.get("memory_peak_gib"),
+        }
+
+    best = max(done, key=lambda t: t.values[0]) if done else None
+    url = redact_url(storage_url)
+    return {
+        "study": study.study_name,
+        "storage": url,
+        "trials": len(trials),
+        "by_state": dict(by_state),
+        "best": brief(best) if best else None,
+        "baseline": brief(base) if base else None,
+        "gain_over_baseline": (
+            best.values[0] / base.values[0] - 1.0 if best and base and base.values[0] > 0 else None
+        ),
+        "pruned_by_reason": dict(
+            Counter(
+                _category(str(t.user_attrs.get("prune_reason", "unknown")))
+                for t in trials
+                if t.state == State.PRUNED
+            )
+        ),
+        "failed_by_reason": dict(
+            Counter(str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL)
+        ),
+        "trials_by_phase": dict(Counter(str(t.user_attrs.get("phase", "?")) for t in trials)),
+        "next": [
+            f"primus-optuna report --storage {url} --study-name {study.study_name}",
+            f"primus-optuna dashboard --storage {url}",
+        ],
+    }
+
+
+def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
+    if as_json:
+        from ._common import emit_json
+
+        emit_json(summary_data(study, storage_url))
+        return
+    for line in summarize(study, storage_url):
+        click.echo(line)
 
 
 @click.command("run")
@@ -139,7 +242,15 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     help="Trial heartbeat interval; a trial silent for 3x this long (a killed worker) is failed and retried. "
     "Default 10 for the analytical runner, 30 otherwise; 0 disables (then a killed run leaves a RUNNING trial).",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Start no new trial after this many seconds (the running ones finish); the study stays resumable.",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the end-of-run summary as JSON on stdout.")
 @user_errors
 def run(
     study: str,
@@ -154,26 +265,41 @@ def run(
     n_jobs: int,
     runs_dir: str | None,
     heartbeat: int | None,
+    timeout: float | None,
     no_progress: bool,
+    as_json: bool,
 ) -> None:
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
     import optuna
 
+    from ..errors import SpecError
+    from ..physics.plan import no_fit_message
     from ..record.dashboard import note_hook, refresh_study_note
     from ..record.report import default_report_dir
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
-    from ..run.objective import make_objective
+    from ..run.interrupt import Interrupted, exit_code, handle_signals
+    from ..run.objective import make_objective, requeue_interrupted
     from ..search.pruner import MemoryPrefilterPruner
     from ..search.sampler import PrimusSampler
+    from ..search.sweep import sweep_center
+    from ..space import Space
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(study)
+    space = Space(spec)
+    no_fit = no_fit_message(spec, space)
+    if no_fit:  # every trial would be pruned: say so and create nothing
+        raise SpecError(no_fit)
     runner = make_runner(spec, runner_kind)
     llm = None if no_llm else (llm_model or spec.llm.model)
+    if llm:  # a missing key is one error now, not a failed call per trial later
+        from ..search.planner import require_api_key
+
+        require_api_key(spec.llm.model_copy(update={"model": llm}), llm_api_base or spec.llm.api_base)
     # the heartbeat lets a resumed or parallel run fail and retry the trial of a killed worker instead of leaving
     # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
     if heartbeat is None:
@@ -205,21 +331,68 @@ def run(
         trial_hooks=(note_hook,),
     )
     n = n_trials or spec.search.n_trials
-    verb = "created" if handle.created else f"resumed ({len(st.trials)} trials so far)"
-    click.echo(
+
+    def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
+        click.echo(text, err=as_json)
+
+    center, center_note = sweep_center(space)
+    if center_note:
+        why = "; ".join(space.check(space.canonical(space.baseline)))
+        say(f"warning: {center_note} ({why}); the sweep starts from {center}")
+    first_new = len(st.trials)
+    verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
+    say(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
         + (f" and planner {llm}" if llm else "")
     )
-    click.echo(
-        f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)"
-    )
+    say(f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)")
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    requeued = requeue_interrupted(st)
+    if requeued:
+        say("re-running first the interrupted trial(s) " + ", ".join(f"#{k}" for k in requeued))
+    quiet = _QuietInterrupt()
+    optuna_log = logging.getLogger("optuna")
+    optuna_log.addFilter(quiet)
+    for h in optuna_log.handlers:
+        h.addFilter(quiet)
+    interrupted: Interrupted | None = None
     try:
-        st.optimize(
-            objective, n_trials=n, n_jobs=n_jobs, catch=(RunFailure,), show_progress_bar=not no_progress
-        )
-    except KeyboardInterrupt:
-        click.echo("interrupted; run the same command again to resume where it stopped", err=True)
-    refresh_study_note(st, handle.storage_url)
-    for line in summarize(st, handle.storage_url):
-        click.echo(line)
+        with handle_signals():
+            try:
+                st.optimize(
+                    objective,
+                    n_trials=n,
+                    timeout=timeout,
+                    n_jobs=n_jobs,
+                    catch=(RunFailure,),
+                    show_progress_bar=not no_progress and not as_json,
+                )
+            except KeyboardInterrupt as exc:
+                interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
+            if interrupted is not None:
+                stopped = [
+                    t.number
+                    for t in st.get_trials(deepcopy=False)
+                    if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
+                ]
+                click.echo(
+                    f"interrupted ({signal.Signals(interrupted.signum).name})"
+                    + (
+                        f": trial(s) {', '.join(f'#{k}' for k in stopped)} stopped, recorded as FAIL "
+                        "(failure_reason: interrupted)"
+                        if stopped
+                        else ""
+                    )
+                    + "; run the same command again to resume (interrupted trials are re-run first)",
+                    err=True,
+                )
+            refresh_study_note(st, handle.storage_url)
+            _print_summary(st, handle.storage_url, as_json)
+    except KeyboardInterrupt as exc:  # a second interrupt while writing the summary
+        interrupted = interrupted or (exc if isinstance(exc, Interrupted) else Interrupted())
+    finally:
+        optuna_log.removeFilter(quiet)
+        for h in optuna_log.handlers:
+            h.removeFilter(quiet)
+    if interrupted is not None:
+        sys.exit(exit_code(interrupted.signum))

@@ -6,6 +6,9 @@ import time
 
 import click
 
+from ..physics import MemoryEstimate, estimate_memory, no_fit_message
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
 from ._common import (
     config_from_option,
     config_option,
@@ -27,9 +30,17 @@ def space(study: str, as_json: bool) -> None:
     t0 = time.perf_counter()
     summary = sp.summary()
     elapsed = time.perf_counter() - t0
+    no_fit = no_fit_message(spec, sp)
+    base_mem = _memory(spec, sp, sp.baseline)
+    summary["no_fit"] = no_fit
+    summary["baseline"]["memory"] = base_mem.to_dict() if base_mem else None
+    if base_mem:
+        del summary["baseline"]["memory"]["stages"]
     if as_json:
         emit_json(summary)
         return
+    if no_fit:
+        click.echo(no_fit)
     click.echo(
         f"study      {spec.name}: {spec.model.name} on {spec.cluster.nodes}x{spec.cluster.gpus_per_node} "
         f"{spec.cluster.gpu.name} ({spec.world} GPUs), seq {spec.workload.seq_length}, "
@@ -43,6 +54,19 @@ def space(study: str, as_json: bool) -> None:
     click.echo(f"baseline   {sp.baseline}: {'legal' if base['legal'] else 'ILLEGAL'}")
     for reason in base["reasons"]:
         click.echo(f"  - {reason}")
+    if base_mem is not None:
+        click.echo(f"  {_fits_line(base_mem)}")
+
+
+def _memory(spec: StudySpec, sp: Space, config: TrainingConfig) -> MemoryEstimate | None:
+    """The memory estimate of a legal configuration (``None`` for an illegal one)."""
+    canon = sp.canonical(config)
+    return None if sp.check(canon) else estimate_memory(spec, canon)
+
+
+def _fits_line(mem: MemoryEstimate) -> str:
+    verdict = "fits in memory" if mem.fits else "does NOT fit in memory"
+    return f"{verdict}: {mem.reason().removeprefix('memory: ')} (estimate)"
 
 
 @click.command()
@@ -52,11 +76,12 @@ def space(study: str, as_json: bool) -> None:
 @user_errors
 def check(study: str, config_text: str, as_json: bool) -> None:
     """Say whether one configuration is legal, with every reason when it is not (exit 1 when illegal)."""
-    _, sp = load_study(study)
+    spec, sp = load_study(study)
     config = config_from_option(sp, config_text)
     reasons = sp.check(config)
     canonical = sp.canonical(config)
     canonical_reasons = sp.check(canonical) if canonical != config else reasons
+    mem = _memory(spec, sp, config) if not canonical_reasons else None
     if as_json:
         emit_json(
             {
@@ -68,6 +93,9 @@ def check(study: str, config_text: str, as_json: bool) -> None:
                     "legal": not canonical_reasons,
                     "reasons": canonical_reasons,
                 },
+                "fits": mem.fits if mem else None,
+                "memory_peak_gib": round(mem.peak_gib, 3) if mem else None,
+                "memory_usable_gib": round(mem.usable_gib, 3) if mem else None,
             }
         )
         raise SystemExit(1 if reasons else 0)
@@ -78,5 +106,7 @@ def check(study: str, config_text: str, as_json: bool) -> None:
     if canonical != config:
         state = "legal" if not canonical_reasons else "illegal"
         click.echo(f"canonical form: {canonical} ({state})")
+    if mem is not None:
+        click.echo(_fits_line(mem))
     if reasons:
         raise SystemExit(1)

@@ -10,7 +10,7 @@ from .calibration import BREAKDOWN_TERMS, Calibration
 from .fidelity import FidelityReport, ranking_fidelity, spearman
 from .gemm_efficiency import EfficiencyCurve, gemm_seconds
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
-from .plan import PlanEntry, PlanResult, plan_space
+from .plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from .shapes import (
     RECOMPUTE_DROPS,
     LayerParams,
@@ -42,6 +42,7 @@ __all__ = [
     "ThroughputEstimate",
     "estimate_throughput",
     "format_throughput",
+    "no_fit_message",
     "plan_space",
     "throughput_section",
     "LayerParams",

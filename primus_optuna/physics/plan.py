@@ -18,7 +18,7 @@ from typing import Any
 from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
-from .memory import estimate_memory
+from .memory import MemoryEstimate, estimate_memory
 from .throughput import ThroughputEstimate, estimate_throughput
 
 
@@ -95,6 +95,39 @@ def pareto_front(entries: list[PlanEntry]) -> list[PlanEntry]:
             out.append(e)
             best_mem = e.peak_gib
     return out
+
+
+def no_fit_message(
+    spec: StudySpec, space: Space | None = None, configs: list[TrainingConfig] | None = None
+) -> str | None:
+    """``None`` when some legal configuration fits in memory (or there is none); otherwise why nothing does:
+    the smallest estimated peak, its stage and configuration, the usable memory, and what to change.
+
+    Stops at the first configuration that fits, so it is cheap for the usual study."""
+    space = space or Space(spec)
+    smallest: tuple[float, TrainingConfig, MemoryEstimate] | None = None
+    for c in configs if configs is not None else space.configs():
+        mem = estimate_memory(spec, c)
+        if mem.fits:
+            return None
+        if smallest is None or mem.peak_gib < smallest[0]:
+            smallest = (mem.peak_gib, c, mem)
+    if smallest is None:
+        return None
+    _, config, mem = smallest
+    margin = spec.search.memory_safety_margin
+    hints = ["add GPUs (cluster.nodes)"]
+    if "full" not in space.candidates["recompute"]:
+        hints.append("allow recompute: full in search.axes")
+    hints.append("allow larger tp/pp/ep/cp in search.axes or lower workload.seq_length")
+    if margin > 0:
+        hints.append("lower search.memory_safety_margin")
+    return (
+        f"no configuration fits: the smallest peak is {mem.peak_gib:.1f} GiB on stage {mem.peak_stage} with "
+        f"{config}; usable is {mem.usable_gib:.1f} GiB ({mem.capacity_gib:.1f} GiB per "
+        f"{spec.cluster.gpu.name} x (1 - search.memory_safety_margin {margin:g})). To fix: "
+        + ", ".join(hints)
+    )
 
 
 def plan_space(

@@ -73,15 +73,27 @@ MEGATRON_FLAG_NAMES = {"fp8": "fp8_format"}
 """Overlay keys whose command-line flag is named differently (Primus ``fp8: hybrid`` = ``--fp8-format hybrid``)."""
 
 
-def megatron_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
+def megatron_args(
+    spec: StudySpec, config: TrainingConfig, *, upstream: bool = False, primus_only: bool = True
+) -> list[str]:
     """Megatron-LM command-line arguments (booleans as bare flags, unset arguments omitted).
 
-    The zero-bubble and Primus-Turbo switches are Primus extensions: Primus's Megatron backend accepts them,
-    upstream Megatron-LM does not (``run/presets.py`` drops them for its ``megatron`` runner)."""
+    The zero-bubble and Primus-Turbo switches are Primus extensions (``PRIMUS_ONLY``): Primus's Megatron
+    backend accepts them, upstream Megatron-LM does not. ``upstream=True`` leaves them out (and refuses a
+    zero-bubble schedule, which upstream cannot run); ``primus_only=False`` returns only the others."""
+    from ..run.presets import PRIMUS_ONLY
+
+    if upstream and config.pp_schedule in ("zb1p", "zbv"):
+        raise SpecError(
+            f"--upstream: pp_schedule={config.pp_schedule} (zero bubble) exists only in Primus; upstream "
+            "Megatron-LM cannot run this configuration (export it without --upstream for Primus)"
+        )
     args: list[str] = []
     for name, value in megatron_overrides(spec, config).items():
         flag = "--" + MEGATRON_FLAG_NAMES.get(name, name).replace("_", "-")
         if value is None or value is False:
+            continue
+        if name in PRIMUS_ONLY and (upstream or not primus_only):
             continue
         if value is True:
             args.append(flag)
@@ -92,9 +104,16 @@ def megatron_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
     return args
 
 
-def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
-    """:func:`megatron_args` one per line, joined with shell continuations."""
-    args = megatron_args(spec, config)
+def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "", upstream: bool = False) -> str:
+    """:func:`megatron_args` one per line, joined with shell continuations; a comment names the Primus-only
+    flags (left out with ``upstream``)."""
+    args = megatron_args(spec, config, upstream=upstream)
+    if not upstream:
+        common = set(megatron_args(spec, config, primus_only=False))
+        only = [a for a in args if a.startswith("--") and a not in common]
+        if only:
+            note = f"Primus-only flags (upstream Megatron-LM refuses them; --upstream leaves them out): {' '.join(only)}"
+            header = f"{header}\n{note}" if header else note
     lines: list[str] = []
     i = 0
     while i < len(args):
@@ -132,12 +151,16 @@ def export_config(
     *,
     header: str = "",
     extra: dict[str, Any] | None = None,
+    upstream: bool = False,
 ) -> str:
-    """``config`` as text in format ``fmt`` (one of :data:`FORMATS`); ``header`` becomes comment lines."""
+    """``config`` as text in format ``fmt`` (one of :data:`FORMATS`); ``header`` becomes comment lines;
+    ``upstream`` (megatron only) leaves out the Primus-only flags."""
+    if upstream and fmt != "megatron":
+        raise SpecError("--upstream applies to --format megatron only")
     if fmt == "primus":
         return to_primus_yaml(spec, config, header)
     if fmt == "megatron":
-        return to_megatron(spec, config, header)
+        return to_megatron(spec, config, header, upstream=upstream)
     if fmt == "env":
         return to_env(spec, config, header)
     if fmt == "json":
@@ -235,11 +258,13 @@ def parse_export(text: str, fmt: str, spec: StudySpec | None = None) -> Training
 
 
 def study_spec(study: Any) -> StudySpec:
-    """The :class:`StudySpec` a primus-optuna study stored in its ``primus_spec`` user attr."""
-    data = study.user_attrs.get("primus_spec")
+    """The :class:`StudySpec` a primus-optuna study stored (its ``primus_spec`` attr)."""
+    from ..search.pruner import stored_spec_data
+
+    data = stored_spec_data(study)
     if not isinstance(data, dict):
         raise SpecError(
-            f"study {study.study_name!r} was not created by primus-optuna (no 'primus_spec' study user attr)"
+            f"study {study.study_name!r} was not created by primus-optuna (no 'primus_spec' study attr)"
         )
     return StudySpec.from_dict(data, source=f"study {study.study_name!r}")
 
@@ -270,8 +295,19 @@ def select_trial(study: Any, number: int | None = None) -> Any:
         raise SpecError(f"--trial {number}: study {study.study_name!r} has no trial with that number")
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done:
+        trials = study.get_trials(deepcopy=False)
+        pruned_mem = [
+            t for t in trials if str(t.user_attrs.get("prune_reason", "")).startswith(("memory", "exhausted"))
+        ]
+        if trials and len(pruned_mem) == len(trials):
+            raise SpecError(
+                f"study {study.study_name!r} has no completed trial: every one of its {len(trials)} trials was "
+                "pruned because nothing fits in memory (running longer will not help); see `primus-optuna space "
+                "STUDY` for the smallest peak, then change the cluster, the axes or the memory margin"
+            )
         raise SpecError(
-            f"study {study.study_name!r} has no completed trial yet; pass --trial N or run it longer"
+            f"study {study.study_name!r} has no completed trial yet; pass --trial N (a trial with parameters) "
+            "or run the study until a trial completes"
         )
     if len(study.directions) > 1:
         return max(study.best_trials, key=lambda t: t.values[0])

@@ -6,7 +6,8 @@ Default storage is ``sqlite:///<study name>.db`` in the working directory. Any O
 (:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize`` once it is older than
 the grace period (default 3 x the heartbeat interval).
 
-At creation the study stores ``primus_spec`` (the study file as JSON) and ``primus_space_hash`` in its user
+At creation the study stores ``primus_spec`` (the study file as JSON, a study system attr, with a one-line
+``primus_study`` user attr) and ``primus_space_hash`` in its user
 attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.
 
 Example::
@@ -30,6 +31,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
 from ..errors import SpecError
+from ..search.pruner import store_spec, stored_spec_data
 from ..space import Space
 from ..spec import StudySpec
 
@@ -154,6 +156,34 @@ def space_hash(spec: StudySpec) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+HASHED_SECTIONS = ("model", "cluster", "workload", "search")
+
+
+def changed_fields(stored: Any, spec: StudySpec, limit: int = 8) -> str:
+    """``search.axes.mbs: [1, 2] -> [1, 2, 4]; ...``: the space-defining fields of the stored study file
+    (study attr ``primus_spec``) that differ from ``spec`` ("" when there is no stored copy)."""
+    if not isinstance(stored, dict):
+        return ""
+    new = spec.to_public_dict()
+    diffs: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        elif a != b:
+            diffs.append(f"{path}: {a!r} -> {b!r}")
+
+    for section in HASHED_SECTIONS:
+        a, b = stored.get(section), new.get(section)
+        if section == "search":
+            a = {k: v for k, v in (a or {}).items() if k not in ("n_trials", "seed")}
+            b = {k: v for k, v in (b or {}).items() if k not in ("n_trials", "seed")}
+        walk(a, b, section)
+    more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
 def directions(spec: StudySpec) -> list[str]:
     """``maximize`` tokens/s/GPU, ``minimize`` peak memory."""
     return ["maximize" if o == "tokens_per_s_per_gpu" else "minimize" for o in spec.search.objectives]
@@ -202,9 +232,14 @@ def open_study(
         attrs = optuna.load_study(study_name=name, storage=store).user_attrs
         old = attrs.get("primus_space_hash")
         if old is not None and old != h:
+            changed = changed_fields(
+                stored_spec_data(optuna.load_study(study_name=name, storage=store)), spec
+            )
             raise SpecError(
                 f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
-                f"file gives {h}): the study file was edited between runs in a way that changes the space or "
+                f"file gives {h})"
+                + (f"; changed: {changed}" if changed else "")
+                + ": the study file was edited between runs in a way that changes the space or "
                 "its estimates (axes, model, cluster or GPU figures, workload, objectives, memory margin, "
                 "baseline or sweep order) — or a primus-optuna upgrade changed a catalog figure the study used. "
                 "Restore the file, or start a new study with --study-name NAME or another --storage."
@@ -221,7 +256,7 @@ def open_study(
     except ValueError as exc:
         raise SpecError(f"study {name!r} in {url}: {exc}") from None
     if study.user_attrs.get("primus_space_hash") is None:
-        study.set_user_attr("primus_spec", spec.to_public_dict())
+        store_spec(study, spec)  # a system attr: optuna-dashboard's study page lists user attrs only
         study.set_user_attr("primus_space_hash", h)
     if study.metric_names is None:
         with warnings.catch_warnings():

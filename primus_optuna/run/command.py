@@ -37,6 +37,7 @@ from ..errors import SpecError
 from ..space import Space, TrainingConfig
 from ..spec import AXES, StudySpec
 from .base import LaunchFailure, Measurement, NoThroughput, OutOfMemory, RunContext, RunTimeout
+from .interrupt import Interrupted, stop_signal
 from .logparse import parse_log, tail
 
 CONFIG_FIELDS: tuple[str, ...] = (
@@ -55,6 +56,10 @@ PATH_FIELDS: tuple[str, ...] = ("workdir", "log", "python")
 TEMPLATE_FIELDS: tuple[str, ...] = CONFIG_FIELDS + PATH_FIELDS
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+:-]*$")  # ":" and "+": recompute values (full:2, selective:a+b)
 KILL_GRACE_S = 5.0
+STOP_GRACE_S = 30.0
+"""how long an interrupted job's process group may take to exit after the forwarded signal before SIGKILL
+(torchrun forwards SIGTERM to its workers, which may flush a checkpoint or NCCL teardown)"""
+POLL_S = 0.2
 LOG_NAME = "run.log"
 
 
@@ -168,6 +173,8 @@ class CommandRunner:
     """Run a command per trial; the measurement is parsed from its log."""
 
     kind = "command"
+    repeats = 1
+    """measurements per configuration (``runner.options.repeats``); the objective takes the median"""
 
     def __init__(
         self,
@@ -245,10 +252,12 @@ class CommandRunner:
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
             try:
-                rc = proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                rc = _kill_group(proc)
+                rc, timed_out = _wait(proc, self.timeout_s)
+            except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: the job must not outlive us (busy GPUs)
+                signum = getattr(exc, "signum", signal.SIGINT)
+                if not isinstance(exc, Interrupted):
+                    _stop_group(proc, signum)
+                raise Interrupted(signum, log_path=str(log_path)) from None
         wall = time.monotonic() - t0
         text = log_path.read_text(errors="replace")
         for extra in launch.extra_logs:
@@ -289,6 +298,49 @@ class CommandRunner:
                 "runner": self.kind,
             },
         )
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, bool]:
+    """Wait for the job: ``(exit code, timed out)``. Polls the process-wide stop flag (a signal received while
+    another thread runs the main loop) and forwards it to the job's process group."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic()))), False
+        except subprocess.TimeoutExpired:
+            signum = stop_signal()
+            if signum is not None:
+                _stop_group(proc, signum)
+                raise Interrupted(signum) from None
+            if time.monotonic() >= deadline:
+                return _kill_group(proc), True
+        except Interrupted as exc:  # the signal handler raised in this (main) thread
+            _stop_group(proc, exc.signum)
+            raise
+
+
+def _stop_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Forward ``signum`` to the job's process group and wait for the whole group to end (``STOP_GRACE_S``,
+    then SIGKILL; a second interrupt while waiting kills at once)."""
+    _signal_group(proc.pid, signum)
+    deadline = time.monotonic() + STOP_GRACE_S
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> int:

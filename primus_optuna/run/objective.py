@@ -8,7 +8,9 @@ attrs → trial hooks → tokens/s/GPU, or ``(tokens/s/GPU, peak GiB)`` for a Pa
 A :class:`~primus_optuna.run.base.RunFailure` is recorded (``failure_reason``, ``log_tail``, the log as a trial
 artifact, ``memory_model_miss`` for an OOM the memory model did not predict) and re-raised: optimise with
 ``catch=(RunFailure,)`` so the trial is FAIL and the study goes on. A successful run's log is attached too.
-The trial hooks (e.g. the dashboard note) run for every outcome: complete, pruned or failed.
+The trial hooks (e.g. the dashboard note) run for every outcome: complete, pruned or failed. An interrupt
+(Ctrl-C, SIGTERM: a :class:`KeyboardInterrupt`) is recorded as ``failure_reason: interrupted`` and re-raised
+(Optuna marks the trial FAIL); :func:`requeue_interrupted` enqueues such trials again when the study resumes.
 
 Example::
 
@@ -18,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import signal
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,8 +39,12 @@ from ..search.sampler import trial_config
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from ..spec.study import AXES
 from .base import RunContext, RunFailure, Runner
 
+INTERRUPTED = "interrupted"
+RETRY_ATTRS = ("phase", "proposer", "rationale", "config_key", "sweep_index", "sweep_axis", "sweep_value")
+"""user attrs an interrupted trial's re-run keeps (what was proposed, not what was measured)"""
 TrialHook = Callable[[optuna.Trial, dict[str, Any]], None]
 LOG_TAIL_CHARS = 4000
 
@@ -113,6 +120,16 @@ def make_objective(
     fixed_runs = Path(runs_dir) if runs_dir is not None else None
 
     def objective(trial: optuna.Trial) -> Any:
+        try:
+            return run_trial(trial)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: FAIL as interrupted, re-run first on resume
+            failed = {"failure_reason": INTERRUPTED, "interrupted_by": _signal_name(exc)}
+            set_attrs(trial, failed)
+            _attach_log(artifact_store, trial, getattr(exc, "log_path", None), hide)
+            _notify(hooks, trial, {**_stored_attrs(trial), **failed})
+            raise
+
+    def run_trial(trial: optuna.Trial) -> Any:
         study = trial.study
         config = suggest_config(trial, spec, space)
         dup = duplicate_of(study, trial, space, config)
@@ -152,7 +169,7 @@ def make_objective(
             spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
         )
         try:
-            m = runner.run(config, context)
+            m, repeated = _measure(runner, config, context)
         except RunFailure as exc:
             # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
             # stored, uploaded or re-raised (Optuna logs the exception) unredacted
@@ -191,6 +208,8 @@ def make_objective(
                     update_memory_calibration(
                         study, ratio=m.peak_memory_gib / mem.peak_gib, capacity=mem.capacity_gib
                     )
+        if repeated:
+            result.update(repeated)
         if m.log_path and Path(m.log_path).is_file():
             result["log_tail"] = hide(_tail(Path(m.log_path)))
             _attach_log(artifact_store, trial, m.log_path, hide)
@@ -203,6 +222,58 @@ def make_objective(
         return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
 
     return objective
+
+
+def _measure(runner: Runner, config: TrainingConfig, context: RunContext) -> tuple[Any, dict[str, Any]]:
+    """``runner.repeats`` runs of ``config`` (each in ``repeat-<j>`` under the trial's directory when more than
+    one): the median run (by tokens/s/GPU, the lower one of an even count) and the attrs that record them all
+    (``measured_repeats``, ``measured_spread`` = (max − min) / median)."""
+    k = max(1, int(getattr(runner, "repeats", 1) or 1))
+    if k == 1:
+        return runner.run(config, context), {}
+    runs = []
+    for j in range(k):
+        sub = RunContext(
+            spec=context.spec,
+            workdir=context.workdir / f"repeat-{j}",
+            trial_number=context.trial_number,
+            study_name=context.study_name,
+        )
+        sub.workdir.mkdir(parents=True, exist_ok=True)
+        runs.append(runner.run(config, sub))
+    ordered = sorted(runs, key=lambda r: r.tokens_per_s_per_gpu)
+    median = ordered[(k - 1) // 2]
+    values = [r.tokens_per_s_per_gpu for r in runs]
+    spread = (
+        (max(values) - min(values)) / median.tokens_per_s_per_gpu if median.tokens_per_s_per_gpu else None
+    )
+    return median, {
+        "measured_repeats": [round(v, 3) for v in values],
+        "measured_spread": round(spread, 5) if spread is not None else None,
+    }
+
+
+def requeue_interrupted(study: optuna.Study) -> list[int]:
+    """Enqueue once, ahead of any new trial, the configuration of every trial that ended as FAIL with
+    ``failure_reason: interrupted`` (Ctrl-C, SIGTERM); returns their numbers. The retry keeps the original's
+    phase, rationale and sweep attrs (an interrupted baseline is still the baseline) plus ``retry_of``."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    out = []
+    for t in trials:
+        if t.state != optuna.trial.TrialState.FAIL or t.user_attrs.get("failure_reason") != INTERRUPTED:
+            continue
+        if t.number in retried or t.user_attrs.get("retry_of") in out:
+            continue
+        params = {k: v for k, v in t.params.items() if k in AXES}
+        if len(params) != len(AXES):
+            continue  # interrupted before its configuration was chosen: nothing to re-run
+        attrs = {k: t.user_attrs[k] for k in RETRY_ATTRS if k in t.user_attrs}
+        attrs["rationale"] = f"re-run of interrupted trial {t.number}: " + str(attrs.get("rationale", ""))
+        attrs["retry_of"] = t.number
+        study.enqueue_trial(params, user_attrs=attrs)
+        out.append(t.number)
+    return out
 
 
 def update_calibration(
@@ -238,6 +309,11 @@ def update_memory_calibration(
 def _stored_attrs(trial: optuna.Trial) -> dict[str, Any]:
     """The trial's user attrs as stored now (``trial.user_attrs`` may be a cached copy)."""
     return trial.study._storage.get_trial(trial._trial_id).user_attrs
+
+
+def _signal_name(exc: BaseException) -> str:
+    signum = getattr(exc, "signum", signal.SIGINT)
+    return signal.Signals(signum).name
 
 
 def _notify(hooks: tuple[TrialHook, ...], trial: optuna.Trial, attrs: dict[str, Any]) -> None:

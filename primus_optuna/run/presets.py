@@ -342,8 +342,20 @@ def local_argv(spec: StudySpec, opts: LocalOptions) -> list[str]:
 
 
 def build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any] | None = None) -> CommandRunner:
-    """A :class:`CommandRunner` for ``kind`` in :data:`PRESETS`, its options validated."""
+    """A :class:`CommandRunner` for ``kind`` in :data:`PRESETS`, its options validated.
+
+    ``repeats`` (every kind, default 1) is how many times the objective measures each configuration (the
+    median counts, the spread is recorded); it is set on the runner as ``runner.repeats``."""
     options = dict(options or {})
+    repeats = options.pop("repeats", 1)
+    if type(repeats) is not int or repeats < 1:
+        raise SpecError(f"runner.options.repeats: give a whole number >= 1 (got {repeats!r})")
+    runner = _build_command_runner(spec, kind, options)
+    runner.repeats = repeats
+    return runner
+
+
+def _build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any]) -> CommandRunner:
     if kind == "slurm":
         sopts: SlurmOptions = validate_options(SlurmOptions, options, kind)
         inner = {k: v for k, v in options.items() if k not in SlurmOptions.model_fields}

@@ -4,8 +4,9 @@ For a configuration it builds the per-GPU shape of one transformer layer
 (:meth:`~primus_optuna.physics.shapes.LayerShape.from_config`: hidden and heads split by tp, sequence by cp,
 experts by ep with their tokens per local expert, the micro-batch), instantiates the Megatron-like torch layer
 of :mod:`primus_optuna.workloads.layer` with the configuration's recompute, and times forward + backward of
-one micro-batch on the local device (CUDA/ROCm when present, else CPU) after warm-up iterations, taking the
-median of repeated timings. Results are cached by (shape, recompute, dtype, device) in a JSON file.
+one micro-batch on the local device (CUDA/ROCm) after warm-up iterations, taking the median of repeated
+timings. A study on an AMD/NVIDIA GPU is profiled on the CPU only when ``runner.options.device: cpu`` says so
+(each trial then logs a warning); with ``auto`` and no GPU the runner refuses to start (:class:`SpecError`). Results are cached by (shape, recompute, dtype, device) in a JSON file.
 
 Projection (``source="profiled"``): the step-time model's layer compute terms (``compute_attention``,
 ``compute_mlp``, ``recompute``) are replaced by the measurement — ``t_layer × layers per pipeline stage ×
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import platform
 import statistics
@@ -40,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import SpecError
 from ..physics.calibration import family_constants
 from ..physics.gemm_efficiency import layer_gemm_seconds
 from ..physics.layer_mix import stage_mixes
@@ -52,6 +55,13 @@ from .base import LaunchFailure, Measurement, OutOfMemory, RunContext
 
 ATTN_BWD_FACTOR = 2.5
 """FlashAttention-2 backward / forward FLOPs (Dao 2023), as in :mod:`primus_optuna.physics.flops`."""
+GPU_VENDORS = ("amd", "nvidia")
+"""a study on these GPUs is not profiled on the CPU unless ``device: cpu`` says so"""
+CPU_WARNING = (
+    "warning: trial %s is profiled on the CPU (runner.options.device: cpu) for a %s study: its tokens/s/GPU "
+    "is a smoke-test figure, not the GPU's"
+)
+log = logging.getLogger(__name__)
 LAYER_TERMS = ("compute_attention", "compute_mlp", "recompute")
 CACHE_NAME = "profile_cache.json"
 
@@ -183,6 +193,10 @@ class ProfileRunner:
         )
         self.hits = 0
         self.misses = 0
+        self.cpu_for_gpu = False
+        """CPU timings stand in for the study's GPU (only with ``device: cpu`` given explicitly)"""
+        if spec.cluster.gpu.vendor in GPU_VENDORS:
+            self.cpu_for_gpu = self._device()[0] == "cpu"
 
     @classmethod
     def from_options(cls, spec: StudySpec, options: dict[str, Any]) -> ProfileRunner:
@@ -200,6 +214,13 @@ class ProfileRunner:
         if want == "cuda" and not torch.cuda.is_available():
             raise LaunchFailure("runner.options.device is cuda but torch sees no GPU (CUDA/ROCm)")
         device = "cuda:0" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
+        gpu = self.spec.cluster.gpu
+        if device == "cpu" and want != "cpu" and gpu.vendor in GPU_VENDORS:
+            raise SpecError(
+                f"runner.kind profile: torch sees no GPU on this machine, and CPU timings would stand in for the "
+                f"study's {gpu.name} (tokens/s/GPU off by orders of magnitude); run it on a machine with a GPU, "
+                "use runner.kind analytical, or set runner.options.device: cpu to accept CPU timings knowingly"
+            )
         dtype = self.options.dtype
         if dtype == "auto":
             dtype = "bf16" if device != "cpu" else "fp32"
@@ -288,6 +309,8 @@ class ProfileRunner:
         if not config.num_microbatches:
             raise LaunchFailure(f"{config}: the global batch does not split into whole micro-batches")
         shape = LayerShape.from_config(spec, config)
+        if self.cpu_for_gpu:
+            log.warning(CPU_WARNING, context.trial_number, spec.cluster.gpu.name)
         prof = self.profile_layer(shape, config.recompute, self._cache_path(context))
         est = estimate_throughput(spec, config)
         b = dict(est.breakdown_s)
@@ -319,6 +342,7 @@ class ProfileRunner:
                 "scale": self.options.scale,
                 "cache_hits": self.hits,
                 "cache_misses": self.misses,
+                **({"warning": "CPU timings stand in for the study's GPU"} if self.cpu_for_gpu else {}),
             },
         )
 

@@ -8,7 +8,10 @@ works and Optuna's worker threads are safe). Every candidate is checked in code 
 Each call stores a transcript (prompt inputs, messages, raw outputs, usage, accepted/rejected) as a study
 artifact when an artifact store is given, and adds its tokens and cost to the study user attrs ``llm_calls``,
 ``llm_tokens`` and ``llm_cost_usd``; ``llm.max_calls`` / ``llm.max_cost_usd`` are enforced from those attrs, so
-the budget survives restarts and is shared by workers. The DSPy disk cache lives next to the storage so a
+the budget survives restarts and is shared by workers. A call the provider never answered (timeout, HTTP 5xx,
+refused credentials) is counted in ``llm_failed_calls`` instead; an authentication error, or
+``MAX_FAILED_IN_A_ROW`` unanswered calls, stops the planner for the rest of the run (the fallback takes over).
+A missing key for the chosen provider is refused before the study starts (:func:`require_api_key`). The DSPy disk cache lives next to the storage so a
 rerun replays the same answers. API keys come from the environment only (LiteLLM's usual variables, or the
 one named by ``llm.api_key_env``) and are scrubbed from transcripts.
 
@@ -47,6 +50,9 @@ Validate = Callable[[dict[str, Any]], "tuple[TrainingConfig | None, str]"]
 MAX_TRIED_LISTED = 80
 N_BEST = 8
 N_FAILED = 6
+MAX_FAILED_IN_A_ROW = 3
+"""unanswered calls (timeouts, 5xx) in a row after which this process's planner stops and the fallback takes
+over (they are not counted in ``llm.max_calls``, so something else must bound them)"""
 _cache_lock = threading.Lock()
 _configured_cache: str | None = None
 
@@ -99,9 +105,50 @@ class PlannerOutcome:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     called: bool = False
+    answered: bool = True
+    """whether the provider answered (a failed call with no answer is not counted in ``llm_calls``)"""
     tokens: int = 0
     cost_usd: float = 0.0
     artifact_id: str | None = None
+
+
+def require_api_key(settings: LLMSpec, api_base: str | None = None) -> None:
+    """Raise one :class:`SpecError` naming the environment variable to set when the chosen provider's key is
+    missing (LiteLLM's per-provider variables, or ``llm.api_key_env``); checked before a study is created."""
+    env = settings.api_key_env
+    if env:
+        if not os.environ.get(env):
+            raise SpecError(
+                f"llm.api_key_env names {env!r} but that environment variable is not set: export {env}=... "
+                "(or run with --no-llm)"
+            )
+        return
+    import litellm
+
+    try:
+        missing = litellm.validate_environment(model=settings.model, api_base=api_base).get("missing_keys")
+    except Exception:  # an unknown provider string: LiteLLM itself will say so at the first call
+        return
+    if missing:
+        names = " and ".join(missing)
+        raise SpecError(
+            f"the LLM planner {settings.model!r} needs {names} in the environment: export {missing[0]}=... "
+            "(or name the variable holding the key with llm.api_key_env, or run with --no-llm)"
+        )
+
+
+def is_auth_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is the provider refusing the credentials (HTTP 401/403)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if getattr(e, "status_code", None) in (401, 403) or "AuthenticationError" in type(e).__name__:
+            return True
+        if "PermissionDenied" in type(e).__name__:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def configure_cache(cache_dir: str | Path) -> None:
@@ -147,12 +194,14 @@ class Planner:
                 raise SpecError("llm.model is empty; pass a LiteLLM model string such as openai/gpt-4o")
             self._lm = None
             self.model = self.settings.model
+            require_api_key(self.settings, api_base or self.settings.api_base)
             env = self.settings.api_key_env
             if env:
-                if not os.environ.get(env):
-                    raise SpecError(f"llm.api_key_env names {env!r} but that environment variable is not set")
                 self._api_key = os.environ[env]
         self.api_base = api_base or self.settings.api_base
+        self.stopped: str | None = None
+        """why this planner makes no further call in this process (authentication failed, calls keep failing)"""
+        self._failed_in_a_row = 0
         self.cache = cache_dir is not None
         """without a cache directory nothing is cached (not even in memory), so every call reaches the LM"""
         if cache_dir is not None:
@@ -185,6 +234,8 @@ class Planner:
     # --- budget ------------------------------------------------------------------------------------------
     def budget_exhausted(self, study: optuna.Study) -> str | None:
         """Why no further call may be made (``None`` while within ``llm.max_calls`` / ``llm.max_cost_usd``)."""
+        if self.stopped:
+            return self.stopped
         attrs = study._storage.get_study_user_attrs(study._study_id)
         calls, cost = int(attrs.get("llm_calls", 0)), float(attrs.get("llm_cost_usd", 0.0))
         if calls >= self.settings.max_calls:
@@ -286,7 +337,17 @@ class Planner:
             out.error = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:800]
             reasoning = ""
             log.warning("planner call failed, falling back: %s", out.error)
+            if is_auth_error(exc):
+                self.stopped = f"planner stopped: the provider refused the credentials ({out.error[:200]})"
         history = list(getattr(lm, "history", [])[start:])
+        # a call that got no answer (no credentials, timeout, HTTP 5xx) costs nothing: not counted in llm_calls
+        out.answered = out.error is None or bool(history)
+        if out.answered:
+            self._failed_in_a_row = 0
+        else:
+            self._failed_in_a_row += 1
+            if self._failed_in_a_row >= MAX_FAILED_IN_A_ROW and not self.stopped:
+                self.stopped = f"planner stopped after {self._failed_in_a_row} failed calls in a row (last: {out.error[:200]})"
         out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
         seen: set[TrainingConfig] = set()
         for cand in raw:
@@ -326,6 +387,9 @@ class Planner:
     def _account(self, study: optuna.Study, out: PlannerOutcome) -> None:
         storage, sid = study._storage, study._study_id
         attrs = storage.get_study_user_attrs(sid)
+        if not out.answered:
+            storage.set_study_user_attr(sid, "llm_failed_calls", int(attrs.get("llm_failed_calls", 0)) + 1)
+            return
         storage.set_study_user_attr(sid, "llm_calls", int(attrs.get("llm_calls", 0)) + 1)
         storage.set_study_user_attr(sid, "llm_tokens", int(attrs.get("llm_tokens", 0)) + out.tokens)
         storage.set_study_user_attr(

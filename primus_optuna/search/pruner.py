@@ -1,9 +1,10 @@
 """Memory prefilter: prune a trial whose configuration would not fit in GPU memory, before any GPU time.
 
-:class:`MemoryPrefilterPruner` is an Optuna pruner: when the objective calls ``trial.should_prune()`` before
-any ``report()``, it reads the trial's configuration from its parameters (the ten axes, whichever sampler
-set them; missing axes come from the study's baseline), estimates its memory and prunes it when the peak
-stage exceeds the usable memory. Later calls (after ``report()``) go to the wrapped pruner.
+:class:`MemoryPrefilterPruner` is an Optuna pruner: at the *first* ``trial.should_prune()`` of a trial —
+whether or not the objective called ``report()`` before — it reads the trial's configuration from its
+parameters (the ten axes, whichever sampler set them; missing axes come from the study's baseline), estimates
+its memory and prunes it when the peak stage exceeds the usable memory. Later calls go to the wrapped pruner
+(which also gets the first call when steps were reported). Call ``should_prune()`` before launching anything.
 
 Multi-objective studies cannot call ``should_prune``; their objectives call :func:`prune_if_infeasible`,
 which writes the same user attrs and raises :class:`optuna.TrialPruned`.
@@ -21,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import optuna
@@ -39,10 +41,32 @@ __all__ = [
     "memory_attrs",
     "memory_check",
     "prune_if_infeasible",
+    "store_spec",
+    "stored_spec_data",
     "study_memory_calibration",
 ]
 
 SPEC_ATTR = "primus_spec"
+"""the study file as a dict: a study *system* attr (optuna-dashboard does not list those; older studies have it
+as a user attr, still read); the user attr ``primus_study`` is a one-line summary"""
+SUMMARY_ATTR = "primus_study"
+
+
+def stored_spec_data(study: optuna.Study) -> Any:
+    """The study file a primus-optuna study stored (system attr, else the user attr of older studies)."""
+    data = study._storage.get_study_system_attrs(study._study_id).get(SPEC_ATTR)
+    return data if data is not None else study.user_attrs.get(SPEC_ATTR)
+
+
+def store_spec(study: optuna.Study, spec: StudySpec) -> None:
+    """Store ``spec`` in the study (system attr ``primus_spec``) with a short summary user attr."""
+    study._storage.set_study_system_attr(study._study_id, SPEC_ATTR, spec.to_public_dict())
+    g = spec.cluster.gpu
+    study.set_user_attr(
+        SUMMARY_ATTR,
+        f"{spec.model.name} on {spec.cluster.nodes}x{spec.cluster.gpus_per_node} {g.name}, seq "
+        f"{spec.workload.seq_length}, GBS {spec.workload.global_batch_size}, {spec.workload.precision}",
+    )
 
 
 def config_from_params(space: Space, params: dict[str, Any]) -> TrainingConfig:
@@ -97,29 +121,37 @@ def memory_check(
 class MemoryPrefilterPruner(BasePruner):
     """Prune configurations that do not fit before they run; delegate later decisions to ``wrapped``.
 
-    ``spec`` defaults to the study's ``primus_spec`` user attr (the study file as a dict), read once.
+    ``spec`` defaults to the study file the study stored (:func:`store_spec`), read once.
     """
 
     def __init__(self, wrapped: BasePruner | None = None, spec: StudySpec | None = None) -> None:
         self.wrapped = wrapped
         self._spec = spec
         self._space: Space | None = Space(spec) if spec is not None else None
+        self._checked: set[tuple[int, int]] = set()  # trials whose memory was checked (by this process)
+        self._lock = threading.Lock()
 
     def _space_for(self, study: optuna.Study) -> Space:
         if self._space is None:
-            data = study.user_attrs.get(SPEC_ATTR)
+            data = stored_spec_data(study)
             if data is None:
                 raise SpecError(
-                    "MemoryPrefilterPruner needs the study spec: pass spec=... or set the study user attr "
-                    f"{SPEC_ATTR!r} to StudySpec.to_dict()"
+                    "MemoryPrefilterPruner needs the study spec: pass spec=... or store it with "
+                    "store_spec(study, spec)"
                 )
-            self._spec = StudySpec.from_dict(data, source=f"study user attr {SPEC_ATTR}")
+            self._spec = StudySpec.from_dict(data, source=f"study attr {SPEC_ATTR}")
             self._space = Space(self._spec)
         return self._space
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        if trial.last_step is not None:
+        key = (trial._trial_id, trial.number)
+        with self._lock:
+            first = key not in self._checked
+            self._checked.add(key)
+        if not first:
             return self.wrapped.prune(study, trial) if self.wrapped is not None else False
+        if self.wrapped is not None and trial.last_step is not None and self.wrapped.prune(study, trial):
+            return True
         space = self._space_for(study)
         _, fits, attrs = memory_check(
             space.spec, config_from_params(space, trial.params), study_memory_calibration(study)

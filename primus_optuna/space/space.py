@@ -200,19 +200,47 @@ class Space:
                     counts[rule.id] += 1
         return counts
 
-    def explain_empty(self) -> str:
-        counts = self.elimination_counts()
+    def explain_empty(self, limit: int = 500_000) -> str:
+        """Why the space is empty, naming the rules that actually block: those every combination breaks
+        (relaxing any other rule cannot help), else those that alone reject a combination (relaxing one of
+        them would admit it), else the ones that reject the most."""
         total = 1
         for a in AXES:
             total *= len(self.candidates[a])
-        worst = counts.most_common(3)
-        detail = "; ".join(
-            f"{rid} ({next(r.text for r in RULES if r.id == rid)}) rejects {n} of {total}" for rid, n in worst
-        )
+        every: set[str] | None = None
+        alone: Counter[str] = Counter()
+        counts: Counter[str] = Counter()
+        example: dict[str, tuple[str, TrainingConfig]] = {}
+        for c in itertools.islice(self.product(), limit):
+            broken = {}
+            for rule in RULES:
+                why = rule.fn(self.facts, c)
+                if why:
+                    broken[rule.id] = why
+                    counts[rule.id] += 1
+                    example.setdefault(rule.id, (why, c))
+            every = set(broken) if every is None else every & set(broken)
+            if len(broken) == 1:
+                alone[next(iter(broken))] += 1
+
+        def named(rid: str) -> str:
+            why, c = example[rid]
+            return f"{rid} ({why}, e.g. {c.key()})"
+
+        if every:
+            order = sorted(every, key=lambda r: [x.id for x in RULES].index(r))
+            detail = "every combination breaks " + "; ".join(named(r) for r in order)
+        elif alone:
+            detail = "the rules that alone reject otherwise-legal combinations: " + "; ".join(
+                f"{named(r)} rejects {n}" for r, n in alone.most_common(3)
+            )
+        else:
+            detail = "no single rule blocks; the rules that reject the most: " + "; ".join(
+                f"{named(r)} rejects {n} of {total}" for r, n in counts.most_common(3)
+            )
         return (
             f"study {self.spec.name!r} has no legal configuration among the {total} combinations of "
-            f"search.axes; the rule that eliminated the most: {detail}. Widen search.axes or change the "
-            "cluster/workload."
+            f"search.axes; {detail}. Widen search.axes or change the cluster/workload."
         )
 
     def summary(self) -> dict[str, Any]:

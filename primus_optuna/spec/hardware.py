@@ -14,7 +14,7 @@ study file. Memory is compared in ONE unit, GiB, through :attr:`GPUSpec.hbm_gib`
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,7 +67,30 @@ class GPUSpec(BaseModel):
 
     @classmethod
     def catalog(cls, name: str) -> GPUSpec:
-        return GPU_CATALOG[name]
+        """The catalog GPU ``name`` (case-insensitive: ``H100``, ``MI355X``)."""
+        return GPU_CATALOG[gpu_key(name)]
+
+
+def gpu_key(name: str) -> str:
+    """The catalog key of a GPU name: GPU names are case-insensitive (``H200`` = ``h200``)."""
+    return name.strip().lower()
+
+
+def with_overrides(base: GPUSpec, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A catalog GPU's fields with a study file's ``overrides`` applied.
+
+    ``hbm_gb`` without ``memory_gib`` changes the capacity too (e.g. ``{catalog: h100, hbm_gb: 94}`` for an
+    H100 NVL): the catalog's device-reported ``memory_gib`` is scaled by the same ratio (80 GB → 79.6 GiB, so
+    94 GB → 93.5 GiB, what ``nvidia-smi`` reports for the 94 GB part); without it the override was ignored."""
+    data = {**base.model_dump(), **overrides}
+    if "hbm_gb" in overrides and "memory_gib" not in overrides and base.memory_gib is not None:
+        try:
+            hbm = float(overrides["hbm_gb"])
+        except (TypeError, ValueError):
+            hbm = 0.0
+        if hbm > 0:  # otherwise pydantic reports the bad hbm_gb value under its own name
+            data["memory_gib"] = base.memory_gib * hbm / base.hbm_gb
+    return data
 
 
 # Datasheet figures (shared/reference/hardware.md). memory_gib: device-reported totals (nvidia-smi memory.total:

@@ -28,7 +28,7 @@ from pydantic import (
 
 from ..errors import SpecError
 from ..redaction import MASK, looks_secret, redact_data
-from .hardware import GPU_CATALOG, GPUSpec
+from .hardware import GPU_CATALOG, GPUSpec, gpu_key, with_overrides
 from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
 from .recompute import parse_recompute
@@ -116,15 +116,15 @@ class ClusterSpec(_Strict):
     @classmethod
     def _resolve_gpu(cls, v: Any) -> Any:
         if isinstance(v, str):
-            if v not in GPU_CATALOG:
+            if gpu_key(v) not in GPU_CATALOG:
                 raise _unknown("GPU", v, sorted(GPU_CATALOG))
-            return GPU_CATALOG[v]
+            return GPU_CATALOG[gpu_key(v)]
         if isinstance(v, dict) and "catalog" in v:
             name = v["catalog"]
-            if name not in GPU_CATALOG:
+            if gpu_key(str(name)) not in GPU_CATALOG:
                 raise _unknown("GPU", str(name), sorted(GPU_CATALOG))
             overrides = {k: val for k, val in v.items() if k != "catalog"}
-            return {**GPU_CATALOG[name].model_dump(), **overrides}
+            return with_overrides(GPU_CATALOG[gpu_key(str(name))], overrides)
         return v
 
     @property

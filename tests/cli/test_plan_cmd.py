@@ -28,7 +28,8 @@ def test_plan_json_contract_and_ranking(tmp_path):
     r = invoke("plan", study_file(tmp_path), "--json", "--top", "5")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert list(doc) == ["legal_configs", "feasible_configs", "top", "baseline", "pareto"]
+    assert list(doc) == ["legal_configs", "feasible_configs", "top", "baseline", "pareto", "no_fit"]
+    assert doc["no_fit"] is None
     assert 0 < doc["feasible_configs"] <= doc["legal_configs"]
     assert len(doc["top"]) == 5
     assert all(set(e) == {"config", "tokens_per_s_per_gpu", "peak_gib"} for e in doc["top"])

@@ -31,7 +31,7 @@ def test_report_writes_md_and_html(storage: str, tmp_path: Path) -> None:
     r = invoke("report", "--storage", storage, "--study-name", "small", "--out", out)
     assert r.exit_code == 0, r.output
     assert f"wrote {out / 'report.md'}" in r.output
-    assert "## 6. Result" in (out / "report.md").read_text()
+    assert "## 7. Result" in (out / "report.md").read_text()
     assert (out / "report.html").read_text().startswith("<!doctype html>")
 
 
@@ -115,3 +115,25 @@ def test_export_into_a_new_directory_and_a_pruned_trial_warns(storage: str, tmp_
     blocked.write_text("")
     r = invoke("export", "--storage", storage, "--study-name", "small", "-o", blocked / "x.yaml")
     assert r.exit_code == 2 and r.output.startswith("error: --output")
+
+
+def test_dashboard_port_in_use_is_one_error_line(storage: str) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = invoke("dashboard", "--storage", storage, "--port", port)
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        f"error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); "
+        "pick a free one with --port"
+    ]
+
+
+def test_report_on_an_empty_storage_says_it_holds_no_study(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    optuna.storages.RDBStorage(url)  # the file exists, with no study in it
+    for cmd in (["report"], ["export", "--format", "json"]):
+        r = invoke(*cmd, "--storage", url)
+        assert r.exit_code == 2
+        assert r.output.startswith(f"error: --storage {url}: it holds no study;"), r.output

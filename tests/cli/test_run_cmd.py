@@ -58,6 +58,7 @@ def test_edited_space_is_refused_with_exit_code_2(tmp_path):
     edited = _write(tmp_path, small_moe_study(axes={"mbs": [1, 2]}))
     r = invoke("run", edited, "--storage", url, "--n-trials", 1, "--no-progress")
     assert r.exit_code == 2 and "changes the space" in r.output
+    assert "; changed: search.axes.mbs: None -> [1, 2]" in r.output
 
 
 def test_unknown_runner_is_a_user_error(tmp_path):
@@ -132,3 +133,33 @@ def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
     # the second round repeats the same answer: rejected as a duplicate, so the last trial is the fallback's
     assert loaded.trials[-1].user_attrs["phase"] == "fallback"
     assert (tmp_path / "l-dspy-cache").is_dir()
+
+
+def test_missing_llm_key_is_one_error_before_anything_is_created(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = tmp_path / "k.db"
+    r = invoke(
+        "run", _write(tmp_path, small_moe_study()), "--storage", f"sqlite:///{db}", "--llm", "openai/gpt-4o"
+    )
+    assert r.exit_code == 2
+    assert r.output.startswith(
+        "error: the LLM planner 'openai/gpt-4o' needs OPENAI_API_KEY in the environment"
+    )
+    assert len(r.output.strip().splitlines()) == 1 and not db.exists()
+
+
+def test_run_json_summary_and_timeout(tmp_path):
+    import json
+
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    r = CliRunner().invoke(cli, ["run", str(study), "--storage", url, "--n-trials", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)  # stdout is the JSON alone; the progress lines went to stderr
+    assert doc["study"] == "small-moe" and doc["trials"] == 4
+    assert doc["best"]["trial"] >= 0 and doc["best"]["tokens_per_s_per_gpu"] > 0
+    assert doc["baseline"]["trial"] == 0 and doc["trials_by_phase"] == {"sweep": 4}
+    # --timeout: no new trial starts after the limit (here: one trial at most, the limit is tiny)
+    r = invoke("run", study, "--storage", url, "--n-trials", 50, "--timeout", 0.001, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert len(optuna.load_study(study_name="small-moe", storage=url).trials) < 4 + 50

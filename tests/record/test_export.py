@@ -142,6 +142,32 @@ def test_json_carries_derived_and_extra(flagship: StudySpec) -> None:
     assert doc["config"]["dp"] == c.dp == 16 and doc["config"]["num_microbatches"] == c.num_microbatches
 
 
+def test_megatron_marks_primus_only_flags_or_leaves_them_out_with_upstream(flagship: StudySpec) -> None:
+    from primus_optuna.errors import SpecError
+
+    space = Space(flagship)
+    c = space.make(moe_dispatcher="deepep")  # Primus-Turbo DeepEP: --use-turbo-deepep --enable-primus-turbo
+    text = export_config(flagship, c, "megatron", header="best")
+    note = next(line for line in text.splitlines() if line.startswith("# Primus-only flags"))
+    assert "--use-turbo-deepep" in note and "--enable-primus-turbo" in note
+    assert "--use-turbo-deepep" in text.split(note, 1)[1]  # still in the arguments, for Primus
+    assert parse_export(text, "megatron", flagship) == c
+    up = export_config(flagship, c, "megatron", upstream=True)
+    assert "--use-turbo-deepep" not in up and "--enable-primus-turbo" not in up and "Primus-only" not in up
+    assert "--moe-enable-deepep" in up  # an upstream flag stays
+    plain = export_config(
+        flagship, space.make(moe_dispatcher="alltoall", pp_schedule="interleaved"), "megatron"
+    )
+    assert "Primus-only" not in plain
+    zb = space.canonical(space.make(pp_schedule="zb1p", vpp=1, recompute="none"))
+    assert not space.check(zb)
+    assert "--enable-zero-bubble" in export_config(flagship, zb, "megatron").split("Primus-only flags", 1)[1]
+    with pytest.raises(SpecError, match="--upstream: pp_schedule=zb1p"):
+        export_config(flagship, zb, "megatron", upstream=True)
+    with pytest.raises(SpecError, match="--format megatron only"):
+        export_config(flagship, c, "primus", upstream=True)
+
+
 def test_ep_overlap_maps_to_megatron_flags(flagship: StudySpec) -> None:
     c = Space(flagship).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved", ep_overlap=True)
     args = megatron_args(flagship, c)

@@ -14,20 +14,21 @@ from primus_optuna.redaction import redact
 from tests.helpers.recorded_study import FALLBACK_WHY, SENTINEL_KEY, make_study
 
 SECTIONS = (
-    "## 1. Setup",
-    "## 2. Sweep phase",
-    "## 3. Planner phase",
-    "## 4. Memory filter",
-    "## 5. Estimates vs measurements",
-    "## 6. Result",
-    "## 7. Plots",
-    "## 8. All trials",
+    "## 1. Executive summary",
+    "## 2. Setup",
+    "## 3. Sweep phase",
+    "## 4. Planner phase",
+    "## 5. Memory filter",
+    "## 6. Estimates vs measurements",
+    "## 7. Result",
+    "## 8. Plots",
+    "## 9. All trials",
 )
 
 
 def _row(md: str, first_cell: str) -> list[str]:
     """Cells of the All-trials table row for trial ``first_cell``."""
-    table = md.split("## 8. All trials", 1)[1]
+    table = md.split("## 9. All trials", 1)[1]
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if cells and cells[0] == first_cell:

@@ -43,12 +43,12 @@ def test_report_of_a_real_run(ran) -> None:
     assert len(rec.trials) == len(study.trials) == 14
     best = study.best_trial
     assert f"**Best configuration**: trial {best.number}, `{best.user_attrs['config_key']}`" in md
-    assert f"tokens/s/GPU {best.value:.1f} (analytical)" in md
+    assert f"{best.value:.1f} tokens/s/GPU (" in md and "TFLOP/s/GPU, MFU" in md and "(analytical)" in md
     # the analytical runner measures nothing: said so, not an empty table
     assert "nothing to compare yet" in md
     # sensitivity from the analytical models: a verdict and one row per neighbour
     assert "Verdict: **not available" not in md
-    section = md.split("### Sensitivity", 1)[1].split("## 7.", 1)[0]
+    section = md.split("### Sensitivity", 1)[1].split("## 8.", 1)[0]
     assert section.count("\n| ") >= 4
     # every swept axis has its table
     axes = {t.user_attrs.get("sweep_axis") for t in study.trials} - {None, "baseline"}

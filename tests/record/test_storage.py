@@ -35,7 +35,11 @@ def test_urls_and_sibling_directories(tmp_path):
     assert handle.runs_dir == tmp_path / "a-runs" and handle.cache_dir == tmp_path / "a-dspy-cache"
     study = handle.study
     assert study.directions == [optuna.study.StudyDirection.MAXIMIZE]
-    assert study.user_attrs["primus_spec"] == spec.to_dict()
+    # the study file is a system attr (the dashboard lists user attrs: a one-line summary there)
+    from primus_optuna.search.pruner import stored_spec_data
+
+    assert stored_spec_data(study) == spec.to_dict() and "primus_spec" not in study.user_attrs
+    assert study.user_attrs["primus_study"].startswith(f"{spec.model.name} on 2x4 ")
     assert study.user_attrs["primus_space_hash"] == space_hash(spec)
     assert study.metric_names == ["tokens/s/GPU"]
 

@@ -177,3 +177,34 @@ def test_each_outcome_is_the_right_trial_state(spec, tmp_path: Path, args: tuple
         assert t.user_attrs["log_tail"]
         assert optuna.artifacts.get_all_artifact_meta(t, storage=study._storage)  # the log is attached
         assert t.user_attrs.get("memory_model_miss", False) == (reason == "oom")
+
+
+def test_stop_flag_forwards_the_signal_to_the_job_group_and_waits(spec, tmp_path: Path) -> None:
+    """A signal handled by another thread (``run --n-jobs``) reaches a job this thread waits for."""
+    import signal
+    import threading
+
+    from primus_optuna.run.interrupt import Interrupted, request_stop, reset_stop
+
+    pidfile = tmp_path / "child.pid"
+    runner = CommandRunner(spec, fake_argv("hang", str(pidfile)), timeout_s=60.0)
+    timer = threading.Timer(1.0, request_stop, args=(signal.SIGTERM,))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(Interrupted) as exc:
+            runner.run(baseline(spec), _ctx(spec, tmp_path))
+    finally:
+        timer.cancel()
+        reset_stop()
+    assert exc.value.signum == signal.SIGTERM and exc.value.log_path
+    assert time.monotonic() - t0 < 30
+    child = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the job's child outlived the interrupt")

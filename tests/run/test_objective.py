@@ -215,3 +215,48 @@ def test_secrets_in_a_jobs_output_never_reach_storage_artifacts_or_the_exception
     uploaded = [p.read_text() for p in (tmp_path / "artifacts").iterdir()]
     assert uploaded and all(secret not in u and "HIP out of memory" in u for u in uploaded)
     assert secret in log.read_text()  # the job's own log file is left as the job wrote it
+
+
+class _Noisy:
+    """A measured runner whose runs of one configuration differ (run-to-run noise)."""
+
+    kind = "noisy"
+    repeats = 3
+
+    def __init__(self, values):
+        self.values = list(values)
+        self.workdirs = []
+
+    def run(self, config, context):
+        self.workdirs.append(context.workdir)
+        v = self.values.pop(0)
+        return Measurement(tokens_per_s_per_gpu=v, step_time_s=1.0, source="measured")
+
+
+def test_repeats_take_the_median_and_record_the_spread(spec, tmp_path):
+    from primus_optuna.cli.run_cmd import summarize
+
+    runner = _Noisy([1000.0, 1100.0, 1040.0, 1050.0, 990.0, 1010.0])
+    study = _study(spec)
+    for c in _configs(spec)[0][:2]:
+        study.enqueue_trial(c.to_params())
+    study.optimize(make_objective(spec, runner, runs_dir=tmp_path), n_trials=2)
+    t0, t1 = study.trials
+    assert t0.value == 1040.0 and t0.user_attrs["measured_repeats"] == [1000.0, 1100.0, 1040.0]
+    assert t0.user_attrs["measured_spread"] == pytest.approx(100.0 / 1040.0, abs=1e-5)
+    assert t1.value == 1010.0  # median of 1050, 990, 1010
+    assert [w.name for w in runner.workdirs[:3]] == ["repeat-0", "repeat-1", "repeat-2"]
+    # 1040 vs 1010 (3% apart) is within the ~7% run-to-run spread: run says so
+    lines = summarize(study, "sqlite:///x.db")
+    assert any("are within the measurement noise" in line for line in lines), lines
+
+
+def test_repeats_option_is_validated():
+    from primus_optuna.errors import SpecError
+    from primus_optuna.run.presets import build_command_runner
+
+    s = StudySpec.from_dict(small_moe_study())
+    assert build_command_runner(s, "command", {"argv": ["x"], "repeats": 3}).repeats == 3
+    assert build_command_runner(s, "command", {"argv": ["x"]}).repeats == 1
+    with pytest.raises(SpecError, match="runner.options.repeats"):
+        build_command_runner(s, "command", {"argv": ["x"], "repeats": 0})

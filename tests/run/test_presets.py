@@ -186,7 +186,7 @@ def test_factory_builds_every_kind(spec: StudySpec) -> None:
         "primus": {},
         "megatron": {"megatron_path": "/m"},
         "slurm": {"preset": "primus", "mode": "sbatch"},
-        "profile": {"scale": 0.1},
+        "profile": {"scale": 0.1, "device": "cpu"},
     }
     for kind, opts in options.items():
         s = spec.model_copy(update={"runner": spec.runner.model_copy(update={"kind": kind, "options": opts})})

@@ -59,7 +59,7 @@ def test_profiles_dense_layer_with_cache(tmp_path: Path) -> None:
 
 def test_moe_layer_scaled_on_cpu(tmp_path: Path) -> None:
     spec = mixtral_spec()
-    runner = ProfileRunner(spec, scale=0.02, warmup=1, repeats=2)
+    runner = ProfileRunner(spec, scale=0.02, warmup=1, repeats=2, device="cpu")
     config = Space(spec).baseline
     m = runner.run(config, RunContext(spec=spec, workdir=tmp_path / "t0"))
     d = m.details
@@ -82,13 +82,13 @@ def test_projection_keeps_communication_and_replaces_compute(tmp_path: Path, mon
     monkeypatch.setattr(
         profile, "time_layer", lambda *a, **k: {"fwd_bwd_s": per_layer, "times_s": [per_layer]}
     )
-    m = ProfileRunner(spec, cache=tmp_path / "a.json").run(
+    m = ProfileRunner(spec, cache=tmp_path / "a.json", device="cpu").run(
         config, RunContext(spec=spec, workdir=tmp_path / "a")
     )
     assert m.tokens_per_s_per_gpu == pytest.approx(est.tokens_per_s_per_gpu, rel=1e-9)
     # ... one twice as slow doubles the layer compute and the bubble, and nothing else
     monkeypatch.setattr(profile, "time_layer", lambda *a, **k: {"fwd_bwd_s": 2 * per_layer, "times_s": []})
-    m2 = ProfileRunner(spec, cache=tmp_path / "b.json").run(
+    m2 = ProfileRunner(spec, cache=tmp_path / "b.json", device="cpu").run(
         config, RunContext(spec=spec, workdir=tmp_path / "b")
     )
     grow = layer_terms + b.get("pipeline_bubble", 0.0)
@@ -108,3 +108,29 @@ def test_factory_builds_profile_runner() -> None:
     data["runner"]["options"] = {"repeat": 2}
     with pytest.raises(SpecError, match="unknown option"):
         make_runner(StudySpec.from_dict(data))
+
+
+def test_refuses_cpu_timings_for_a_gpu_study_unless_asked(tmp_path: Path, monkeypatch, caplog) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU
+    spec = mixtral_spec()  # MI355X
+    with pytest.raises(SpecError, match=r"no GPU.*mi355x.*runner.options.device: cpu"):
+        ProfileRunner(spec, scale=0.02)
+    data = spec.to_dict()
+    data["runner"] = {"kind": "profile", "options": {"scale": 0.02}}
+    with pytest.raises(SpecError, match="runner.options.device: cpu"):
+        make_runner(StudySpec.from_dict(data))
+    # asked explicitly: it runs, and every trial says its figure is a CPU one
+    monkeypatch.setattr(profile, "time_layer", lambda *a, **k: {"fwd_bwd_s": 1.0, "times_s": [1.0]})
+    runner = ProfileRunner(spec, scale=0.02, device="cpu", cache=tmp_path / "c.json")
+    config = Space(spec).baseline
+    with caplog.at_level("WARNING", logger="primus_optuna.run.profile"):
+        for n in (0, 1):
+            m = runner.run(config, RunContext(spec=spec, workdir=tmp_path / f"t{n}", trial_number=n))
+    warnings = [r.getMessage() for r in caplog.records if "profiled on the CPU" in r.getMessage()]
+    assert len(warnings) == 2 and "trial 1" in warnings[1] and "mi355x" in warnings[1]
+    assert m.details["warning"]
+    # a study of a CPU "GPU" (vendor other) is profiled on the CPU without a warning
+    tiny = ProfileRunner(_tiny())
+    assert not tiny.cpu_for_gpu

@@ -159,8 +159,45 @@ def test_planner_failures_fall_back_and_launch_nothing_invalid(tmp_path, reply, 
     assert "planner unavailable" in last.user_attrs["rationale"]
     assert why in last.user_attrs["rationale"].lower()
     assert not [t for t in study.trials if t.user_attrs.get("phase") == "planner"]
-    assert study.user_attrs["llm_calls"] == 1
+    if why in ("timeout", "internalservererror"):  # no answer: not counted against llm.max_calls
+        assert "llm_calls" not in study.user_attrs and study.user_attrs["llm_failed_calls"] == 1
+    else:
+        assert study.user_attrs["llm_calls"] == 1
     _valid_only(spec, study)
+
+
+def test_missing_key_is_one_error_naming_the_variable(monkeypatch):
+    from primus_optuna.errors import SpecError
+    from primus_optuna.search.planner import require_api_key
+
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    spec = _spec()
+    with pytest.raises(SpecError, match=r"needs OPENAI_API_KEY in the environment: export OPENAI_API_KEY="):
+        PrimusSampler(spec, llm=spec.llm)
+    with pytest.raises(SpecError, match=r"needs ANTHROPIC_API_KEY"):
+        require_api_key(spec.llm.model_copy(update={"model": "anthropic/claude-x"}))
+    with pytest.raises(SpecError, match=r"llm.api_key_env names 'MY_KEY'.*export MY_KEY="):
+        require_api_key(spec.llm.model_copy(update={"api_key_env": "MY_KEY"}))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    require_api_key(spec.llm)
+
+
+def test_auth_error_stops_the_planner_and_unanswered_calls_are_not_counted(tmp_path):
+    spec = _spec(max_calls=2)
+    _, _, n_sweep = _cands(spec)
+    with OpenAIServer([Reply(status=401)]) as srv:
+        handle = _study(spec, None, tmp_path)
+        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 3)
+        requests = len(srv.requests)
+    study = handle.study
+    assert requests == 1  # refused credentials: no second call
+    tail = study.trials[n_sweep:]
+    assert [t.user_attrs["phase"] for t in tail] == ["fallback"] * 3
+    assert "authenticationerror" in tail[0].user_attrs["rationale"].lower()
+    assert "planner stopped: the provider refused the credentials" in tail[-1].user_attrs["rationale"]
+    assert "llm_calls" not in study.user_attrs and study.user_attrs["llm_failed_calls"] == 1
 
 
 def test_call_budget_is_enforced_from_storage_across_restarts(tmp_path):

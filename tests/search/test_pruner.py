@@ -152,3 +152,33 @@ def test_the_study_memory_calibration_decides(setup) -> None:
         assert t.user_attrs["memory_peak_calibrated_gib"] == pytest.approx(est.peak_gib * scale, abs=1e-3)
         if pruned:
             assert "calibrated ×2.00 from 3 measured peaks" in t.user_attrs["prune_reason"]
+
+
+def test_acts_at_the_first_should_prune_even_after_report(setup: tuple) -> None:
+    """The usual custom objective reports a step, then asks: a config that does not fit is pruned there,
+    before anything else runs; one that fits goes on, and later calls go to the wrapped pruner."""
+    spec, space, chosen = setup
+    fitting = next(c for c in chosen if estimate_memory(spec, c).fits)
+    too_big = next(c for c in chosen if not estimate_memory(spec, c).fits)
+    wrapped = Recorder()
+    study = optuna.create_study(
+        direction="maximize", pruner=MemoryPrefilterPruner(wrapped=wrapped, spec=spec)
+    )
+    study.enqueue_trial(too_big.to_params())
+    study.enqueue_trial(fitting.to_params())
+    launched: list[int] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        suggest_all(trial, space)
+        trial.report(0.0, step=0)  # e.g. a warm-up value reported before the first check
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        launched.append(trial.number)
+        return 1.0
+
+    wrapped_prunes = {"on": False}
+    wrapped.prune = lambda study, trial: wrapped_prunes["on"]  # type: ignore[method-assign]
+    study.optimize(objective, n_trials=2)
+    t0, t1 = study.trials
+    assert t0.state == optuna.trial.TrialState.PRUNED and REASON.match(t0.user_attrs["prune_reason"])
+    assert t1.state == optuna.trial.TrialState.COMPLETE and launched == [1]

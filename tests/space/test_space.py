@@ -74,25 +74,23 @@ def test_baseline_missing_axes_default_and_legality():
     assert space.baseline in space
 
 
-def test_empty_space_names_the_worst_rule():
+def test_empty_space_names_the_rules_that_block():
     spec = StudySpec.from_dict(small_moe_study(axes={"tp": [3]}))
     with pytest.raises(SpecError) as e:
         Space(spec).configs()
     msg = str(e.value)
     assert "no legal configuration" in msg and "Widen search.axes" in msg
-    worst = msg.split("eliminated the most: ")[1].split(" ")[0]
-    assert worst in {
-        "tp_heads",
-        "tp_kv_groups",
-        "tp_ffn",
-        "seq_tp",
-        "world",
-    }  # every point fails these for tp=3
+    blockers = msg.split("every combination breaks ")[1]
+    for rule in ("tp_heads", "tp_kv_groups", "tp_ffn", "seq_tp", "world"):  # every point fails these for tp=3
+        assert rule + " (" in blockers
+    assert "tp=3 does not divide the 32 attention heads" in blockers
+    # a rule that rejects only some combinations is not named as a blocker
+    assert "mb_whole" not in blockers
     sp = Space(spec)
     total = 1
     for values in sp.candidates.values():
         total *= len(values)
-    assert f"rejects {total} of {total}" in msg
+    assert f"among the {total} combinations" in msg
 
 
 def test_summary_shape():
@@ -139,3 +137,12 @@ def test_training_config_refuses_values_outside_the_vocabulary():
     assert TrainingConfig(recompute="selective:core_attn").recompute == "selective"
     r = CliRunner().invoke(cli, ["estimate", str(FLAGSHIP), "--config", "recompute=bogus"])
     assert r.exit_code == 2 and "allowed values" in r.output
+
+
+def test_empty_space_names_the_single_blocking_rule():
+    spec = StudySpec.from_dict(
+        small_moe_study(axes={"tp": [1], "pp": [1], "ep": [8], "cp": [1], "mbs": [64]})
+    )
+    msg = Space(spec).explain_empty()
+    assert "every combination breaks mb_whole (global_batch_size=32 is not divisible by mbs" in msg
+    assert "every combination breaks mb_whole (" in msg and "; " not in msg.split("breaks ", 1)[1]  # alone

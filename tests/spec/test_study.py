@@ -181,3 +181,33 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
     p.write_text("- a\n- b\n")
     with pytest.raises(SpecError, match="mapping"):
         StudySpec.from_yaml(p)
+
+
+def _with_gpu(gpu):
+    return StudySpec.from_dict(
+        {**small_dense_study(), "cluster": {"gpu": gpu, "nodes": 1, "gpus_per_node": 8}}
+    )
+
+
+def test_hbm_gb_override_changes_the_capacity():
+    from primus_optuna.physics import estimate_memory
+    from primus_optuna.space import Space
+
+    stock, nvl = _with_gpu("h100"), _with_gpu({"catalog": "h100", "hbm_gb": 94})
+    assert nvl.cluster.gpu.hbm_gb == 94
+    # scaled like the catalog's device-reported figure (79.6 GiB for 80 GB): 93.5 GiB, as nvidia-smi shows
+    assert nvl.cluster.gpu.hbm_gib == pytest.approx(79.6 * 94 / 80)
+    base = Space(nvl).baseline
+    assert estimate_memory(nvl, base).capacity_gib == pytest.approx(nvl.cluster.gpu.hbm_gib)
+    assert estimate_memory(stock, base).capacity_gib == pytest.approx(79.6)
+    explicit = _with_gpu({"catalog": "h100", "hbm_gb": 94, "memory_gib": 90})
+    assert explicit.cluster.gpu.hbm_gib == 90
+    with pytest.raises(SpecError, match="hbm_gb"):
+        _with_gpu({"catalog": "h100", "hbm_gb": -1})
+
+
+def test_gpu_names_are_case_insensitive():
+    assert _with_gpu("H100").cluster.gpu == _with_gpu("h100").cluster.gpu
+    assert _with_gpu({"catalog": "MI300X"}).cluster.gpu.name == "mi300x"
+    with pytest.raises(SpecError, match="GPU"):
+        _with_gpu("H900")

@@ -46,9 +46,15 @@ def memory_pruned(rec: StudyRecord) -> list[TrialRow]:
 
 
 def gpu_hours_saved(rec: StudyRecord) -> tuple[float, int]:
-    """(GPU-hours not spent on memory-pruned trials, how many had a step-time estimate)."""
+    """(GPU-hours not spent on memory-pruned trials, how many had a step-time estimate).
+
+    A configuration pruned and later launched anyway (re-offered once the memory calibration showed it fits)
+    saved nothing and is not counted."""
+    launched = {t.config for t in rec.trials if t.state in ("COMPLETE", "FAIL", "RUNNING") and t.config}
     total, counted = 0.0, 0
     for t in memory_pruned(rec):
+        if t.config in launched:
+            continue
         st = step_time_s(rec, t)
         if st:
             total += st * rec.measure_steps * rec.spec.world / 3600.0
@@ -72,12 +78,33 @@ def estimate_errors(rec: StudyRecord) -> list[tuple[TrialRow, float, float, floa
     return out
 
 
+def tflops_per_gpu(rec: StudyRecord, tokens_per_s_per_gpu: float | None) -> float | None:
+    """Model TFLOP/s per GPU at ``tokens_per_s_per_gpu`` (training FLOPs per token without recompute, as
+    for MFU)."""
+    if not tokens_per_s_per_gpu:
+        return None
+    from ...physics.flops import model_flops_per_token
+
+    return tokens_per_s_per_gpu * model_flops_per_token(rec.spec.model, rec.spec.workload.seq_length) / 1e12
+
+
+def mfu_denominator(rec: StudyRecord) -> tuple[str, float]:
+    """(name, TFLOP/s) of the dense peak MFU is measured against: FP8 for an fp8 study on a GPU with an FP8
+    peak, else BF16."""
+    g, precision = rec.spec.cluster.gpu, rec.spec.workload.precision
+    name = "FP8" if precision == "fp8" and g.fp8_tflops is not None else "BF16"
+    return name, g.peak_tflops(precision)
+
+
 def gain(new: float | None, old: float | None) -> float | None:
     return None if not new or not old else new / old - 1.0
 
 
-def sensitivity(rec: StudyRecord, config: TrainingConfig) -> tuple[list[dict[str, Any]], str]:
-    """Each axis one candidate step either side of ``config``, estimated analytically.
+def sensitivity(
+    rec: StudyRecord, config: TrainingConfig, calibration: Any = None
+) -> tuple[list[dict[str, Any]], str]:
+    """Each axis one candidate step either side of ``config``, estimated analytically — with the study's
+    step-time ``calibration`` (a :class:`~primus_optuna.physics.calibration.Calibration`) when given.
 
     Returns (rows, verdict); rows are empty and the verdict says why when the physics is unavailable."""
     try:
@@ -86,7 +113,7 @@ def sensitivity(rec: StudyRecord, config: TrainingConfig) -> tuple[list[dict[str
     except ImportError as exc:
         return [], f"not available: the analytical models cannot be imported ({exc})"
     spec, space = rec.spec, rec.space
-    base_est = estimate_throughput(spec, config).tokens_per_s_per_gpu
+    base_est = estimate_throughput(spec, config, calibration).tokens_per_s_per_gpu
     rows: list[dict[str, Any]] = []
     for axis in AXES:
         cands = space.candidates[axis]
@@ -105,7 +132,7 @@ def sensitivity(rec: StudyRecord, config: TrainingConfig) -> tuple[list[dict[str
             else:
                 c = space.canonical(raw)
                 mem = estimate_memory(spec, c)
-                tput = estimate_throughput(spec, c).tokens_per_s_per_gpu
+                tput = estimate_throughput(spec, c, calibration).tokens_per_s_per_gpu
                 row.update(
                     status="fits" if mem.fits else "does not fit",
                     tokens=tput,

@@ -49,9 +49,15 @@ def plot_history(rec: StudyRecord) -> bytes | None:
         ys.append(best)
     ax.step(xs, ys, where="post", color="k", lw=1, label="best so far")
     pruned = [t for t in rec.trials if t.state in ("PRUNED", "FAIL")]
-    if pruned:
-        ax.scatter(
-            [t.number for t in pruned], [0] * len(pruned), marker="x", c="tab:red", label="pruned/failed"
+    if pruned:  # no value: ticks along the bottom edge, not points at 0 tokens/s/GPU
+        ax.plot(
+            [t.number for t in pruned],
+            [0.0] * len(pruned),
+            "|",
+            c="tab:red",
+            ms=10,
+            transform=ax.get_xaxis_transform(),
+            label="pruned/failed (no value)",
         )
     ax.set(xlabel="trial", ylabel="tokens/s/GPU", title="Optimisation history")
     ax.legend(fontsize=8)

@@ -31,10 +31,12 @@ from .analysis import (
     gain,
     gpu_hours_saved,
     memory_pruned,
+    mfu_denominator,
     planner_rounds,
     reproduce_command,
     sensitivity,
     step_time_s,
+    tflops_per_gpu,
     versions,
 )
 from .doc import Doc, fmt_gib, fmt_pct, fmt_tok
@@ -49,6 +51,70 @@ def default_report_dir(study_name: str) -> Path:
 
 def _cfg(c: TrainingConfig | None) -> str:
     return "-" if c is None else f"`{c.key()}`"
+
+
+def _throughput_text(rec: StudyRecord, tokens: float | None) -> str:
+    """``X tokens/s/GPU (Y TFLOP/s/GPU, MFU Z% of the FP8 peak P TFLOP/s)``."""
+    tf = tflops_per_gpu(rec, tokens)
+    if tf is None:
+        return f"{fmt_tok(tokens)} tokens/s/GPU"
+    name, peak = mfu_denominator(rec)
+    return (
+        f"{fmt_tok(tokens)} tokens/s/GPU ({tf:,.0f} TFLOP/s/GPU, MFU {tf / peak:.1%} of the dense {name} peak "
+        f"{peak:,.0f} TFLOP/s)"
+    )
+
+
+def _peak_text(t: TrialRow) -> str:
+    """The measured peak memory when the run measured one, the estimate beside it."""
+    measured = as_number(t.attr("measured_peak_memory_gib"))
+    if measured is not None:
+        return f"peak memory {fmt_gib(measured)} GiB measured (estimate {fmt_gib(t.peak_gib)} GiB)"
+    return f"peak memory {fmt_gib(t.peak_gib)} GiB (estimate; not measured)"
+
+
+def _summary(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Executive summary")
+    best, b = rec.best, rec.baseline
+    states = Counter(t.state for t in rec.trials)
+    launched = states["COMPLETE"] + states["FAIL"] + states["RUNNING"]
+    mem = memory_pruned(rec)
+    saved, _ = gpu_hours_saved(rec)
+    lines = []
+    if best is None:
+        lines.append("**Best configuration**: none yet (no completed trial).")
+    else:
+        lines.append(
+            f"**Best configuration**: trial {best.number}, {_cfg(best.config)}: {_throughput_text(rec, best.value)}, "
+            f"{best.attr('source') or 'unknown source'}."
+        )
+    if best is not None and b is not None and b.state == "COMPLETE":
+        kind = "measured" if b.attr("source") not in (None, "analytical") else "estimated (analytical runner)"
+        lines.append(
+            f"**Gain over the baseline** (trial {b.number}, {fmt_tok(b.value)} tokens/s/GPU {kind}): "
+            f"{fmt_pct(gain(best.value, b.value))}."
+        )
+    else:
+        why = "not tried yet" if b is None else b.outcome
+        lines.append(f"**Gain over the baseline**: not measured (the baseline: {why}).")
+    analytical = rec.spec.runner.kind == "analytical"
+    spent = 0.0
+    for t in rec.trials:
+        if t.state in ("COMPLETE", "FAIL") and t.attr("source") not in (None, "analytical"):
+            st = as_number(t.attr("step_time_s"))
+            if st:
+                spent += st * rec.measure_steps * rec.spec.world / 3600.0
+    lines.append(
+        f"**Trials**: {launched} launched ({states['COMPLETE']} complete, {states['FAIL']} failed), "
+        f"{states['PRUNED']} pruned ({len(mem)} by the memory filter) of {len(rec.trials)}."
+    )
+    lines.append(
+        "**GPU-hours**: "
+        + ("none spent (analytical runner: nothing launched on GPUs)" if analytical else f"{spent:.2f} spent")
+        + f"; {saved:.2f} not spent on memory-pruned configurations "
+        "(estimated step time × steps × GPUs; see Memory filter)."
+    )
+    doc.bullets(lines)
 
 
 def _setup(doc: Doc, rec: StudyRecord) -> None:
@@ -331,9 +397,15 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     b = rec.baseline
     doc.p(f"**Best configuration**: trial {best.number}, {_cfg(best.config)}")
     doc.p(
-        f"tokens/s/GPU {fmt_tok(best.value)} ({best.attr('source') or 'unknown source'}); estimate "
-        f"{fmt_tok(best.estimate)}; peak memory {fmt_gib(best.peak_gib)} GiB."
+        f"{_throughput_text(rec, best.value)} ({best.attr('source') or 'unknown source'}); estimate "
+        f"{fmt_tok(best.estimate)} tokens/s/GPU; {_peak_text(best)}."
     )
+    repeats = best.attr("measured_repeats")
+    if isinstance(repeats, list) and len(repeats) > 1:
+        doc.p(
+            f"Measured {len(repeats)} times ({', '.join(fmt_tok(as_number(v)) for v in repeats)} tokens/s/GPU): "
+            f"the value is the median; spread (max − min) / median {fmt_pct(as_number(best.attr('measured_spread')))}."
+        )
     if b is not None and b.state == "COMPLETE":
         doc.p(
             f"Gain over the baseline (trial {b.number}, {fmt_tok(b.value)} tokens/s/GPU): "
@@ -360,11 +432,22 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
             [[t.number, _cfg(t.config), fmt_tok(t.values[0]), fmt_gib(t.values[1])] for t in front],
         )
         doc.image("pareto_front", plot_pareto(rec, front), "Pareto front")
-    doc.h(3, "Sensitivity (each axis ±1 candidate step from the best, analytical)")
+    cal_doc = rec.user_attrs.get("calibration")
+    cal = Calibration.from_dict(cal_doc) if cal_doc else None
+    doc.h(
+        3,
+        "Sensitivity (each axis ±1 candidate step from the best, "
+        + ("estimated with the study's calibration)" if cal else "analytical)"),
+    )
     if best.config is None:
         doc.p("The best trial has no configuration.")
         return
-    rows, verdict = sensitivity(rec, best.config)
+    rows, verdict = sensitivity(rec, best.config, cal)
+    if cal is not None:
+        doc.p(
+            f"Estimates use the study's step-time calibration (study attr `calibration`, fitted on "
+            f"{cal.n_trials} measured trials, global scale ×{cal.scale:.3f})."
+        )
     doc.p(f"Verdict: **{verdict}**.")
     if rows:
         doc.table(
@@ -427,7 +510,7 @@ def _trials(doc: Doc, rec: StudyRecord) -> None:
 
 Section = Callable[[Doc, StudyRecord], None]
 
-SECTIONS: list[Section] = [_setup, _sweep, _planner, _memory, _estimates, _result, _plots, _trials]
+SECTIONS: list[Section] = [_summary, _setup, _sweep, _planner, _memory, _estimates, _result, _plots, _trials]
 """The report's sections in order; each is numbered by the position it is written in."""
 
 

@@ -1,0 +1,82 @@
+"""Interrupts (Ctrl-C, ``kill -TERM``) of a study run: stop the launched jobs, record the trial, exit cleanly.
+
+:func:`handle_signals` (used by ``primus-optuna run``) turns SIGINT and SIGTERM into :class:`Interrupted` (a
+:class:`KeyboardInterrupt`) in the main thread and raises a process-wide stop flag that runners waiting for a
+job in other threads (``--n-jobs``) poll with :func:`stop_signal`. A runner that is waiting for a job when
+either happens forwards the signal to the job's process group and waits for it to end (``torchrun`` forwards
+it to its workers): an interrupted study leaves no GPU busy. The objective then records the trial as FAIL with
+``failure_reason: interrupted``; :func:`~primus_optuna.run.objective.requeue_interrupted` re-runs it first
+when the study is resumed.
+
+Example::
+
+    with handle_signals():
+        study.optimize(objective, n_trials=10)
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+__all__ = ["Interrupted", "exit_code", "handle_signals", "reset_stop", "stop_signal"]
+
+_stop = threading.Event()
+_signum: list[int] = []
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was asked to stop by a signal (``signum``: SIGINT for Ctrl-C, SIGTERM for ``kill``)."""
+
+    def __init__(self, signum: int = signal.SIGINT, *, log_path: str | None = None) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.log_path = log_path
+        """the interrupted job's log, when a runner had started one"""
+
+
+def stop_signal() -> int | None:
+    """The signal that asked this process to stop, or ``None``."""
+    return _signum[0] if _stop.is_set() and _signum else None
+
+
+def request_stop(signum: int) -> None:
+    """Raise the process-wide stop flag (what the signal handler does; tests call it directly)."""
+    if not _stop.is_set():
+        _signum[:] = [signum]
+        _stop.set()
+
+
+def reset_stop() -> None:
+    _signum.clear()
+    _stop.clear()
+
+
+def exit_code(signum: int) -> int:
+    """The shell convention: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + int(signum)
+
+
+@contextmanager
+def handle_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread and set the stop
+    flag; the previous handlers are restored (and the flag cleared) on exit. A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        request_stop(signum)
+        raise Interrupted(signum)
+
+    reset_stop()
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        reset_stop()
