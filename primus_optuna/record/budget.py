@@ -148,7 +148,9 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
 
 def study_gpus(study: optuna.Study) -> int | None:
     """The cluster's GPU count from the study's stored spec (``None`` without one)."""
-    spec = study.user_attrs.get("primus_spec") or {}
+    from ..search.pruner import stored_spec_data
+
+    spec = stored_spec_data(study) or {}
     cluster = spec.get("cluster") or {}
     try:
         return int(cluster["nodes"]) * int(cluster["gpus_per_node"])
