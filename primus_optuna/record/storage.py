@@ -137,11 +137,11 @@ def space_hash(spec: StudySpec) -> str:
 
     Covers the candidate values of every axis and the whole model, cluster (GPU figures included) and workload,
     the objectives, memory margin, baseline, axes and sweep order: each of them changes which configuration a
-    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget or
-    seed keeps the hash.
+    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget,
+    seed or early-stopping thresholds keeps the hash.
     """
     data = spec.to_dict()
-    search = {k: v for k, v in data["search"].items() if k not in ("n_trials", "seed")}
+    search = {k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "early_stop")}
     doc = {
         "candidates": Space(spec).candidates,
         "model": data["model"],

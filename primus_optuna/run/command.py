@@ -36,8 +36,17 @@ from typing import Any
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
 from ..spec import AXES, StudySpec
-from .base import LaunchFailure, Measurement, NoThroughput, OutOfMemory, RunContext, RunTimeout
-from .logparse import parse_log, tail
+from .base import (
+    EarlyStopped,
+    LaunchFailure,
+    Measurement,
+    NoThroughput,
+    OutOfMemory,
+    RunContext,
+    RunTimeout,
+)
+from .follow import LiveIteration, LogFollower
+from .logparse import parse_log, robust_mean, tail
 
 CONFIG_FIELDS: tuple[str, ...] = (
     *AXES,
@@ -55,6 +64,8 @@ PATH_FIELDS: tuple[str, ...] = ("workdir", "log", "python")
 TEMPLATE_FIELDS: tuple[str, ...] = CONFIG_FIELDS + PATH_FIELDS
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+-]*$")
 KILL_GRACE_S = 5.0
+POLL_S = 0.5
+"""how often a running job's log is read for new iterations (when the objective follows it)"""
 LOG_NAME = "run.log"
 
 
@@ -168,6 +179,8 @@ class CommandRunner:
     """Run a command per trial; the measurement is parsed from its log."""
 
     kind = "command"
+    launches_jobs = True
+    """its trials cost GPU time: the objective follows their logs and records GPU-hours"""
 
     def __init__(
         self,
@@ -206,6 +219,7 @@ class CommandRunner:
         self.prepare = prepare
         self.wrap = list(wrap)
         self.inherit_env = inherit_env
+        self.poll_s = POLL_S
 
     def build(self, config: TrainingConfig, context: RunContext) -> tuple[Launch, Path]:
         """Validate the configuration, run the preset hook, render argv/env (no process is started)."""
@@ -228,7 +242,6 @@ class CommandRunner:
         env = {**os.environ, **launch.env} if self.inherit_env else dict(launch.env)
         env["PRIMUS_OPTUNA_TRIAL"] = "" if context.trial_number is None else str(context.trial_number)
         t0 = time.monotonic()
-        timed_out = False
         with open(log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(
@@ -244,18 +257,14 @@ class CommandRunner:
                 msg = f"could not start {launch.argv[0]!r}: {exc}"
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
-            try:
-                rc = proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                rc = _kill_group(proc)
+            rc, timed_out, stopped = self._watch(proc, log_path, context, t0)
         wall = time.monotonic() - t0
         text = log_path.read_text(errors="replace")
         for extra in launch.extra_logs:
             if extra.is_file():
                 text += "\n" + extra.read_text(errors="replace")
         log_tail = tail(text)
-        where = {"log_path": str(log_path), "log_tail": log_tail}
+        where: dict[str, Any] = {"log_path": str(log_path), "log_tail": log_tail, "wall_s": round(wall, 3)}
         spec = self.spec
         parsed = parse_log(
             text,
@@ -266,6 +275,11 @@ class CommandRunner:
         )
         if parsed.oom:
             raise OutOfMemory(f"out of memory: {parsed.oom_line}", **where)
+        if stopped is not None:
+            reason, seen = stopped
+            raise EarlyStopped(
+                reason, **where, gpu_hours_saved=self._hours_left(seen), iterations=seen[-1].iteration
+            )
         if timed_out:
             raise RunTimeout(f"killed after the {self.timeout_s:g} s timeout (process group)", **where)
         if rc != 0 and not (parsed.completed and parsed.tokens_per_s_per_gpu):
@@ -289,6 +303,52 @@ class CommandRunner:
                 "runner": self.kind,
             },
         )
+
+    def _watch(
+        self, proc: subprocess.Popen[bytes], log_path: Path, context: RunContext, t0: float
+    ) -> tuple[int, bool, tuple[str, list[LiveIteration]] | None]:
+        """Wait for the job, feeding new log iterations to ``context.on_iteration``; kill its process group
+        on the timeout or when the callback asks to stop. Returns (exit code, timed out, (reason, iterations
+        seen) when stopped)."""
+        follower = None
+        if context.on_iteration is not None:
+            spec = self.spec
+            follower = LogFollower(
+                log_path,
+                seq_length=spec.workload.seq_length,
+                world_size=spec.world,
+                global_batch_size=spec.workload.global_batch_size,
+                warmup_iters=self.warmup_iters,
+            )
+        seen: list[LiveIteration] = []
+        deadline = t0 + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                rc = proc.wait(timeout=max(0.0, min(self.poll_s if follower else left, left)))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if follower is not None:
+                for it in follower.poll():
+                    seen.append(it)
+                    verdict = context.on_iteration(it, True)  # type: ignore[misc]
+                    if verdict:
+                        return _kill_group(proc), False, (verdict, seen)
+            if time.monotonic() >= deadline:
+                return _kill_group(proc), True, None
+        if follower is not None:  # what the job logged between the last poll and its exit
+            for it in follower.poll():
+                context.on_iteration(it, False)  # type: ignore[misc]
+        return rc, False, None
+
+    def _hours_left(self, seen: list[LiveIteration]) -> float | None:
+        """GPU-hours the stopped job's remaining iterations would have taken (median step time so far)."""
+        last = seen[-1]
+        steps = [it.step_time_s for it in seen if it.step_time_s]
+        if last.target is None or not steps:
+            return None
+        return max(0, last.target - last.iteration) * robust_mean(steps) * self.spec.world / 3600.0
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> int:

@@ -36,7 +36,8 @@ from ..search.sampler import trial_config
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from .base import RunContext, RunFailure, Runner
+from .base import EarlyStopped, RunContext, RunFailure, Runner
+from .follow import LiveIteration
 
 TrialHook = Callable[[optuna.Trial, dict[str, Any]], None]
 LOG_TAIL_CHARS = 4000
@@ -111,6 +112,7 @@ def make_objective(
         return redact(text, values=literal_secrets)
 
     fixed_runs = Path(runs_dir) if runs_dir is not None else None
+    launches = bool(getattr(runner, "launches_jobs", False))
 
     def objective(trial: optuna.Trial) -> Any:
         study = trial.study
@@ -151,14 +153,30 @@ def make_objective(
         context = RunContext(
             spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
         )
+        if launches and not multi:
+            context.on_iteration = _follower(trial)
         try:
             m = runner.run(config, context)
+        except EarlyStopped as exc:
+            stopped = {
+                "prune_reason": hide(str(exc)),
+                "iterations_run": exc.iterations,
+                **_hours(exc.wall_s, spec.world, "gpu_hours"),
+            }
+            if exc.gpu_hours_saved is not None:
+                stopped["gpu_hours_saved_early_stop"] = round(exc.gpu_hours_saved, 4)
+            set_attrs(trial, stopped)
+            _attach_log(artifact_store, trial, exc.log_path, hide)
+            _notify(hooks, trial, {**attrs, **stopped})
+            raise optuna.TrialPruned(stopped["prune_reason"]) from None
         except RunFailure as exc:
             # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
             # stored, uploaded or re-raised (Optuna logs the exception) unredacted
             exc.args = tuple(hide(str(a)) for a in exc.args)
             exc.log_tail = hide(exc.log_tail or str(exc))
             failed = {"failure_reason": exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
+            if launches:
+                failed.update(_hours(exc.wall_s, spec.world, "gpu_hours"))
             if exc.reason == "oom" and mem.fits:
                 failed["memory_model_miss"] = True
             if exc.reason == "oom" and not getattr(runner, "measures_cluster_memory", True):
@@ -178,6 +196,8 @@ def make_objective(
             "breakdown_s": m.details.get("breakdown_s")
             or {k: round(v, 6) for k, v in est.breakdown_s.items()},
         }
+        if launches:
+            result.update(_hours(m.details.get("wall_s"), spec.world, "gpu_hours"))
         if m.source != "analytical":
             result["measured_tokens_per_s_per_gpu"] = round(m.tokens_per_s_per_gpu, 3)
             result["estimate_error"] = (
@@ -233,6 +253,26 @@ def update_memory_calibration(
     ratios += [ratio] if ratio else []
     bounds += [oom_bound] if oom_bound else []
     study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
+
+
+def _follower(trial: optuna.Trial) -> Callable[[LiveIteration, bool], str | None]:
+    """The live-iteration callback of a launching run: report each iteration's tokens/s/GPU as an intermediate
+    value and, while the job runs, ask the study's pruner whether to stop it (its ``prune_reason``)."""
+
+    def on_iteration(it: LiveIteration, live: bool) -> str | None:
+        trial.report(it.tokens_per_s_per_gpu, it.iteration)
+        if live and trial.should_prune():
+            return _stored_attrs(trial).get("prune_reason") or (
+                f"slow: stopped by {type(trial.study.pruner).__name__} at iteration {it.iteration}"
+            )
+        return None
+
+    return on_iteration
+
+
+def _hours(wall_s: float | None, world: int, key: str) -> dict[str, float]:
+    """``{key: GPU-hours}`` of a job that ran ``wall_s`` seconds on the study's ``world`` GPUs."""
+    return {key: round(float(wall_s) * world / 3600.0, 4)} if wall_s is not None else {}
 
 
 def _stored_attrs(trial: optuna.Trial) -> dict[str, Any]:
