@@ -45,6 +45,9 @@ _LAZY: dict[str, str] = {
     "sweep_plan": "search.sweep",
     "MemoryPrefilterPruner": "search.pruner",
     "prune_if_infeasible": "search.pruner",
+    "ThroughputPruner": "search.early_stop",
+    "study_pruner": "search.early_stop",
+    "warm_start": "search.warm_start",
     # run
     "make_objective": "run.objective",
     "AnalyticalRunner": "run.analytical",
@@ -59,6 +62,8 @@ _LAZY: dict[str, str] = {
     "RunTimeout": "run.base",
     "LaunchFailure": "run.base",
     "NoThroughput": "run.base",
+    "EarlyStopped": "run.base",
+    "LogFollower": "run.follow",
     # record
     "open_study": "record.storage",
     "build_report": "record.report",

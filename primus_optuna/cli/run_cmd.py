@@ -87,6 +87,10 @@ def summarize(study: Any, storage_url: str) -> list[str]:
         lines.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()))
     phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
+    from ..record.gpu_hours import gpu_hours_account
+    from ..record.report import record_of
+
+    lines.append(gpu_hours_account(record_of(study, storage_url)).line())
     ua = study.user_attrs
     if ua.get("llm_calls"):
         lines.append(
@@ -136,6 +140,12 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     help="Trial heartbeat interval; a trial silent for 3x this long (a killed worker) is failed and retried. "
     "Default 10 for the analytical runner, 30 otherwise; 0 disables (then a killed run leaves a RUNNING trial).",
 )
+@click.option(
+    "--no-early-stop",
+    is_flag=True,
+    help="Let every launched job run to its end (default: stop a job clearly slower than the best trial; "
+    "thresholds in search.early_stop).",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @user_errors
 def run(
@@ -151,6 +161,7 @@ def run(
     n_jobs: int,
     runs_dir: str | None,
     heartbeat: int | None,
+    no_early_stop: bool,
     no_progress: bool,
 ) -> None:
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
@@ -162,7 +173,7 @@ def run(
     from ..run.base import RunFailure
     from ..run.factory import make_runner
     from ..run.objective import make_objective
-    from ..search.pruner import MemoryPrefilterPruner
+    from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
     from ..spec import StudySpec
 
@@ -179,7 +190,9 @@ def run(
         spec,
         storage=storage,
         study_name=study_name,
-        pruner=MemoryPrefilterPruner(spec=spec),
+        pruner=study_pruner(
+            spec, launches_jobs=getattr(runner, "launches_jobs", False), early_stop=not no_early_stop
+        ),
         runs_dir=runs_dir,
         heartbeat_interval=heartbeat or None,
     )

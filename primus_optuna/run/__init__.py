@@ -5,6 +5,7 @@
 
 from .analytical import AnalyticalRunner
 from .base import (
+    EarlyStopped,
     LaunchFailure,
     Measurement,
     NoThroughput,
@@ -16,13 +17,17 @@ from .base import (
 )
 from .command import CommandRunner
 from .factory import make_runner
+from .follow import LiveIteration, LogFollower
 from .logparse import ParsedLog, parse_log
 from .profile import ProfileRunner
 
 __all__ = [
     "AnalyticalRunner",
     "CommandRunner",
+    "EarlyStopped",
     "LaunchFailure",
+    "LiveIteration",
+    "LogFollower",
     "Measurement",
     "NoThroughput",
     "OutOfMemory",

@@ -30,9 +30,11 @@ import statistics
 import optuna
 from optuna.pruners import BasePruner
 
+from ..spec import StudySpec
 from ..spec.study import EarlyStopSpec
+from .pruner import MemoryPrefilterPruner
 
-__all__ = ["EarlyStopSpec", "ThroughputPruner", "slow_verdict"]
+__all__ = ["EarlyStopSpec", "ThroughputPruner", "slow_verdict", "study_pruner"]
 
 MAD_TO_SIGMA = 1.4826
 """MAD × 1.4826 estimates the standard deviation of normally distributed values"""
@@ -90,3 +92,12 @@ class ThroughputPruner(BasePruner):
             return False
         study._storage.set_trial_user_attr(trial._trial_id, "prune_reason", verdict)
         return True
+
+
+def study_pruner(spec: StudySpec, *, launches_jobs: bool, early_stop: bool = True) -> MemoryPrefilterPruner:
+    """The pruner of a study: the memory prefilter, wrapping a :class:`ThroughputPruner` built from
+    ``search.early_stop`` when the runner launches jobs, early stopping is enabled (study file and
+    ``early_stop``) and the study is single-objective (Optuna's ``should_prune`` is single-objective only)."""
+    es = spec.search.early_stop
+    on = launches_jobs and early_stop and es.enabled and not spec.search.multi_objective
+    return MemoryPrefilterPruner(spec=spec, wrapped=ThroughputPruner.from_spec(es) if on else None)

@@ -131,3 +131,49 @@ def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
     # the second round repeats the same answer: rejected as a duplicate, so the last trial is the fallback's
     assert loaded.trials[-1].user_attrs["phase"] == "fallback"
     assert (tmp_path / "l-dspy-cache").is_dir()
+
+
+def _early_stop_study(tmp_path):
+    from tests.helpers.runners import FAKE
+
+    slow = ",".join(["1000.0"] * 2 + ["500.0"] * 40)
+    data = small_moe_study()
+    data["runner"] = {
+        "kind": "command",
+        "options": {
+            "argv": [
+                sys.executable,
+                FAKE,
+                "steps",
+                "0.03",
+                str(tmp_path / "pid"),
+                f"{'1000.0,' * 7}1000.0;{slow}",
+            ],
+            "timeout_s": 60,
+        },
+    }
+    return _write(tmp_path, data)
+
+
+def test_launching_run_stops_slow_jobs_by_default_and_not_with_no_early_stop(tmp_path):
+    study = _early_stop_study(tmp_path)
+    url = f"sqlite:///{tmp_path / 'es.db'}"
+    r = invoke("run", study, "--storage", url, "--n-trials", 2, "--no-progress", "--no-llm")
+    assert r.exit_code == 0, r.output
+    trials = optuna.load_study(study_name="small-moe", storage=url).trials
+    assert [t.state for t in trials] == [State.COMPLETE, State.PRUNED]
+    assert trials[1].user_attrs["prune_reason"].startswith("slow: 500.0")
+    assert "pruned by reason: slow 1" in r.output
+    hours = [t.user_attrs["gpu_hours"] for t in trials]
+    saved = trials[1].user_attrs["gpu_hours_saved_early_stop"]
+    assert saved > 0 and f"GPU-hours: {sum(hours):.2f} spent on 2 launched jobs" in r.output
+    assert f"{saved:.2f} thanks to early stopping (1 slow job stopped)" in r.output
+    url2 = f"sqlite:///{tmp_path / 'full.db'}"
+    r = invoke(
+        "run", study, "--storage", url2, "--n-trials", 2, "--no-progress", "--no-llm", "--no-early-stop"
+    )
+    assert r.exit_code == 0, r.output
+    trials = optuna.load_study(study_name="small-moe", storage=url2).trials
+    assert [t.state for t in trials] == [State.COMPLETE, State.COMPLETE]
+    assert len(trials[1].intermediate_values) == 40  # still reported, for the dashboard
+    assert "0.00 thanks to early stopping (0 slow jobs stopped)" in r.output

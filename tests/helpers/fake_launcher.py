@@ -1,7 +1,7 @@
 """A stand-in for a training launcher: replays recorded log lines or misbehaves on purpose.
 
 usage: fake_launcher.py MODE [ARGS...]; MODE is replay FILE | oom | hang PIDFILE | crash | teardown | midway |
-silent | echo | steps DELAY_S PIDFILE V1,V2,... | simulate STEP_S ITERS NOISE SEED TIME_SCALE
+silent | echo | steps DELAY_S PIDFILE V1,V2,...[;W1,W2,...] | simulate STEP_S ITERS NOISE SEED TIME_SCALE
 """
 
 from __future__ import annotations
@@ -43,7 +43,13 @@ def main(argv: list[str]) -> int:
     if (
         mode == "steps"
     ):  # one iteration line per value (tokens/s/GPU), DELAY_S apart, with a child in the group
-        delay, pidfile, values = float(argv[1]), Path(argv[2]), [float(v) for v in argv[3].split(",")]
+        # V1,V2;W1,W2: one group per trial, chosen by PRIMUS_OPTUNA_TRIAL (the last group for later trials)
+        import os
+
+        groups = argv[3].split(";")
+        n = int(os.environ.get("PRIMUS_OPTUNA_TRIAL") or 0)
+        delay, pidfile = float(argv[1]), Path(argv[2])
+        values = [float(v) for v in groups[min(n, len(groups) - 1)].split(",")]
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         pidfile.write_text(str(child.pid))
         for i, v in enumerate(values, 1):
