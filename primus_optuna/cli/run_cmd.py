@@ -146,6 +146,19 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     help="Let every launched job run to its end (default: stop a job clearly slower than the best trial; "
     "thresholds in search.early_stop).",
 )
+@click.option(
+    "--warm-start",
+    "warm_sources",
+    multiple=True,
+    metavar="STORAGE_URL[:STUDY_NAME]",
+    help="Seed the calibrations from an earlier study's measured trials and offer its best configurations "
+    "first after the baseline (repeatable; the study name may be omitted when the storage holds one).",
+)
+@click.option(
+    "--force-warm-start",
+    is_flag=True,
+    help="Warm-start even from a study of another model (not recommended).",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @user_errors
 def run(
@@ -162,6 +175,8 @@ def run(
     runs_dir: str | None,
     heartbeat: int | None,
     no_early_stop: bool,
+    warm_sources: tuple[str, ...],
+    force_warm_start: bool,
     no_progress: bool,
 ) -> None:
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
@@ -175,6 +190,7 @@ def run(
     from ..run.objective import make_objective
     from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
+    from ..search.warm_start import apply_warm_start, load_warm_start
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -186,6 +202,8 @@ def run(
     # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
     if heartbeat is None:
         heartbeat = ANALYTICAL_HEARTBEAT_S if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
+    # read the earlier studies first: a refused warm start writes nothing
+    ws = load_warm_start(spec, warm_sources, force=force_warm_start) if warm_sources else None
     handle = open_study(
         spec,
         storage=storage,
@@ -197,6 +215,8 @@ def run(
         heartbeat_interval=heartbeat or None,
     )
     st = handle.study
+    if ws is not None:
+        click.echo(apply_warm_start(st, spec, ws))
     st.sampler = PrimusSampler(
         spec,
         seed=spec.search.seed if seed is None else seed,

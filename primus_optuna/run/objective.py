@@ -34,6 +34,7 @@ from ..search.fallback import measured_pairs
 from ..search.pruner import CALIBRATION_ATTR, MemoryPrefilterPruner, prune_if_infeasible
 from ..search.sampler import trial_config
 from ..search.suggest import suggest_config
+from ..search.warm_start import warm_start_memory, warm_start_pairs
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from .base import EarlyStopped, RunContext, RunFailure, Runner
@@ -228,20 +229,21 @@ def make_objective(
 def update_calibration(
     study: optuna.Study, spec: StudySpec, space: Space, current: tuple[Any, float]
 ) -> None:
-    """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from every completed
-    measured trial plus the one finishing now; the fallback proposer and the report read it."""
+    """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from the warm start's
+    imported pairs, every completed measured trial and the one finishing now; the fallback and report read it."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    pairs = [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
+    prior = [(e, meas) for _, e, meas in warm_start_pairs(space, study)]
+    pairs = prior + [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
     study.set_user_attr("calibration", Calibration.fit(pairs).to_dict())
 
 
 def update_memory_calibration(
     study: optuna.Study, *, capacity: float, ratio: float | None = None, oom_bound: float | None = None
 ) -> None:
-    """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from every
-    completed trial with a measured peak, every out-of-memory trial (also one still being recorded by another
-    worker), and the trial finishing now."""
-    ratios, bounds = [], []
+    """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from the warm
+    start's imported evidence, every completed trial with a measured peak, every out-of-memory trial (also one
+    still being recorded by another worker), and the trial finishing now."""
+    ratios, bounds = warm_start_memory(study)
     for t in study.get_trials(deepcopy=False):
         est = t.user_attrs.get("memory_peak_gib")
         if not est:

@@ -219,13 +219,15 @@ class ModelGuidedProposer:
         exclude_keys: set[str] = frozenset(),  # type: ignore[assignment]
         skip: int = 0,
         memory_scale: float = 1.0,
+        prior: list[tuple[TrainingConfig, ThroughputEstimate, float]] | None = None,
     ) -> tuple[TrainingConfig, str] | None:
         """The next configuration and a one-line rationale, or ``None`` when every feasible one was tried.
 
         ``index`` seeds the exploration (the sampler passes its count of earlier free trials); ``exclude`` and
         ``exclude_keys`` (configuration keys claimed by running trials) are never proposed; ``skip`` leaves
         that many best-ranked picks to earlier trials still being sampled by other workers; ``memory_scale``
-        is the study's memory calibration (a configuration is feasible when its peak × scale fits)."""
+        is the study's memory calibration (a configuration is feasible when its peak × scale fits); ``prior``
+        are (configuration, estimate, measured) pairs from elsewhere (a warm start) fitted with the trials'."""
         rng = rng_for(self.seed, index)
         untried = [
             r for r in self.rows(memory_scale) if r.config not in exclude and r.key not in exclude_keys
@@ -235,7 +237,7 @@ class ModelGuidedProposer:
         if self.mode == "random":
             row = untried[int(rng.integers(len(untried)))]
             return row.config, f"random: one of {len(untried)} untried feasible configurations"
-        pairs = measured_pairs(self.spec, self.space, trials)
+        pairs = list(prior or []) + measured_pairs(self.spec, self.space, trials)
         cal = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
         factors = AxisValueFactors.fit(
             self.space,

@@ -48,6 +48,8 @@ from .fallback import ModelGuidedProposer, rng_for
 from .pruner import memory_attrs, study_memory_calibration
 from .suggest import axis_distributions, complete_config
 from .sweep import SweepPoint, sweep_plan
+from .warm_start import PHASE as WARM_PHASE
+from .warm_start import next_offer, warm_start_pairs
 
 log = logging.getLogger(__name__)
 RUNNING = optuna.trial.TrialState.RUNNING
@@ -201,6 +203,13 @@ class PrimusSampler(BaseSampler):
         trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
         k = sum(1 for t in trials if t.number < trial.number and is_free(t))
         plan = self.plan
+        if k >= 1:  # warm start: the earlier studies' best configurations come right after the baseline
+            offer, taken = next_offer(self.space, study, trials, trial.number)
+            if offer is not None:
+                return Proposal(
+                    offer, WARM_PHASE, "warm-start", "best measured in an earlier study (warm start)"
+                )
+            k -= taken
         if k < len(plan):
             p = plan[k]
             value = p.value if p.axis else p.config.key()
@@ -254,7 +263,13 @@ class PrimusSampler(BaseSampler):
                 f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
             )
         found = self.fallback.propose(
-            others, index=k, exclude=exclude, exclude_keys=claimed, skip=pending, memory_scale=mem_cal.scale
+            others,
+            index=k,
+            exclude=exclude,
+            exclude_keys=claimed,
+            skip=pending,
+            memory_scale=mem_cal.scale,
+            prior=warm_start_pairs(self.space, study),
         )
         if found is None:
             log.info("every feasible configuration has been tried; stopping the study")

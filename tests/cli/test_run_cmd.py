@@ -177,3 +177,26 @@ def test_launching_run_stops_slow_jobs_by_default_and_not_with_no_early_stop(tmp
     assert [t.state for t in trials] == [State.COMPLETE, State.COMPLETE]
     assert len(trials[1].intermediate_values) == 40  # still reported, for the dashboard
     assert "0.00 thanks to early stopping (0 slow jobs stopped)" in r.output
+
+
+def test_warm_start_flag_imports_and_refuses_another_model_writing_nothing(tmp_path):
+    from tests.conftest import small_dense_study
+
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    r = invoke("run", _write(tmp_path, small_moe_study()), "--storage", old, "--n-trials", 2, "--no-progress")
+    assert r.exit_code == 0, r.output
+    new = tmp_path / "new.db"
+    dense = _write(tmp_path, small_dense_study())
+    r = invoke(
+        "run", dense, "--storage", f"sqlite:///{new}", "--warm-start", f"{old}:small-moe", "--no-progress"
+    )
+    assert r.exit_code == 2 and "tuned model 'mixtral-8x7b'" in r.output and "--force-warm-start" in r.output
+    assert not new.exists()
+    r = invoke(
+        "run", _write(tmp_path, small_moe_study()), "--storage", f"sqlite:///{new}", "--n-trials", 1,
+        "--warm-start", old, "--no-progress",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert (
+        f"warm start from {old}: 0 measured trials imported" in r.output
+    )  # analytical trials are not measured

@@ -1,0 +1,384 @@
+"""Warm start: seed a new study with what earlier studies measured.
+
+:func:`load_warm_start` reads the completed, measured trials of earlier studies (``STORAGE_URL[:STUDY_NAME]``)
+and re-estimates each configuration under the earlier study's spec (the model error it showed) and, when it is
+legal in the new study's space, under the new spec. Each becomes one (configuration, estimate, measurement) pair
+in the new study's terms: a legal configuration keeps its model error, ``measured × estimate_new /
+estimate_old`` against ``estimate_new``; one that is not legal in the new space keeps its earlier pair (its
+error per breakdown term and per axis value still informs the fit). Measured peaks and out-of-memory runs
+become memory-calibration evidence when the GPU is the same (the ratio is the memory model's error on that
+device). A study of another model is refused unless ``force``.
+
+:func:`apply_warm_start` stores the import in the study user attr ``warm_start`` and refits the study's
+``calibration`` (step time) and ``memory_calibration`` from the imported evidence plus the study's own; the
+sampler's fallback (per-axis-value corrections included) and the objective's refits read the imported pairs
+through :func:`warm_start_pairs` and :func:`warm_start_memory`; the earlier studies' best configurations that
+are legal here and fit are offered first after the baseline (:func:`next_offer`).
+
+Example::
+
+    ws = load_warm_start(spec, ["sqlite:///mixtral-4n.db:mixtral-4n"])
+    summary = apply_warm_start(study, spec, ws)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+
+from ..errors import SpecError
+from ..physics.calibration import Calibration
+from ..physics.memory import estimate_memory
+from ..physics.memory_calibration import MemoryCalibration
+from ..physics.throughput import ThroughputEstimate, estimate_throughput
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
+from ..spec.study import AXES
+from .fallback import AxisValueFactors, corrected_tps
+from .pruner import CALIBRATION_ATTR, SPEC_ATTR, memory_attrs
+from .suggest import complete_config
+
+__all__ = [
+    "WARM_START_ATTR",
+    "WarmStart",
+    "apply_warm_start",
+    "load_warm_start",
+    "next_offer",
+    "parse_source",
+    "warm_start",
+    "warm_start_memory",
+    "warm_start_pairs",
+]
+
+WARM_START_ATTR = "warm_start"
+PHASE = "warm_start"
+MAX_OFFERS = 3
+"""how many of the earlier best configurations are offered first"""
+FILE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".log", ".jsonl")
+
+Pair = tuple[TrainingConfig, ThroughputEstimate, float]
+
+
+@dataclass
+class ImportedPair:
+    """One earlier measurement in the new study's terms."""
+
+    source: str
+    params: dict[str, Any]
+    breakdown_s: dict[str, float]
+    estimate: float
+    measured: float
+    legal: bool
+    """legal in the new space (re-estimated under the new spec) or kept as the earlier pair"""
+
+    def to_pair(self, space: Space) -> Pair:
+        config = (
+            space.canonical(TrainingConfig.from_params(self.params))
+            if self.legal
+            else (TrainingConfig.from_params(self.params))
+        )
+        step = sum(self.breakdown_s.values())
+        return config, ThroughputEstimate(step, self.estimate, 0.0, dict(self.breakdown_s)), self.measured
+
+
+@dataclass
+class WarmStart:
+    """What the earlier studies contribute (JSON round-trip through the ``warm_start`` study attr)."""
+
+    sources: list[str] = field(default_factory=list)
+    pairs: list[ImportedPair] = field(default_factory=list)
+    memory_ratios: list[float] = field(default_factory=list)
+    oom_bounds: list[float] = field(default_factory=list)
+    offers: list[dict[str, Any]] = field(default_factory=list)
+    """params of the earlier best configurations legal here, best first"""
+    notes: list[str] = field(default_factory=list)
+    ranking: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": self.sources,
+            "pairs": [p.__dict__ for p in self.pairs],
+            "memory_ratios": self.memory_ratios,
+            "oom_bounds": self.oom_bounds,
+            "offers": self.offers,
+            "notes": self.notes,
+            "ranking": self.ranking,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> WarmStart:
+        if not data:
+            return cls()
+        return cls(
+            sources=list(data.get("sources", [])),
+            pairs=[ImportedPair(**p) for p in data.get("pairs", [])],
+            memory_ratios=[float(x) for x in data.get("memory_ratios", [])],
+            oom_bounds=[float(x) for x in data.get("oom_bounds", [])],
+            offers=list(data.get("offers", [])),
+            notes=list(data.get("notes", [])),
+            ranking=dict(data.get("ranking", {})),
+        )
+
+    def summary(self) -> str:
+        """One paragraph: what was imported and how much it moved the ranking."""
+        legal = sum(p.legal for p in self.pairs)
+        text = (
+            f"warm start from {', '.join(self.sources)}: {len(self.pairs)} measured trials imported ({legal} legal "
+            f"in this space, re-estimated under it), {len(self.memory_ratios)} measured peaks and "
+            f"{len(self.oom_bounds)} out-of-memory runs for the memory calibration"
+        )
+        r = self.ranking
+        if r:
+            text += (
+                f"; ranking of the {r['n']} feasible configurations: Spearman {r['spearman']:.2f} against the "
+                f"uncalibrated model, the new #1 was #{r['top1_was']}, {r['top10_overlap']}/10 of the top 10 "
+                "unchanged"
+            )
+        if self.offers:
+            text += f"; offered first after the baseline: {len(self.offers)} earlier best configurations"
+        return text + ("" if not self.notes else " (" + "; ".join(self.notes) + ")")
+
+
+def parse_source(source: str) -> tuple[str, str | None]:
+    """``STORAGE_URL[:STUDY_NAME]`` → (URL, name or None). The name is what follows the last ``:`` when it has
+    no ``/`` and what precedes it is a storage on its own (``scheme://...``, ``journal:...`` or a file path)."""
+    head, sep, tail = source.rpartition(":")
+    if sep and tail and "/" not in tail and not tail.isdigit():
+        if "://" in head or head.startswith("journal:") or head.endswith(FILE_SUFFIXES):
+            return head, tail
+    return source, None
+
+
+def _open(source: str) -> tuple[optuna.Study, StudySpec]:
+    from ..record.storage import make_storage, normalize_url, storage_file
+
+    url, name = parse_source(source)
+    url = normalize_url(url)
+    f = storage_file(url)
+    if f is not None and not f.is_file():
+        raise SpecError(f"--warm-start {source!r}: no storage file {str(f)!r}")
+    store = make_storage(url, heartbeat_interval=None)
+    names = [s.study_name for s in optuna.study.get_all_study_summaries(store, include_best_trial=False)]
+    if name is None:
+        if len(names) != 1:
+            raise SpecError(
+                f"--warm-start {source!r}: the storage holds {len(names)} studies ({', '.join(names) or 'none'}); "
+                "name one as STORAGE_URL:STUDY_NAME"
+            )
+        name = names[0]
+    elif name not in names:
+        raise SpecError(f"--warm-start {source!r}: no study {name!r} (studies: {', '.join(names) or 'none'})")
+    study = optuna.load_study(study_name=name, storage=store)
+    data = study.user_attrs.get(SPEC_ATTR)
+    if data is None:
+        raise SpecError(
+            f"--warm-start {source!r}: study {name!r} was not created by primus-optuna (no {SPEC_ATTR})"
+        )
+    return study, StudySpec.from_dict(data, source=f"{source} ({SPEC_ATTR})")
+
+
+def _same_model(a: StudySpec, b: StudySpec) -> bool:
+    return a.model.model_dump(exclude={"name"}) == b.model.model_dump(exclude={"name"})
+
+
+def load_warm_start(spec: StudySpec, sources: Sequence[str], *, force: bool = False) -> WarmStart:
+    """Read the earlier studies ``sources`` for the new study ``spec``; raises :class:`SpecError` for a study
+    of another model unless ``force``."""
+    space = Space(spec)
+    ws = WarmStart(sources=list(sources))
+    ranked: list[tuple[float, TrainingConfig]] = []
+    for source in sources:
+        old_study, old = _open(source)
+        if not _same_model(old, spec):
+            if not force:
+                raise SpecError(
+                    f"--warm-start {source!r}: that study tuned model {old.model.name!r}, this one tunes "
+                    f"{spec.model.name!r} (different architecture): its measurements would miscalibrate this "
+                    "study. Import from a study of the same model, or pass --force-warm-start (force=True)."
+                )
+            ws.notes.append(f"{source}: another model ({old.model.name}), imported because forced")
+        same_gpu = old.cluster.gpu.name == spec.cluster.gpu.name
+        if not same_gpu:
+            ws.notes.append(
+                f"{source}: another GPU ({old.cluster.gpu.name}), its memory evidence is not used"
+            )
+        old_space = Space(old)
+        for t in old_study.get_trials(deepcopy=False):
+            ua = t.user_attrs
+            try:
+                config = complete_config(old_space, t.params)
+            except SpecError:
+                config = None
+            if config is None:
+                continue
+            if same_gpu and t.state == optuna.trial.TrialState.FAIL and ua.get("failure_reason") == "oom":
+                if ua.get("oom_counts_for_memory", True):
+                    mem = estimate_memory(old, config)
+                    if mem.peak_gib > 0:
+                        ws.oom_bounds.append(mem.capacity_gib / mem.peak_gib)
+                continue
+            measured = ua.get("measured_tokens_per_s_per_gpu")
+            if t.state != optuna.trial.TrialState.COMPLETE or ua.get("source", "analytical") == "analytical":
+                continue
+            if not measured or float(measured) <= 0:
+                continue
+            measured = float(measured)
+            est_old = estimate_throughput(old, config)
+            if same_gpu and ua.get("measured_peak_memory_gib"):
+                peak = estimate_memory(old, config).peak_gib
+                if peak > 0:
+                    ws.memory_ratios.append(float(ua["measured_peak_memory_gib"]) / peak)
+            new = _legal_here(space, config)
+            tag = f"{source}#{t.number}"
+            if new is not None and est_old.tokens_per_s_per_gpu > 0:
+                est = estimate_throughput(spec, new)
+                m = measured * est.tokens_per_s_per_gpu / est_old.tokens_per_s_per_gpu
+                ws.pairs.append(
+                    ImportedPair(tag, new.to_params(), est.breakdown_s, est.tokens_per_s_per_gpu, m, True)
+                )
+                ranked.append((measured, new))
+            else:
+                ws.pairs.append(
+                    ImportedPair(
+                        tag,
+                        config.to_params(),
+                        est_old.breakdown_s,
+                        est_old.tokens_per_s_per_gpu,
+                        measured,
+                        False,
+                    )
+                )
+    mem_cal = MemoryCalibration.fit(ws.memory_ratios, ws.oom_bounds)
+    seen: set[TrainingConfig] = set()
+    for _, config in sorted(ranked, key=lambda x: (-x[0], x[1].key())):
+        if config in seen or len(ws.offers) >= MAX_OFFERS:
+            continue
+        seen.add(config)
+        if memory_attrs(estimate_memory(spec, config), mem_cal)[0]:
+            ws.offers.append(config.to_params())
+    ws.ranking = ranking_shift(spec, space, ws, mem_cal)
+    return ws
+
+
+def _legal_here(space: Space, config: TrainingConfig) -> TrainingConfig | None:
+    """``config`` canonical in ``space`` when it is legal there and within its axes, else ``None``."""
+    try:
+        c = space.canonical(config)
+    except SpecError:
+        return None
+    if space.check(c) or any(getattr(c, a) not in space.candidates[a] for a in AXES):
+        return None
+    return c
+
+
+def fit_from_pairs(space: Space, pairs: list[Pair]) -> tuple[Calibration, AxisValueFactors]:
+    """The step-time calibration and per-axis-value corrections of ``pairs`` (as the fallback fits them)."""
+    cal = Calibration.fit([(e, m) for _, e, m in pairs]) if pairs else Calibration()
+    factors = AxisValueFactors.fit(
+        space, [(c, math.log(m / max(corrected_tps(e, cal), 1e-9))) for c, e, m in pairs if m > 0]
+    )
+    return cal, factors
+
+
+def ranking_shift(spec: StudySpec, space: Space, ws: WarmStart, mem_cal: MemoryCalibration) -> dict[str, Any]:
+    """How the imported evidence reorders the feasible configurations: Spearman rank correlation between the
+    uncalibrated and the warm-started expected tokens/s/GPU, the warm-started #1's rank before, top-10 overlap."""
+    pairs = [p.to_pair(space) for p in ws.pairs]
+    if not pairs:
+        return {}
+    cal, factors = fit_from_pairs(space, pairs)
+    rows = []
+    for c in space.configs():
+        if memory_attrs(estimate_memory(spec, c), mem_cal)[0]:
+            est = estimate_throughput(spec, c)
+            rows.append(
+                (c, est.tokens_per_s_per_gpu, corrected_tps(est, cal) * math.exp(factors.log_factor(c)))
+            )
+    if len(rows) < 2:
+        return {}
+    before = np.array([r[1] for r in rows])
+    after = np.array([r[2] for r in rows])
+    rb = np.argsort(np.argsort(-before))
+    ra = np.argsort(np.argsort(-after))
+    spearman = float(np.corrcoef(rb, ra)[0, 1])
+    top_after = int(np.argmin(ra))
+    k = min(10, len(rows))
+    overlap = len(set(np.argsort(-before)[:k]) & set(np.argsort(-after)[:k]))
+    return {
+        "n": len(rows),
+        "spearman": round(spearman, 4),
+        "top1": rows[top_after][0].key(),
+        "top1_was": int(rb[top_after]) + 1,
+        "top10_overlap": overlap,
+        "calibration": cal.to_dict(),
+    }
+
+
+def warm_start_pairs(space: Space, study: optuna.Study) -> list[Pair]:
+    """The imported (configuration, estimate, measured) pairs of ``study`` (none without a warm start)."""
+    ws = study.user_attrs.get(WARM_START_ATTR)
+    return [ImportedPair(**p).to_pair(space) for p in ws.get("pairs", [])] if ws else []
+
+
+def warm_start_memory(study: optuna.Study) -> tuple[list[float], list[float]]:
+    """The imported memory evidence of ``study``: (measured/estimated peak ratios, out-of-memory bounds)."""
+    ws = study.user_attrs.get(WARM_START_ATTR) or {}
+    return [float(x) for x in ws.get("memory_ratios", [])], [float(x) for x in ws.get("oom_bounds", [])]
+
+
+def apply_warm_start(study: optuna.Study, spec: StudySpec, ws: WarmStart) -> str:
+    """Store ``ws`` in ``study`` and refit its step-time and memory calibrations with it; returns the summary."""
+    from .fallback import measured_pairs
+
+    space = Space(spec)
+    study.set_user_attr(WARM_START_ATTR, ws.to_dict())
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    pairs = warm_start_pairs(space, study) + measured_pairs(spec, space, done)
+    if pairs:
+        study.set_user_attr("calibration", Calibration.fit([(e, m) for _, e, m in pairs]).to_dict())
+    ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
+    for t in study.get_trials(deepcopy=False):
+        est = t.user_attrs.get("memory_peak_gib")
+        if (
+            est
+            and t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("measured_peak_memory_gib")
+        ):
+            ratios.append(float(t.user_attrs["measured_peak_memory_gib"]) / float(est))
+    if ratios or bounds:
+        study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
+    return ws.summary()
+
+
+def warm_start(
+    study: optuna.Study, spec: StudySpec, sources: Sequence[str], *, force: bool = False
+) -> WarmStart:
+    """The Python entry point of ``primus-optuna run --warm-start``: load and apply; returns the import."""
+    ws = load_warm_start(spec, sources, force=force)
+    apply_warm_start(study, spec, ws)
+    return ws
+
+
+def next_offer(
+    space: Space, study: optuna.Study, trials: list[optuna.trial.FrozenTrial], number: int
+) -> tuple[TrainingConfig | None, int]:
+    """For the free trial ``number`` past the baseline: the next earlier-best configuration not yet tried or
+    offered (``None`` when none is left), and how many earlier free trials took an offer (the sweep index is
+    shifted by that many)."""
+    ws = study.user_attrs.get(WARM_START_ATTR)
+    if not ws or not ws.get("offers"):
+        return None, 0
+    from .sampler import is_free, trial_config
+
+    taken = sum(1 for t in trials if t.number < number and is_free(t) and t.user_attrs.get("phase") == PHASE)
+    used = {trial_config(space, t) for t in trials if t.number != number}
+    for params in ws["offers"]:
+        config = space.canonical(TrainingConfig.from_params(params))
+        if config not in used:
+            return config, taken
+    return None, taken
