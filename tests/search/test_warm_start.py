@@ -88,7 +88,7 @@ def test_warm_started_study_offers_the_imported_winner_first_with_the_imported_c
     space = Space(spec)
     pairs = [p.to_pair(space) for p in ws.pairs]
     # each imported pair keeps the earlier model error, re-estimated under the new workload
-    for (config, est, m), t in zip(pairs, measured, strict=True):
+    for (_, est, m), t in zip(pairs, measured, strict=True):
         old_est = float(t.user_attrs["estimate_tokens_per_s_per_gpu"])
         assert m / est.tokens_per_s_per_gpu == pytest.approx(t.value / old_est, rel=1e-3)
     new_url = f"sqlite:///{tmp_path / 'new.db'}"
