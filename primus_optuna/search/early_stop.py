@@ -8,7 +8,8 @@ standard error of the median; the trial is pruned when
 
     m + z · se  <  (1 − margin) · best
 
-where ``best`` is the highest value of the study's completed trials. So even an optimistic reading of the
+where ``best`` is the highest value of the study's completed trials (those measured by a job: not the
+``analytical`` or ``profiled`` estimates of a study run earlier with another runner). So even an optimistic reading of the
 running throughput (``z`` standard errors up) is more than ``margin`` below the best: a noisy job gets more
 iterations before it is judged, and one that is only slightly slower (within ``margin``) always runs to the
 end. Defaults: ``min_iters=3``, ``margin=0.05``, ``z=2``. The value a completed trial returns is the median of
@@ -38,6 +39,8 @@ __all__ = ["EarlyStopSpec", "ThroughputPruner", "slow_verdict", "study_pruner"]
 
 MAD_TO_SIGMA = 1.4826
 """MAD × 1.4826 estimates the standard deviation of normally distributed values"""
+ESTIMATED = ("analytical", "profiled")
+"""completed trials whose ``source`` is one of these are estimates, not jobs: never the ``best`` a job is held to"""
 MEDIAN_SE = 1.2533
 """standard error of the median = √(π/2) · σ / √n for normally distributed values"""
 
@@ -84,7 +87,9 @@ class ThroughputPruner(BasePruner):
         done = study._storage.get_all_trials(
             study._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)
         )
-        best = max((t.values[0] for t in done if t.values), default=None)
+        best = max(
+            (t.values[0] for t in done if t.values and t.user_attrs.get("source") not in ESTIMATED), default=None
+        )
         if best is None:
             return False
         verdict = slow_verdict(values, best, min_iters=self.min_iters, margin=self.margin, z=self.z)

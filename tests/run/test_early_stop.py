@@ -156,3 +156,20 @@ def test_intermediate_values_show_in_the_dashboard_api(stopped_study, tmp_path: 
         (4, 500.0),
         (5, 500.0),
     ]
+
+
+def test_pruner_holds_jobs_to_measured_trials_only() -> None:
+    study = optuna.create_study(direction="maximize")
+    est = study.ask()
+    est.set_user_attr("source", "analytical")
+    study.tell(est, 5000.0)  # an estimate from an earlier analytical run of the study: not a job's throughput
+    running = study.ask()
+    for i, v in enumerate([600.0, 610.0, 605.0], start=3):
+        running.report(v, i)
+    pruner = ThroughputPruner()
+    assert not pruner.prune(study, study._storage.get_trial(running._trial_id))
+    measured = study.ask()
+    measured.set_user_attr("source", "measured")
+    study.tell(measured, 1000.0)
+    assert pruner.prune(study, study._storage.get_trial(running._trial_id))
+    assert study._storage.get_trial(running._trial_id).user_attrs["prune_reason"].startswith("slow: 605.0")
