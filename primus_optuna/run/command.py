@@ -13,6 +13,11 @@ group is killed, :class:`RunTimeout`; a non-zero exit → :class:`LaunchFailure`
 iteration (``iteration N/ N``) with a throughput (a crash at teardown, common with NCCL/gloo, keeps the
 measurement and records ``exit_code``); a clean exit without a throughput → :class:`NoThroughput`.
 
+While the job runs, when the objective set ``context.on_iteration``, the log is read every ``poll_s`` seconds
+(:class:`~primus_optuna.run.follow.LogFollower`) and each new steady-state iteration is passed to it; when it
+answers with a reason the process group is ended and :class:`EarlyStopped` carries the reason and the GPU-hours
+the remaining iterations would have taken.
+
 Example::
 
     runner = CommandRunner(spec, ["bash", "train.sh", "--tp", "{tp}", "--mbs", "{mbs}"], timeout_s=3600)

@@ -88,7 +88,8 @@ class ThroughputPruner(BasePruner):
             study._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)
         )
         best = max(
-            (t.values[0] for t in done if t.values and t.user_attrs.get("source") not in ESTIMATED), default=None
+            (t.values[0] for t in done if t.values and t.user_attrs.get("source") not in ESTIMATED),
+            default=None,
         )
         if best is None:
             return False
