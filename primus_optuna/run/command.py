@@ -262,7 +262,11 @@ class CommandRunner:
                 msg = f"could not start {launch.argv[0]!r}: {exc}"
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
-            rc, timed_out, stopped = self._watch(proc, log_path, context, t0)
+            try:
+                rc, timed_out, stopped = self._watch(proc, log_path, context, t0)
+            except BaseException:  # the callback failed (e.g. the storage): never leave the job running
+                _kill_group(proc)
+                raise
         wall = time.monotonic() - t0
         text = log_path.read_text(errors="replace")
         for extra in launch.extra_logs:

@@ -173,3 +173,19 @@ def test_pruner_holds_jobs_to_measured_trials_only() -> None:
     study.tell(measured, 1000.0)
     assert pruner.prune(study, study._storage.get_trial(running._trial_id))
     assert study._storage.get_trial(running._trial_id).user_attrs["prune_reason"].startswith("slow: 605.0")
+
+
+def test_a_failing_callback_never_leaves_the_job_running(tmp_path: Path) -> None:
+    spec = mixtral_spec()
+    pidfile = tmp_path / "child.pid"
+    runner = CommandRunner(spec, fake_argv("steps", "0.05", str(pidfile), ",".join(["900.0"] * 60)))
+    runner.poll_s = 0.05
+
+    def broken(it: Any, live: bool) -> str | None:
+        raise RuntimeError("storage went away")
+
+    ctx = RunContext(spec=spec, workdir=tmp_path / "w", trial_number=0, on_iteration=broken)
+    config = next(c for c in Space(spec).configs() if estimate_memory(spec, c).fits)
+    with pytest.raises(RuntimeError, match="storage went away"):
+        runner.run(config, ctx)
+    assert _gone(int(pidfile.read_text()))
