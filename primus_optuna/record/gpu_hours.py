@@ -35,6 +35,11 @@ class GpuHoursAccount:
 
     def line(self) -> str:
         """One sentence for the run summary, the report and the dashboard note."""
+        if not self.launched:
+            return (
+                f"GPU-hours: no job launched; the memory filter pruned {self.memory_pruned} trials that would have "
+                f"cost {self.saved_memory:.2f} (estimated)"
+            )
         return (
             f"GPU-hours: {self.spent:.2f} spent on {self.launched} launched job{'s' * (self.launched != 1)}; "
             f"not spent: {self.saved_memory:.2f} thanks to the memory filter ({self.memory_pruned} trials pruned "

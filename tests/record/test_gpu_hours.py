@@ -45,3 +45,15 @@ def test_account_adds_spent_and_saved_hours() -> None:
     line = acct.line()
     assert line.startswith("GPU-hours: 3.25 spent on 3 launched jobs; not spent: ")
     assert "1.75 thanks to early stopping (1 slow job stopped)" in line
+
+
+def test_account_of_a_study_that_launched_nothing() -> None:
+    from primus_optuna.record.gpu_hours import GpuHoursAccount
+
+    acct = GpuHoursAccount(
+        spent=0.0, launched=0, saved_memory=1.5, memory_pruned=2, saved_early_stop=0, stopped=0
+    )
+    assert (
+        acct.line()
+        == "GPU-hours: no job launched; the memory filter pruned 2 trials that would have cost 1.50 (estimated)"
+    )
