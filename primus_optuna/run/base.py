@@ -83,10 +83,13 @@ class EarlyStopped(RunFailure):
         wall_s: float | None = None,
         gpu_hours_saved: float | None = None,
         iterations: int = 0,
+        tokens_per_s_per_gpu: float | None = None,
     ) -> None:
         super().__init__(message, log_path=log_path, log_tail=log_tail, wall_s=wall_s)
         self.gpu_hours_saved = gpu_hours_saved
         self.iterations = iterations
+        self.tokens_per_s_per_gpu = tokens_per_s_per_gpu
+        """the median of the steady-state iterations it ran: a partial measurement"""
 
 
 IterationCallback = Callable[["LiveIteration", bool], "str | None"]

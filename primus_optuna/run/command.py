@@ -287,7 +287,11 @@ class CommandRunner:
         if stopped is not None:
             reason, seen = stopped
             raise EarlyStopped(
-                reason, **where, gpu_hours_saved=self._hours_left(seen), iterations=seen[-1].iteration
+                reason,
+                **where,
+                gpu_hours_saved=self._hours_left(seen),
+                iterations=seen[-1].iteration,
+                tokens_per_s_per_gpu=robust_mean([it.tokens_per_s_per_gpu for it in seen]),
             )
         if timed_out:
             raise RunTimeout(f"killed after the {self.timeout_s:g} s timeout (process group)", **where)

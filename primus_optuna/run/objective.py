@@ -166,7 +166,19 @@ def make_objective(
             }
             if exc.gpu_hours_saved is not None:
                 stopped["gpu_hours_saved_early_stop"] = round(exc.gpu_hours_saved, 4)
+            if (
+                exc.tokens_per_s_per_gpu
+            ):  # a partial measurement: the fallback and the calibration learn from it
+                m_tps = exc.tokens_per_s_per_gpu
+                stopped |= {
+                    "source": "measured",
+                    "measured_partial": True,
+                    "measured_tokens_per_s_per_gpu": round(m_tps, 3),
+                    "estimate_error": round(est.tokens_per_s_per_gpu / m_tps - 1.0, 5),
+                }
             set_attrs(trial, stopped)
+            if exc.tokens_per_s_per_gpu:
+                update_calibration(study, spec, space, (est, exc.tokens_per_s_per_gpu))
             _attach_log(artifact_store, trial, exc.log_path, hide)
             _notify(hooks, trial, {**attrs, **stopped})
             raise optuna.TrialPruned(stopped["prune_reason"]) from None
@@ -230,8 +242,10 @@ def update_calibration(
     study: optuna.Study, spec: StudySpec, space: Space, current: tuple[Any, float]
 ) -> None:
     """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from the warm start's
-    imported pairs, every completed measured trial and the one finishing now; the fallback and report read it."""
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    imported pairs, every measured trial (complete, or stopped early: partial) and the one finishing now; the fallback and report read it."""
+    done = study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    )
     prior = [(e, meas) for _, e, meas in warm_start_pairs(space, study)]
     pairs = prior + [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
     study.set_user_attr("calibration", Calibration.fit(pairs).to_dict())

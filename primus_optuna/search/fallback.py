@@ -60,13 +60,14 @@ def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
 def measured_pairs(
     spec: StudySpec, space: Space, trials: list[optuna.trial.FrozenTrial]
 ) -> list[tuple[TrainingConfig, ThroughputEstimate, float]]:
-    """(config, estimate, measured tokens/s/GPU) of every completed, measured (not analytical) trial."""
+    """(config, estimate, measured tokens/s/GPU) of every completed, measured (not analytical) trial, and of
+    every job stopped early for being slow (``measured_partial``: the median of the iterations it ran)."""
     pairs: list[tuple[TrainingConfig, ThroughputEstimate, float]] = []
     for t in trials:
-        if (
-            t.state != optuna.trial.TrialState.COMPLETE
-            or t.user_attrs.get("source", "analytical") == "analytical"
-        ):
+        partial = t.state == optuna.trial.TrialState.PRUNED and bool(t.user_attrs.get("measured_partial"))
+        if (t.state != optuna.trial.TrialState.COMPLETE and not partial) or t.user_attrs.get(
+            "source", "analytical"
+        ) == "analytical":
             continue
         measured = t.user_attrs.get("measured_tokens_per_s_per_gpu")
         config = complete_config(space, t.params)

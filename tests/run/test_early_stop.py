@@ -125,6 +125,9 @@ def test_slow_job_is_stopped_with_its_process_group_and_slightly_slower_runs_to_
     step = 8192 * 128 / 500.0 / 64
     assert slow.user_attrs["gpu_hours_saved_early_stop"] == pytest.approx(57 * step * 64 / 3600, rel=1e-3)
     assert slow.user_attrs["gpu_hours"] > 0
+    # its partial measurement (median of the iterations it ran) calibrates the model like a completed trial's
+    assert slow.user_attrs["measured_partial"] and slow.user_attrs["measured_tokens_per_s_per_gpu"] == 500.0
+    assert study.user_attrs["calibration"]["n_trials"] == 3
     assert _gone(int((tmp_path / "child-1.pid").read_text())), "the stopped job's child survived"
     assert close.state == State.COMPLETE and close.value == pytest.approx(980.0)
     assert len(close.intermediate_values) == 6 and "prune_reason" not in close.user_attrs
