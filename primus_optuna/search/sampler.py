@@ -202,18 +202,21 @@ class PrimusSampler(BaseSampler):
         """The configuration for a free trial: its sweep point, else a planner or fallback choice."""
         trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
         k = sum(1 for t in trials if t.number < trial.number and is_free(t))
-        plan = self.plan
-        if k >= 1:  # warm start: the earlier studies' best configurations come right after the baseline
-            offer, taken = next_offer(self.space, study, trials, trial.number)
+        # warm start: the earlier studies' best configurations right after the baseline; sweep points they
+        # measured already (legal here) are skipped
+        known: set[TrainingConfig] = set()
+        if k >= 1:
+            offer, taken, known = next_offer(self.space, study, trials, trial.number)
             if offer is not None:
                 return Proposal(
                     offer, WARM_PHASE, "warm-start", "best measured in an earlier study (warm start)"
                 )
             k -= taken
+        plan = [(i, p) for i, p in enumerate(self.plan) if i == 0 or p.config not in known]
         if k < len(plan):
-            p = plan[k]
+            i, p = plan[k]
             value = p.value if p.axis else p.config.key()
-            extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": value}
+            extra = {"sweep_index": i, "sweep_axis": p.axis or "baseline", "sweep_value": value}
             return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
         others = [t for t in trials if t.number != trial.number]
         mem_cal = study_memory_calibration(study)

@@ -13,7 +13,8 @@ device). A study of another model is refused unless ``force``.
 ``calibration`` (step time) and ``memory_calibration`` from the imported evidence plus the study's own; the
 sampler's fallback (per-axis-value corrections included) and the objective's refits read the imported pairs
 through :func:`warm_start_pairs` and :func:`warm_start_memory`; the earlier studies' best configurations that
-are legal here and fit are offered first after the baseline (:func:`next_offer`).
+are legal here and fit are offered first after the baseline, and the sweep skips the points they measured
+(:func:`next_offer`).
 
 Example::
 
@@ -366,19 +367,25 @@ def warm_start(
 
 def next_offer(
     space: Space, study: optuna.Study, trials: list[optuna.trial.FrozenTrial], number: int
-) -> tuple[TrainingConfig | None, int]:
+) -> tuple[TrainingConfig | None, int, set[TrainingConfig]]:
     """For the free trial ``number`` past the baseline: the next earlier-best configuration not yet tried or
-    offered (``None`` when none is left), and how many earlier free trials took an offer (the sweep index is
-    shifted by that many)."""
+    offered (``None`` when none is left), how many earlier free trials took an offer (the sweep index is
+    shifted by that many) and the configurations the earlier studies measured that are legal here (the sweep
+    skips them: their effect is known)."""
     ws = study.user_attrs.get(WARM_START_ATTR)
-    if not ws or not ws.get("offers"):
-        return None, 0
+    if not ws:
+        return None, 0, set()
     from .sampler import is_free, trial_config
 
+    known = {
+        space.canonical(TrainingConfig.from_params(p["params"]))
+        for p in ws.get("pairs", [])
+        if p.get("legal")
+    }
     taken = sum(1 for t in trials if t.number < number and is_free(t) and t.user_attrs.get("phase") == PHASE)
     used = {trial_config(space, t) for t in trials if t.number != number}
-    for params in ws["offers"]:
+    for params in ws.get("offers", []):
         config = space.canonical(TrainingConfig.from_params(params))
         if config not in used:
-            return config, taken
-    return None, taken
+            return config, taken, known
+    return None, taken, known
