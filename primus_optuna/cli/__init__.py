@@ -1,7 +1,8 @@
-"""The ``primus-optuna`` command line: a thin layer over the library.
+"""The ``primus-optuna`` command line: a thin layer over the library (options in, library calls, text or JSON
+out). Every user error ends as one message on stderr and exit code 2.
 
-Subcommands are imported lazily (``LazyGroup``) so ``primus-optuna space`` never pays for Optuna, DSPy or
-torch. Every user error ends as one message on stderr and exit code 2.
+May import any layer; nothing in the library imports it. Subcommands are imported lazily (``LazyGroup``) so
+``primus-optuna space`` never pays for Optuna, DSPy or torch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Analytical models of a configuration: per-GPU memory (and, later, step time). Pure Python, no torch/Optuna."""
+"""Analytical models of a configuration: per-GPU memory on every pipeline stage, the step time with its
+breakdown (compute, bubble, TP/CP/EP/PP/DP communication, recompute, optimizer), per-GPU-family efficiency
+constants, calibrations fitted from measured runs, and :func:`plan_space` (a whole space estimated in bulk).
+
+Pure Python over spec and space, kept fast: never Optuna, DSPy, LiteLLM, torch or matplotlib, nor search, run
+or record (tests/package/test_layers.py asserts it).
+"""
 
 from .calibration import BREAKDOWN_TERMS, Calibration
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory

@@ -1,6 +1,9 @@
-"""What a study leaves behind: the audit report, optuna-dashboard notes, and exports of a configuration.
+"""What a study leaves behind: its storage (opening, resuming, heartbeat), the audit report, optuna-dashboard
+notes, and exports of a configuration (Primus overlay, Megatron arguments, env lines, JSON).
 
-Imports stay light (no optuna-dashboard or matplotlib until a function needs them)."""
+May import every layer below (the report uses the physics and the search's calibrated estimate);
+optuna-dashboard and matplotlib only when a function needs them; never cli, DSPy or torch.
+"""
 
 from .dashboard import dashboard_app, note_hook, refresh_study_note, serve_dashboard, trial_note
 from .export import FORMATS, export_config, parse_export, select_trial, study_spec, trial_config

@@ -1,6 +1,9 @@
-"""Runners: turn a configuration into a measured tokens/s/GPU, and the objective that calls them.
+"""Runners turn a configuration into tokens/s/GPU: the analytical estimate, a single-device torch profile, or a
+launched job (command, Primus, Megatron, Slurm, local) whose log is parsed; ``objective.make_objective`` is the
+Optuna objective that calls one (it needs Optuna, so this package does not import it).
 
-:func:`make_objective` (which needs Optuna) is imported lazily from :mod:`primus_optuna.run.objective`.
+May import search, physics, space and spec; torch only inside the profile runner (through ``workloads``);
+never cli, nor record (one exception: ``objective`` reads a storage's file path from ``record.storage``).
 """
 
 from .analytical import AnalyticalRunner

@@ -1,4 +1,10 @@
-"""Search: the memory prefilter pruner (samplers and planners are added here by their pieces)."""
+"""How trials are chosen: :class:`PrimusSampler` (the one-axis sweep, then the LLM planner or the model-guided
+fallback), :func:`suggest_config` for Optuna's own samplers, and :class:`MemoryPrefilterPruner`, which prunes a
+configuration that would not fit before anything is launched.
+
+Imports Optuna, physics, space and spec; DSPy and LiteLLM only in ``planner`` (loaded when an LLM is
+configured); never run, record or torch.
+"""
 
 from .early_stop import ThroughputPruner, study_pruner
 from .pruner import MemoryPrefilterPruner, config_from_params, memory_attrs, memory_check, prune_if_infeasible

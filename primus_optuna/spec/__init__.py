@@ -1,4 +1,9 @@
-"""Study files: what is tuned (model, cluster, workload, axes) and how (search, llm, runner, storage)."""
+"""Study files: what is tuned (model, cluster, workload, axes) and how (search, llm, runner, storage), with the
+GPU and model catalogs and the Primus/Megatron workload YAML import.
+
+The bottom layer: imports pydantic and PyYAML (and ``errors``/``redaction``), never space, physics or any layer
+above, nor Optuna, DSPy, LiteLLM or torch.
+"""
 
 from .hardware import GB, GIB, GPU_CATALOG, GPUSpec
 from .model import MODEL_CATALOG, ModelSpec, hf_to_megatron

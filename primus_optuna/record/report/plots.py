@@ -1,0 +1,117 @@
+"""The report's plots as PNG bytes (matplotlib, Agg backend, imported on first use): optimisation history,
+per-axis effects, estimate vs measured, Pareto front. Each returns ``None`` when there is nothing to plot.
+May import :mod:`.record` and the spec (axis names); not :mod:`.doc` or :mod:`.sections`.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from ...spec.study import AXES
+from .record import StudyRecord, TrialRow
+
+
+def _figure(width: float = 7.0, height: float = 4.0) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height), dpi=100)
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_history(rec: StudyRecord) -> bytes | None:
+    done = sorted(rec.complete, key=lambda t: t.number)
+    if not done:
+        return None
+    fig, ax = _figure()
+    colours = {"sweep": "tab:blue", "planner": "tab:orange", "fallback": "tab:green"}
+    for phase in sorted({t.phase for t in done}):
+        pts = [t for t in done if t.phase == phase]
+        ax.scatter(
+            [t.number for t in pts], [t.value for t in pts], label=phase, c=colours.get(phase, "tab:gray")
+        )
+    best, xs, ys = float("-inf"), [], []
+    for t in done:
+        best = max(best, t.value or 0.0)
+        xs.append(t.number)
+        ys.append(best)
+    ax.step(xs, ys, where="post", color="k", lw=1, label="best so far")
+    pruned = [t for t in rec.trials if t.state in ("PRUNED", "FAIL")]
+    if pruned:
+        ax.scatter(
+            [t.number for t in pruned], [0] * len(pruned), marker="x", c="tab:red", label="pruned/failed"
+        )
+    ax.set(xlabel="trial", ylabel="tokens/s/GPU", title="Optimisation history")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_axis_effects(rec: StudyRecord) -> bytes | None:
+    done = [t for t in rec.complete if t.config]
+    axes = [a for a in AXES if len({getattr(t.config, a) for t in done}) > 1]
+    if not axes:
+        return None
+    cols = min(3, len(axes))
+    nrows = (len(axes) + cols - 1) // cols
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, grid = plt.subplots(nrows, cols, figsize=(3.4 * cols, 2.6 * nrows), dpi=100, squeeze=False)
+    for k, axis in enumerate(axes):
+        ax = grid[k // cols][k % cols]
+        values = [v for v in rec.space.candidates[axis] if any(getattr(t.config, axis) == v for t in done)]
+        for i, v in enumerate(values):
+            ys = [t.value for t in done if getattr(t.config, axis) == v]
+            ax.scatter([i] * len(ys), ys, s=14, alpha=0.7, c="tab:blue")
+            ax.plot([i - 0.25, i + 0.25], [max(ys)] * 2, color="k", lw=1)
+        ax.set_xticks(range(len(values)), [str(v) for v in values], fontsize=8)
+        ax.set_title(axis, fontsize=9)
+    for k in range(len(axes), nrows * cols):
+        grid[k // cols][k % cols].axis("off")
+    fig.suptitle("Per-axis effects (tokens/s/GPU of completed trials; bar = best)", fontsize=10)
+    return _png(fig)
+
+
+def plot_estimate_vs_measured(pairs: list[tuple[TrialRow, float, float, float]]) -> bytes | None:
+    if not pairs:
+        return None
+    fig, ax = _figure(5.0, 5.0)
+    est = [p[1] for p in pairs]
+    meas = [p[2] for p in pairs]
+    ax.scatter(meas, est)
+    lo, hi = min(est + meas) * 0.95, max(est + meas) * 1.05
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="estimate = measured")
+    for t, e, m, _ in pairs:
+        ax.annotate(str(t.number), (m, e), fontsize=7)
+    ax.set(xlabel="measured tokens/s/GPU", ylabel="estimated tokens/s/GPU", title="Estimate vs measured")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_pareto(rec: StudyRecord, front: list[TrialRow]) -> bytes | None:
+    if not front:
+        return None
+    fig, ax = _figure()
+    done = rec.complete
+    ax.scatter(
+        [t.values[1] for t in done], [t.values[0] for t in done], c="tab:gray", alpha=0.5, label="trials"
+    )
+    pts = sorted(front, key=lambda t: t.values[1])
+    ax.plot([t.values[1] for t in pts], [t.values[0] for t in pts], "o-", c="tab:red", label="Pareto front")
+    ax.set(xlabel="peak memory (GiB)", ylabel="tokens/s/GPU", title="Pareto front")
+    ax.legend(fontsize=8)
+    return _png(fig)

@@ -1,0 +1,446 @@
+"""The report's sections, :func:`render` (the whole report as a :class:`~.doc.Doc`) and :func:`build_report`
+(the files). A section is a function ``(doc, rec) -> None`` that opens with ``doc.section(title)`` (numbered
+in order) and says so when it has nothing to show; :data:`SECTIONS` lists them in report order, so a new
+section is one function plus one entry there (then regenerate the golden report of
+tests/record/test_report_golden.py). May import every sibling module (record, analysis, doc, plots), the
+physics, the search's fallback (the calibrated estimate) and redaction; nothing imports this module but the
+package ``__init__``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...physics.calibration import Calibration
+from ...physics.memory_calibration import MemoryCalibration
+from ...physics.throughput import estimate_throughput
+from ...redaction import redact
+from ...search.fallback import corrected_tps
+from ...space import TrainingConfig
+from ...spec.study import AXES
+from .analysis import (
+    estimate_errors,
+    fallback_reason,
+    gain,
+    gpu_hours_saved,
+    memory_pruned,
+    planner_rounds,
+    reproduce_command,
+    sensitivity,
+    step_time_s,
+    versions,
+)
+from .doc import Doc, fmt_gib, fmt_pct, fmt_tok
+from .plots import plot_axis_effects, plot_estimate_vs_measured, plot_history, plot_pareto
+from .record import DEFAULT_MEASURE_STEPS, StudyRecord, TrialRow, as_number, load_record
+
+
+def default_report_dir(study_name: str) -> Path:
+    """Where ``report`` writes when ``--out`` is not given (``run`` prints this path)."""
+    return Path(f"{study_name}-report")
+
+
+def _cfg(c: TrainingConfig | None) -> str:
+    return "-" if c is None else f"`{c.key()}`"
+
+
+def _setup(doc: Doc, rec: StudyRecord) -> None:
+    spec, s = rec.spec, rec.spec.search
+    m, g = spec.model, spec.cluster.gpu
+    doc.section("Setup")
+    try:
+        legal = len(rec.space.configs())
+    except Exception as exc:  # an empty space still gets a report
+        legal = 0
+        doc.p(f"The space is empty: {exc}")
+    moe = f", {m.num_experts} experts top-{m.moe_router_topk}" if m.is_moe else " (dense)"
+    doc.bullets(
+        [
+            f"**Model**: {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads{moe}",
+            f"**Cluster**: {spec.cluster.nodes} × {spec.cluster.gpus_per_node} {g.name} ({spec.world} GPUs, "
+            f"{g.hbm_gb:g} GB HBM, {g.hbm_gib:.1f} GiB device memory each)",
+            f"**Workload**: sequence {spec.workload.seq_length}, global batch {spec.workload.global_batch_size}, "
+            f"{spec.workload.precision}, distributed optimizer {spec.workload.distributed_optimizer}",
+            f"**Objective(s)**: {', '.join(s.objectives)}; memory safety margin {s.memory_safety_margin:.0%}",
+            f"**Legal space**: {legal} canonical configurations",
+            f"**Sampler**: n_trials {s.n_trials}, seed {s.seed}, sweep order "
+            f"{', '.join(s.sweep_order) if s.sweep_order else 'default (highest expected impact first)'}, "
+            f"proposals per round {spec.llm.proposals_per_round}",
+            f"**LLM**: {spec.llm.model or 'none (model-guided fallback only)'}"
+            + (f" (max {spec.llm.max_calls} calls" if spec.llm.model else "")
+            + (
+                f", max ${spec.llm.max_cost_usd}"
+                if spec.llm.model and spec.llm.max_cost_usd is not None
+                else ""
+            )
+            + (")" if spec.llm.model else ""),
+            f"**Runner**: {spec.runner.kind}",
+            f"**Storage**: {rec.storage_url or '(in-memory or unnamed)'}, study `{rec.study_name}`",
+        ]
+    )
+    doc.table(["axis", "legal values"], [[a, ", ".join(map(str, v))] for a, v in _legal_values(rec).items()])
+    doc.p("Package versions (report environment): " + ", ".join(f"{k} {v}" for k, v in versions().items()))
+    doc.p("Reproduce (the study file is written next to this report as `study.yaml`):")
+    doc.code(reproduce_command(rec))
+
+
+def _legal_values(rec: StudyRecord) -> dict[str, list[Any]]:
+    try:
+        return rec.space.legal_values()
+    except Exception:
+        return rec.space.candidates
+
+
+def _sweep(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Sweep phase")
+    rows = [t for t in rec.trials if t.phase == "sweep" and t.config]
+    if not rows:
+        doc.p("No sweep trial has run yet.")
+        return
+    base = rec.baseline_config
+    groups: dict[str, list[TrialRow]] = {}
+    order = list(AXES)
+    for t in rows:
+        diff = [a for a in AXES if getattr(t.config, a) != getattr(base, a)]
+        axis = str(t.attr("sweep_axis") or (diff[0] if len(diff) == 1 else "+".join(diff) or "baseline"))
+        groups.setdefault(axis, []).append(t)
+    b = rec.baseline
+    doc.p(
+        f"Baseline {_cfg(base)}: {b.outcome if b else 'not run yet'}"
+        + (f", estimate {fmt_tok(b.estimate)} tokens/s/GPU" if b else "")
+    )
+    for axis in sorted(groups, key=lambda a: (a != "baseline", order.index(a) if a in order else 99)):
+        if axis == "baseline":
+            continue
+        ts = groups[axis]
+        doc.h(3, f"Axis {axis}")
+        table = []
+        for t in sorted(ts, key=lambda t: t.number):
+            moved = [a for a in AXES if getattr(t.config, a) != getattr(base, a)] or axis.split("+")
+            value = ", ".join(f"{a}={getattr(t.config, a)}" for a in moved)
+            table.append(
+                [value, t.number, fmt_tok(t.estimate), fmt_tok(t.measured), fmt_gib(t.peak_gib), t.outcome]
+            )
+        doc.table(["value", "trial", "estimate", "measured", "peak GiB", "outcome"], table)
+        done = [t for t in ts if t.state == "COMPLETE" and t.value]
+        if done and b and b.value:
+            top = max(done, key=lambda t: t.value or 0.0)
+            g = gain(top.value, b.value)
+            doc.p(
+                f"Best other value on this axis: trial {top.number}, {fmt_pct(g)} vs the baseline"
+                + ("." if g is not None and g > 0 else " (the baseline's value stays best).")
+            )
+
+
+def _planner(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Planner phase")
+    a = rec.user_attrs
+    doc.p(
+        f"LLM usage: {a.get('llm_calls', 0)} calls, {a.get('llm_tokens', 0)} tokens, "
+        f"${float(a.get('llm_cost_usd', 0.0) or 0.0):.4f}."
+    )
+    rounds = planner_rounds(rec)
+    if not rounds:
+        doc.p(
+            "No planner transcript found"
+            + (" (no LLM configured)." if not rec.spec.llm.model else " in the artifact store.")
+        )
+    for i, r in enumerate(rounds, 1):
+        head = f"Round {i} (before trial {r.get('trial_number', '?')}, {r.get('model') or '?'})"
+        doc.h(3, head)
+        accepted, rejected = r.get("accepted") or [], r.get("rejected") or []
+        doc.p(
+            f"{len(accepted)} accepted, {len(rejected)} rejected; tokens {r.get('tokens', '-')}, cost "
+            f"${float(r.get('cost_usd') or 0.0):.4f}, {r.get('elapsed_s', '-')} s; transcript artifact "
+            f"`{r['artifact']}`." + (f" **Error, fell back**: {r['error']}" if r.get("error") else "")
+        )
+        table = [[_cand(c.get("config")), "accepted", "", c.get("rationale") or ""] for c in accepted]
+        table += [
+            [_cand(c.get("candidate")), "rejected", c.get("reason") or "", c.get("rationale") or ""]
+            for c in rejected
+        ]
+        if table:
+            doc.table(["candidate", "decision", "reason", "rationale"], table)
+    rows = [t for t in rec.trials if t.phase in ("planner", "fallback")]
+    if not rows:
+        doc.p("No planner or fallback trial has run yet (the sweep comes first).")
+        return
+    doc.h(3, "Planner and fallback trials")
+    doc.table(
+        ["trial", "phase", "proposer", "config", "estimate", "value", "outcome", "rationale"],
+        [
+            [
+                t.number,
+                t.phase,
+                t.attr("proposer") or "-",
+                _cfg(t.config),
+                fmt_tok(t.estimate),
+                fmt_tok(t.value),
+                t.outcome,
+                t.attr("rationale") or "",
+            ]
+            for t in rows
+        ],
+    )
+    fallbacks = Counter(fallback_reason(rec, t) for t in rows if t.phase == "fallback")
+    if fallbacks:
+        doc.p("Fallback trials by reason: " + ", ".join(f"{k}: {v}" for k, v in fallbacks.items()) + ".")
+
+
+def _cand(c: Any) -> str:
+    if isinstance(c, dict):
+        return ", ".join(f"{k}={v}" for k, v in c.items())
+    return str(c or "-")
+
+
+def _memory(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Memory filter")
+    pruned = [t for t in rec.trials if t.state == "PRUNED"]
+    counts = Counter(t.prune_category for t in pruned)
+    doc.p(
+        f"{len(pruned)} trials pruned"
+        + (": " + ", ".join(f"{k} {v}" for k, v in counts.most_common()) if counts else "")
+        + "."
+    )
+    mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
+    if not mcal.is_identity:
+        doc.p(
+            f"Memory calibration (study attr `memory_calibration`): the filter compares the estimated peak "
+            f"× {mcal.scale:.2f} with the usable memory, {mcal.describe().removeprefix('calibrated ')}; "
+            "configurations pruned before it that fit under it were offered again."
+        )
+    mem = memory_pruned(rec)
+    if not mem:
+        doc.p("The memory filter removed no trial.")
+        return
+    hours, counted = gpu_hours_saved(rec)
+    doc.p(
+        f"The memory filter removed {len(mem)} trials before launch. **GPU-hours not spent: {hours:.2f}** "
+        f"(estimated step time × {rec.measure_steps} steps × {rec.spec.world} GPUs, over the {counted} trials "
+        "with a step-time estimate; steps from runner.options, else the default "
+        f"{DEFAULT_MEASURE_STEPS})."
+    )
+    doc.table(
+        ["trial", "config", "peak GiB", "usable GiB", "stage", "reason", "est. step s"],
+        [
+            [
+                t.number,
+                _cfg(t.config),
+                fmt_gib(t.peak_gib),
+                fmt_gib(as_number(t.attr("memory_usable_gib"))),
+                t.attr("memory_peak_stage") if t.attr("memory_peak_stage") is not None else "-",
+                t.attr("prune_reason"),
+                "-" if step_time_s(rec, t) is None else f"{step_time_s(rec, t):.3f}",
+            ]
+            for t in mem
+        ],
+    )
+
+
+def _estimates(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Estimates vs measurements")
+    pairs = estimate_errors(rec)
+    if not pairs:
+        doc.p(
+            "No trial was measured by a real runner: completed trials used the analytical runner, whose "
+            "measurement is the estimate itself, so there is nothing to compare yet."
+        )
+        return
+    errs = [p[3] for p in pairs]
+    mean, median = statistics.fmean(errs), statistics.median(errs)
+    bias = "optimistic (estimates above measurements)" if mean > 0 else "pessimistic (estimates below)"
+    doc.p(
+        f"{len(pairs)} measured trials. Mean estimate_error **{fmt_pct(mean)}**, median **{fmt_pct(median)}**, "
+        f"mean absolute {fmt_pct(statistics.fmean(abs(e) for e in errs))}. Optimism bias: the model is {bias}."
+    )
+    cal_doc = rec.user_attrs.get("calibration")
+    if cal_doc:
+        cal = Calibration.from_dict(cal_doc)
+        terms = ", ".join(f"{k} ×{v:.2f}" for k, v in sorted(cal.multipliers.items()) if abs(v - 1.0) > 1e-9)
+        after = [
+            corrected_tps(estimate_throughput(rec.spec, t.config), cal) / m - 1.0
+            for t, _, m, _ in pairs
+            if t.config is not None and m
+        ]
+        doc.p(
+            f"Running calibration (study attr `calibration`, fitted on {cal.n_trials} measured trials): global "
+            f"scale ×{cal.scale:.3f}"
+            + (f"; per term {terms}" if terms else "")
+            + ". "
+            + (
+                f"With it, the mean absolute error on these trials (in-sample) is "
+                f"{fmt_pct(statistics.fmean(abs(e) for e in after))} instead of "
+                f"{fmt_pct(statistics.fmean(abs(e) for e in errs))}; the fallback proposer ranks with it."
+                if after
+                else ""
+            )
+        )
+    misses = [t for t, *_ in pairs if t.attr("memory_model_miss")]
+    if misses:
+        doc.p(
+            "Memory-model misses (predicted to fit, ran out of memory or the reverse): "
+            + ", ".join(str(t.number) for t in misses)
+        )
+    doc.table(
+        ["trial", "config", "source", "estimate", "measured", "estimate_error"],
+        [
+            [t.number, _cfg(t.config), t.attr("source"), fmt_tok(e), fmt_tok(m), fmt_pct(err)]
+            for t, e, m, err in pairs
+        ],
+    )
+    doc.image("estimate_vs_measured", plot_estimate_vs_measured(pairs), "estimate vs measured")
+
+
+def _result(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Result")
+    best = rec.best
+    if best is None:
+        doc.p("No completed trial yet: no best configuration.")
+        return
+    b = rec.baseline
+    doc.p(f"**Best configuration**: trial {best.number}, {_cfg(best.config)}")
+    doc.p(
+        f"tokens/s/GPU {fmt_tok(best.value)} ({best.attr('source') or 'unknown source'}); estimate "
+        f"{fmt_tok(best.estimate)}; peak memory {fmt_gib(best.peak_gib)} GiB."
+    )
+    if b is not None and b.state == "COMPLETE":
+        doc.p(
+            f"Gain over the baseline (trial {b.number}, {fmt_tok(b.value)} tokens/s/GPU): "
+            f"objective {fmt_pct(gain(best.value, b.value))}, estimated "
+            f"{fmt_pct(gain(best.estimate, b.estimate))}."
+        )
+    elif b is not None:
+        doc.p(
+            f"The baseline (trial {b.number}) has no completed run ({b.outcome}): no measured gain; estimated "
+            f"gain over its estimate {fmt_tok(b.estimate)}: {fmt_pct(gain(best.estimate, b.estimate))}."
+        )
+    else:
+        doc.p("The baseline has not been tried yet: no gain to report.")
+    if best.config:
+        doc.p(
+            f"Export it: `primus-optuna export --storage {rec.storage_url or 'URL'} --study-name {rec.study_name} "
+            "--format primus` (or megatron, env, json)."
+        )
+    if rec.multi_objective:
+        front = rec.pareto()
+        doc.h(3, "Pareto front")
+        doc.table(
+            ["trial", "config", "tokens/s/GPU", "peak GiB"],
+            [[t.number, _cfg(t.config), fmt_tok(t.values[0]), fmt_gib(t.values[1])] for t in front],
+        )
+        doc.image("pareto_front", plot_pareto(rec, front), "Pareto front")
+    doc.h(3, "Sensitivity (each axis ±1 candidate step from the best, analytical)")
+    if best.config is None:
+        doc.p("The best trial has no configuration.")
+        return
+    rows, verdict = sensitivity(rec, best.config)
+    doc.p(f"Verdict: **{verdict}**.")
+    if rows:
+        doc.table(
+            ["axis", "step", "value", "status", "estimate", "vs best", "peak GiB", "note"],
+            [
+                [
+                    r["axis"],
+                    r["step"],
+                    r["value"],
+                    r["status"],
+                    fmt_tok(r.get("tokens")),
+                    fmt_pct(r.get("delta")),
+                    fmt_gib(r.get("peak_gib")),
+                    r.get("note", ""),
+                ]
+                for r in rows
+            ],
+        )
+
+
+def _plots(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("Plots")
+    hist, effects = plot_history(rec), plot_axis_effects(rec)
+    if not hist and not effects:
+        doc.p("No completed trial to plot yet.")
+    doc.image("history", hist, "optimisation history")
+    doc.image("axis_effects", effects, "per-axis effects")
+
+
+def _trials(doc: Doc, rec: StudyRecord) -> None:
+    doc.section("All trials")
+    if not rec.trials:
+        doc.p("The study has no trial yet.")
+        return
+    doc.table(
+        ["trial", "state", "phase", "config", "value", "estimate", "peak GiB", "outcome"],
+        [
+            [
+                t.number,
+                t.state,
+                t.phase,
+                _cfg(t.config),
+                fmt_tok(t.value),
+                fmt_tok(t.estimate),
+                fmt_gib(t.peak_gib),
+                t.outcome,
+            ]
+            for t in rec.trials
+        ],
+    )
+    if rec.artifacts:
+        doc.p(
+            "Artifacts (open them in optuna-dashboard): "
+            + ", ".join(
+                f"`{a['filename']}`" + (f" (trial {a['trial']})" if a["trial"] is not None else " (study)")
+                for a in rec.artifacts
+            )
+        )
+
+
+Section = Callable[[Doc, StudyRecord], None]
+
+SECTIONS: list[Section] = [_setup, _sweep, _planner, _memory, _estimates, _result, _plots, _trials]
+"""The report's sections in order; each is numbered by the position it is written in."""
+
+
+def render(rec: StudyRecord) -> Doc:
+    """The whole report as a :class:`Doc`."""
+    doc = Doc()
+    state = f"{len(rec.trials)} trials ({', '.join(f'{k} {v}' for k, v in Counter(t.state for t in rec.trials).items()) or 'none'})"
+    doc.h(1, f"primus-optuna report: {rec.study_name}")
+    doc.p(f"{state}; target {rec.spec.search.n_trials}.")
+    for section in SECTIONS:
+        section(doc, rec)
+    return doc
+
+
+def build_report(
+    storage: Any,
+    study_name: str | None,
+    out_dir: str | Path | None = None,
+    *,
+    artifact_dir: str | Path | None = None,
+) -> dict[str, Path]:
+    """Write ``report.md``, ``report.html``, ``study.yaml`` and ``plots/*.png`` under ``out_dir``
+    (default ``<study name>-report``). ``storage`` is a URL or an Optuna storage; ``artifact_dir`` the file
+    artifact store (default: next to a file storage).
+
+    Returns the paths by kind (``md``, ``html``, ``study``, ``plots``)."""
+    rec = load_record(storage, study_name, artifact_dir)
+    out = Path(out_dir) if out_dir is not None else default_report_dir(rec.study_name)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = render(rec)
+    extra = (rec.spec.llm.api_key_env,) if rec.spec.llm.api_key_env else ()
+    paths = {"md": out / "report.md", "html": out / "report.html", "study": out / "study.yaml"}
+    paths["md"].write_text(redact(doc.markdown(), names=extra))
+    paths["html"].write_text(redact(doc.html(f"primus-optuna report: {rec.study_name}"), names=extra))
+    paths["study"].write_text(yaml.safe_dump(rec.spec.to_public_dict(), sort_keys=False))
+    if doc.images:
+        (out / "plots").mkdir(exist_ok=True)
+        for name, png in doc.images.items():
+            (out / "plots" / f"{name}.png").write_bytes(png)
+        paths["plots"] = out / "plots"
+    return paths
