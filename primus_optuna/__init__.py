@@ -47,7 +47,7 @@ _LAZY: dict[str, str] = {
     "prune_if_infeasible": "search.pruner",
     "ThroughputPruner": "search.early_stop",
     "study_pruner": "search.early_stop",
-    "warm_start": "search.warm_start",
+    "warm_start": "record.earlier",
     # run
     "make_objective": "run.objective",
     "AnalyticalRunner": "run.analytical",

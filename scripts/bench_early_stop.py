@@ -47,6 +47,7 @@ from bench_search import HiddenObjective  # noqa: E402
 from primus_optuna import Space, StudySpec  # noqa: E402
 from primus_optuna.physics.memory import estimate_memory  # noqa: E402
 from primus_optuna.physics.throughput import estimate_throughput  # noqa: E402
+from primus_optuna.record.earlier import warm_start  # noqa: E402
 from primus_optuna.record.storage import open_study  # noqa: E402
 from primus_optuna.run.base import RunContext, RunFailure  # noqa: E402
 from primus_optuna.run.command import CommandRunner  # noqa: E402
@@ -54,7 +55,6 @@ from primus_optuna.run.logparse import parse_log  # noqa: E402
 from primus_optuna.run.objective import make_objective  # noqa: E402
 from primus_optuna.search.early_stop import study_pruner  # noqa: E402
 from primus_optuna.search.sampler import PrimusSampler  # noqa: E402
-from primus_optuna.search.warm_start import warm_start  # noqa: E402
 from primus_optuna.space import TrainingConfig  # noqa: E402
 
 FAKE = ROOT / "tests" / "helpers" / "fake_launcher.py"

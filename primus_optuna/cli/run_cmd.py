@@ -183,6 +183,7 @@ def run(
     import optuna
 
     from ..record.dashboard import note_hook, refresh_study_note
+    from ..record.earlier import open_earlier_studies
     from ..record.report import default_report_dir
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
@@ -190,7 +191,7 @@ def run(
     from ..run.objective import make_objective
     from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
-    from ..search.warm_start import apply_warm_start, load_warm_start
+    from ..search.warm_start import apply_warm_start
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -203,7 +204,7 @@ def run(
     if heartbeat is None:
         heartbeat = ANALYTICAL_HEARTBEAT_S if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
     # read the earlier studies first: a refused warm start writes nothing
-    ws = load_warm_start(spec, warm_sources, force=force_warm_start) if warm_sources else None
+    ws = open_earlier_studies(spec, warm_sources, force=force_warm_start) if warm_sources else None
     handle = open_study(
         spec,
         storage=storage,

@@ -16,9 +16,12 @@ through :func:`warm_start_pairs` and :func:`warm_start_memory`; the earlier stud
 are legal here and fit are offered first after the baseline, and the sweep skips the points they measured
 (:func:`next_offer`).
 
+Earlier studies are opened from ``STORAGE_URL[:STUDY_NAME]`` by :mod:`primus_optuna.record.earlier`, whose
+:func:`~primus_optuna.record.earlier.warm_start` is the Python entry point.
+
 Example::
 
-    ws = load_warm_start(spec, ["sqlite:///mixtral-4n.db:mixtral-4n"])
+    ws = load_warm_start(spec, [("mixtral-4n.db", optuna.load_study(...))])
     summary = apply_warm_start(study, spec, ws)
 """
 
@@ -48,10 +51,9 @@ __all__ = [
     "WARM_START_ATTR",
     "WarmStart",
     "apply_warm_start",
+    "earlier_spec",
     "load_warm_start",
     "next_offer",
-    "parse_source",
-    "warm_start",
     "warm_start_memory",
     "warm_start_pairs",
 ]
@@ -60,7 +62,6 @@ WARM_START_ATTR = "warm_start"
 PHASE = "warm_start"
 MAX_OFFERS = 3
 """how many of the earlier best configurations are offered first"""
-FILE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".log", ".jsonl")
 
 Pair = tuple[TrainingConfig, ThroughputEstimate, float]
 
@@ -145,56 +146,31 @@ class WarmStart:
         return text + ("" if not self.notes else " (" + "; ".join(self.notes) + ")")
 
 
-def parse_source(source: str) -> tuple[str, str | None]:
-    """``STORAGE_URL[:STUDY_NAME]`` → (URL, name or None). The name is what follows the last ``:`` when it has
-    no ``/`` and what precedes it is a storage on its own (``scheme://...``, ``journal:...`` or a file path)."""
-    head, sep, tail = source.rpartition(":")
-    if sep and tail and "/" not in tail and not tail.isdigit():
-        if "://" in head or head.startswith("journal:") or head.endswith(FILE_SUFFIXES):
-            return head, tail
-    return source, None
-
-
-def _open(source: str) -> tuple[optuna.Study, StudySpec]:
-    from ..record.storage import make_storage, normalize_url, storage_file
-
-    url, name = parse_source(source)
-    url = normalize_url(url)
-    f = storage_file(url)
-    if f is not None and not f.is_file():
-        raise SpecError(f"--warm-start {source!r}: no storage file {str(f)!r}")
-    store = make_storage(url, heartbeat_interval=None)
-    names = [s.study_name for s in optuna.study.get_all_study_summaries(store, include_best_trial=False)]
-    if name is None:
-        if len(names) != 1:
-            raise SpecError(
-                f"--warm-start {source!r}: the storage holds {len(names)} studies ({', '.join(names) or 'none'}); "
-                "name one as STORAGE_URL:STUDY_NAME"
-            )
-        name = names[0]
-    elif name not in names:
-        raise SpecError(f"--warm-start {source!r}: no study {name!r} (studies: {', '.join(names) or 'none'})")
-    study = optuna.load_study(study_name=name, storage=store)
+def earlier_spec(source: str, study: optuna.Study) -> StudySpec:
+    """The study file an earlier primus-optuna study stored (its ``primus_spec`` attr)."""
     data = study.user_attrs.get(SPEC_ATTR)
     if data is None:
         raise SpecError(
-            f"--warm-start {source!r}: study {name!r} was not created by primus-optuna (no {SPEC_ATTR})"
+            f"--warm-start {source!r}: study {study.study_name!r} was not created by primus-optuna (no {SPEC_ATTR})"
         )
-    return study, StudySpec.from_dict(data, source=f"{source} ({SPEC_ATTR})")
+    return StudySpec.from_dict(data, source=f"{source} ({SPEC_ATTR})")
 
 
 def _same_model(a: StudySpec, b: StudySpec) -> bool:
     return a.model.model_dump(exclude={"name"}) == b.model.model_dump(exclude={"name"})
 
 
-def load_warm_start(spec: StudySpec, sources: Sequence[str], *, force: bool = False) -> WarmStart:
-    """Read the earlier studies ``sources`` for the new study ``spec``; raises :class:`SpecError` for a study
-    of another model unless ``force``."""
+def load_warm_start(
+    spec: StudySpec, earlier: Sequence[tuple[str, optuna.Study]], *, force: bool = False
+) -> WarmStart:
+    """Read the earlier studies (``(source, study)``, opened by
+    :func:`primus_optuna.record.earlier.open_earlier_study`) for the new study ``spec``; raises
+    :class:`SpecError` for a study of another model unless ``force``."""
     space = Space(spec)
-    ws = WarmStart(sources=list(sources))
+    ws = WarmStart(sources=[source for source, _ in earlier])
     ranked: list[tuple[float, TrainingConfig]] = []
-    for source in sources:
-        old_study, old = _open(source)
+    for source, old_study in earlier:
+        old = earlier_spec(source, old_study)
         if not _same_model(old, spec):
             if not force:
                 raise SpecError(
@@ -354,15 +330,6 @@ def apply_warm_start(study: optuna.Study, spec: StudySpec, ws: WarmStart) -> str
     if ratios or bounds:
         study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
     return ws.summary()
-
-
-def warm_start(
-    study: optuna.Study, spec: StudySpec, sources: Sequence[str], *, force: bool = False
-) -> WarmStart:
-    """The Python entry point of ``primus-optuna run --warm-start``: load and apply; returns the import."""
-    ws = load_warm_start(spec, sources, force=force)
-    apply_warm_start(study, spec, ws)
-    return ws
 
 
 def next_offer(

@@ -12,12 +12,13 @@ from primus_optuna.errors import SpecError
 from primus_optuna.physics.calibration import Calibration
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.record.earlier import open_earlier_studies, parse_source, warm_start
 from primus_optuna.record.storage import open_study
 from primus_optuna.run.base import Measurement, RunContext
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.early_stop import study_pruner
 from primus_optuna.search.sampler import PrimusSampler
-from primus_optuna.search.warm_start import fit_from_pairs, load_warm_start, parse_source, warm_start
+from primus_optuna.search.warm_start import fit_from_pairs
 from primus_optuna.space import TrainingConfig
 from tests.conftest import small_dense_study, small_moe_study
 
@@ -82,7 +83,7 @@ def test_warm_started_study_offers_the_imported_winner_first_with_the_imported_c
     # the new study: the same model on twice the global batch (a new workload, the same space)
     spec = StudySpec.from_dict({**small_moe_study(axes={"mbs": [1, 2]}), "name": "bigger-batch"})
     spec = spec.model_copy(update={"workload": spec.workload.model_copy(update={"global_batch_size": 64})})
-    ws = load_warm_start(spec, [f"{url}:small-moe"])
+    ws = open_earlier_studies(spec, [f"{url}:small-moe"])
     measured = [t for t in old.trials if t.state == State.COMPLETE]
     assert len(ws.pairs) == len(measured) and all(p.legal for p in ws.pairs)
     space = Space(spec)
@@ -122,7 +123,7 @@ def test_warm_started_study_offers_the_imported_winner_first_with_the_imported_c
 def test_the_fallback_ranks_with_the_imported_evidence(earlier, tmp_path):
     url, _ = earlier
     spec = StudySpec.from_dict({**small_moe_study(axes={"mbs": [1, 2]}), "name": "n2"})
-    ws = load_warm_start(spec, [url])  # one study in the storage: its name may be omitted
+    ws = open_earlier_studies(spec, [url])  # one study in the storage: its name may be omitted
     space = Space(spec)
     cal, factors = fit_from_pairs(space, [p.to_pair(space) for p in ws.pairs])
     # the per-axis-value effect the model misses (zero bubble 0.7x) is learnt from the imported pairs
@@ -140,8 +141,8 @@ def test_a_study_of_another_model_is_refused_unless_forced(earlier, tmp_path):
     with pytest.raises(
         SpecError, match=r"tuned model 'mixtral-8x7b', this one tunes 'llama3.1-8b'.*--force-warm-start"
     ):
-        load_warm_start(dense, [url])
-    ws = load_warm_start(dense, [url], force=True)
+        open_earlier_studies(dense, [url])
+    ws = open_earlier_studies(dense, [url], force=True)
     assert ws.pairs and any("another model" in n for n in ws.notes)
 
 
@@ -149,7 +150,7 @@ def test_bad_sources_are_named(tmp_path, earlier):
     url, _ = earlier
     spec = StudySpec.from_dict(small_moe_study())
     with pytest.raises(SpecError, match="no storage file"):
-        load_warm_start(spec, [f"sqlite:///{tmp_path / 'missing.db'}"])
+        open_earlier_studies(spec, [f"sqlite:///{tmp_path / 'missing.db'}"])
     with pytest.raises(SpecError, match="no study 'nope'"):
-        load_warm_start(spec, [f"{url}:nope"])
+        open_earlier_studies(spec, [f"{url}:nope"])
     assert not (tmp_path / "missing.db").exists()
