@@ -101,6 +101,7 @@ def stopped_study(tmp_path: Path) -> tuple[optuna.Study, str]:
     url = f"sqlite:///{tmp_path / 'es.db'}"
     pruner = MemoryPrefilterPruner(spec=spec, wrapped=ThroughputPruner(min_iters=3, margin=0.05))
     study = optuna.create_study(direction="maximize", storage=url, pruner=pruner, study_name="es")
+    study.set_user_attr("primus_spec", spec.to_public_dict())  # what open_study stores (the report reads it)
     values = {0: [1000.0] * 8, 1: [1000.0, 1000.0] + [500.0] * 60, 2: [980.0] * 8}
     objective = make_objective(spec, _PerTrial(spec, tmp_path, values, 0.05), runs_dir=tmp_path / "runs")
     fits = [c for c in Space(spec).configs() if estimate_memory(spec, c).fits][:3]
@@ -192,3 +193,14 @@ def test_a_failing_callback_never_leaves_the_job_running(tmp_path: Path) -> None
     with pytest.raises(RuntimeError, match="storage went away"):
         runner.run(config, ctx)
     assert _gone(int(pidfile.read_text()))
+
+
+def test_report_shows_the_gpu_hours_and_the_stopped_job(stopped_study, tmp_path: Path) -> None:
+    from primus_optuna.record.report import build_report
+
+    study, url = stopped_study
+    md = build_report(url, "es", tmp_path / "report")["md"].read_text()
+    hours = sum(t.user_attrs["gpu_hours"] for t in study.trials)
+    assert f"**GPU-hours: {hours:.2f} spent on 3 launched jobs; not spent: " in md
+    row = next(line for line in md.splitlines() if line.startswith("| 1 |"))
+    assert "500.0" in row and "slow: 500.0 tokens/s/GPU" in row

@@ -118,6 +118,14 @@ def test_warm_started_study_offers_the_imported_winner_first_with_the_imported_c
     assert second.value == max(t.value for t in study.trials[: 1 + n_offers])
     assert ws.ranking["n"] > 10 and -1.0 <= ws.ranking["spearman"] <= 1.0
     assert "offered first after the baseline" in ws.summary()
+    from primus_optuna.record.report import build_report
+
+    md = build_report(new_url, "bigger-batch", tmp_path / "report")["md"].read_text()
+    assert (
+        f"**Warm start** (study attr `warm_start`): warm start from {url}:small-moe: {len(pairs)} measured"
+        in md
+    )
+    assert f"rank {ws.ranking['top1_was']} under the uncalibrated model" in md
 
 
 def test_the_fallback_ranks_with_the_imported_evidence(earlier, tmp_path):
