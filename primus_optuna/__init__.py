@@ -23,6 +23,7 @@ from typing import Any
 from .errors import PrimusError, SpecError
 from .physics import (
     Calibration,
+    EfficiencyCurve,
     MemoryEstimate,
     PlanEntry,
     PlanResult,
@@ -31,10 +32,11 @@ from .physics import (
     estimate_memory,
     estimate_throughput,
     plan_space,
+    ranking_fidelity,
 )
 from .redaction import redact
 from .space import Space, TrainingConfig, parse_config_string
-from .spec import GPUSpec, ModelSpec, StudySpec
+from .spec import GPUSpec, ModelSpec, Recompute, StudySpec, parse_recompute
 
 __version__ = "0.1.0"
 
@@ -92,12 +94,14 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Calibration",
+    "EfficiencyCurve",
     "GPUSpec",
     "MemoryEstimate",
     "ModelSpec",
     "PlanEntry",
     "PlanResult",
     "PrimusError",
+    "Recompute",
     "Space",
     "SpecError",
     "StageMemory",
@@ -108,7 +112,9 @@ __all__ = [
     "estimate_memory",
     "estimate_throughput",
     "parse_config_string",
+    "parse_recompute",
     "plan_space",
+    "ranking_fidelity",
     "redact",
     *_LAZY,
 ]

@@ -1,7 +1,8 @@
 """Benchmark: legality + memory estimate of every legal configuration of each shipped study.
 
 Each repeat loads the study afresh (cold per-spec cache), enumerates the legal space and estimates every
-configuration's per-stage memory. Goal: the flagship's 15,072 configurations in < 0.5 s on 2 cores.
+configuration's per-stage memory. Goal: the flagship's 25,760 configurations (issue 12's recompute values) in
+< 0.5 s on 2 cores.
 
 python scripts/bench_memory.py [--repeat 5]
 """

@@ -60,7 +60,10 @@ _SHORT = {
 
 def _memory_table(mem: dict[str, Any]) -> list[str]:
     head = f"{'stage':>5} " + " ".join(f"{_SHORT[k]:>9}" for k in BREAKDOWN_KEYS) + f" {'total':>9}"
-    lines = ["memory per GPU (GiB):", head]
+    title = "memory per GPU (GiB)"
+    if mem.get("recompute"):
+        title += f", activations with recompute={mem['recompute']}"
+    lines = [title + ":", head]
     for st in mem["stages"]:
         mark = " <- peak" if st["stage"] == mem["peak_stage"] else ""
         cells = " ".join(f"{st['breakdown'][k]:>9.2f}" for k in BREAKDOWN_KEYS)

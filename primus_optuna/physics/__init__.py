@@ -7,16 +7,23 @@ or record (tests/package/test_layers.py asserts it).
 """
 
 from .calibration import BREAKDOWN_TERMS, Calibration
+from .fidelity import FidelityReport, ranking_fidelity, spearman
+from .gemm_efficiency import EfficiencyCurve, gemm_seconds
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
 from .plan import PlanEntry, PlanResult, plan_space
 from .shapes import (
+    RECOMPUTE_DROPS,
     LayerParams,
     LayerShape,
+    attention_terms,
+    chunk_activation_bytes,
     chunks_in_flight,
+    dense_mlp_terms,
     layer_activation_bytes,
     layer_activation_terms,
     layer_params,
     layers_in_flight,
+    moe_terms,
     stage_chunks,
 )
 from .throughput import ThroughputEstimate, estimate_throughput, format_throughput, throughput_section
@@ -25,6 +32,11 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "BREAKDOWN_TERMS",
     "Calibration",
+    "EfficiencyCurve",
+    "FidelityReport",
+    "gemm_seconds",
+    "ranking_fidelity",
+    "spearman",
     "PlanEntry",
     "PlanResult",
     "ThroughputEstimate",
@@ -36,7 +48,12 @@ __all__ = [
     "LayerShape",
     "MemoryEstimate",
     "StageMemory",
+    "RECOMPUTE_DROPS",
+    "attention_terms",
+    "chunk_activation_bytes",
     "chunks_in_flight",
+    "dense_mlp_terms",
+    "moe_terms",
     "estimate_memory",
     "layer_activation_bytes",
     "layer_activation_terms",

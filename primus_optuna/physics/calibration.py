@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec.hardware import GPUSpec
+from .gemm_efficiency import EfficiencyCurve
 
 BREAKDOWN_TERMS: tuple[str, ...] = (
     "compute_attention",
@@ -47,35 +48,39 @@ TERM_GROUPS: dict[str, tuple[str, ...]] = {
 class FamilyConstants:
     """Achievable fractions of datasheet peaks for one GPU family."""
 
-    gemm_eff_bf16: float
-    """fraction of BF16 peak reached by large, well-shaped GEMMs"""
-    gemm_eff_fp8: float
-    """fraction of FP8 peak reached by large GEMMs (FP8 GEMMs never run slower than BF16 ones)"""
-    attn_eff: float
-    """fraction of BF16 peak reached by causal flash attention (forward and backward)"""
+    gemm: EfficiencyCurve
+    """linear-layer GEMMs: fraction of the BF16/FP16 peak by work ``M·N·K`` (:mod:`.gemm_efficiency`)"""
+    attention: EfficiencyCurve
+    """causal flash attention (forward; backward at the same rate on 2.5x the FLOPs), by the kernel's work"""
+    fp8_gemm_speedup: float
+    """FP8 / BF16 linear-GEMM throughput at the same shape (datasheets say 2x; measured GEMMs reach less)"""
     grouped_gemm_eff: float
-    """multiplier of the GEMM efficiency for MoE grouped GEMMs (several experts per kernel)"""
-    gemm_dim_half: float = 128.0
-    """GEMM dimension at which tile quantisation halves the efficiency (assumption: a 128-wide MFMA/tensor-core
-    tile); efficiency = eff · d/(d + d_half) for the smallest of M, N, K"""
+    """multiplier of the GEMM efficiency of MoE grouped GEMMs with several local experts per kernel"""
     hbm_eff: float = 0.8
     """fraction of HBM bandwidth reached by memory-bound kernels (assumption: STREAM-like kernels reach
     ~80% of datasheet bandwidth on both vendors)"""
     kernel_us: float = 4.0
-    """fixed cost per kernel launch in µs (assumption: typical launch + tail effect)"""
+    """fixed GPU cost per kernel in µs (assumption: typical launch + tail effect)"""
+    host_kernel_us: float = 0.0
+    """host time to issue one kernel (framework + launch) in µs: a layer's pass never runs faster than its
+    kernels can be issued (0 = never host-bound)"""
     coll_eff: float = 0.8
     """collectives' fraction of link bandwidth for large messages (hardware.md: ~70-90%)"""
     a2a_eff: float = 0.6
     """NCCL/RCCL all-to-all fraction of link bandwidth (assumption: below ring collectives, many small
     point-to-point transfers)"""
+    a2a_inter_eff: float = 0.6
+    """all-to-all's fraction of the NIC bandwidth for the off-node share (NCCL's PXN rail-optimised
+    all-to-all gets close to line rate on NVIDIA nodes; assumption for others: as ``a2a_eff``)"""
     deepep_intra_eff: float = 0.77
     """DeepEP normal kernels intra-node: 153-158 GB/s on H800 NVLink (~200 GB/s per direction)
     (validation.md, DeepEP row)"""
     deepep_inter_eff: float = 0.9
     """DeepEP inter-node: 43-58 GB/s over a 50 GB/s CX7 NIC (validation.md, DeepEP row), capped at 0.9"""
-    deepep_overlap: float = 0.5
-    """fraction of DeepEP dispatch/combine hidden under expert computation (assumption from Primus's reported
-    35%+ MoE gain, validation.md; never more than the expert compute time)"""
+    overlap_interference: float = 0.15
+    """fraction of a hidden collective's time that still slows the compute it hides under (the collective's
+    kernels take compute units: DeepEP's normal kernels 20 of 132 SMs on H800 ~ 15%, NCCL/RCCL channels
+    similar; assumption from DeepEP's README, validation.md)"""
     moe_sync_us: float = 60.0
     """host synchronisation per MoE layer and pass of the all-to-all dispatcher (token counts copied to the
     host); DeepEP/sync-free MoE avoid it (assumption)"""
@@ -87,50 +92,68 @@ class FamilyConstants:
     --tp-comm-overlap)"""
     dp_tail: float = 0.1
     """fraction of the DP collectives that stays exposed even when overlapped (last bucket; assumption)"""
-    flash_attention: bool = True
-    """causal flash attention (skips masked blocks, no s² scores in HBM). False = Megatron's 2021-22 attention
-    (full s² score GEMMs + fused scaled-masked softmax over materialised scores), which is what the only
-    published A100 rows (Narayanan 2021, Korthikanti 2022) ran"""
     fitted_to: tuple[str, ...] = ()
     """which published rows the fitted constants above come from"""
 
 
-# One table. The fitted constants were chosen by scanning a coarse grid (steps of 0.01-0.05) to minimise the
+# The A100 GEMM curve's half-work and the host issue time are fitted to the vTrain single-node set
+# (scripts/fit_vtrain.py: a random half of its model/batch groups); its peak fractions to Narayanan/Korthikanti.
+# Families without small-GEMM data take A100's half-work scaled by their BF16 peak (assumption: the same
+# kernel latency must be covered by proportionally more work on a faster GPU).
+A100_HALF_WORK = 3.0e9
+"""A100 GEMM work (multiply-adds) at half of the peak fraction: fitted to vtrain-a100-single-node.csv"""
+A100_ATTN_HALF_WORK = 3.0e9
+"""flash-attention kernel work at half of its peak fraction (assumption: as the GEMMs; no A100 flash data)"""
+A100_HOST_KERNEL_US = 35.0
+"""host issue time per kernel of Megatron(-DeepSpeed) in eager PyTorch: fitted to vtrain-a100-single-node.csv"""
+A100_KERNEL_US = 12.0
+"""fixed GPU cost per kernel on A100 (launch gap + tail): fitted to vtrain-a100-single-node.csv"""
+
+
+def _half(peak_tflops: float, base: float = A100_HALF_WORK) -> float:
+    return base * peak_tflops / 312.0
+
+
+# One table. The peak fractions were chosen by scanning a coarse grid (steps of 0.01-0.05) to minimise the
 # worst relative error over the family's rows in validation.md; the tests (tests/physics/
 # test_throughput_validation.py) state the resulting per-row errors.
 FAMILIES: dict[str, FamilyConstants] = {
-    # A100: fitted to Narayanan et al. 2021 Table 1 (8 rows) and Korthikanti et al. 2022 Table 5 (4 rows).
+    # A100: peaks fitted to Narayanan et al. 2021 Table 1 (8 rows) and Korthikanti et al. 2022 Table 5 (4 rows);
+    # half-works and host issue time to the vTrain A100 single-node set.
     "ampere": FamilyConstants(
-        gemm_eff_bf16=0.70,
-        gemm_eff_fp8=0.70,
-        attn_eff=0.40,
+        gemm=EfficiencyCurve(0.70, A100_HALF_WORK, "Narayanan 2021 / Korthikanti 2022; half-work: vTrain"),
+        attention=EfficiencyCurve(0.40, A100_ATTN_HALF_WORK, "assumed (no flash-attention A100 row)"),
+        fp8_gemm_speedup=1.0,
         grouped_gemm_eff=0.8,
+        host_kernel_us=A100_HOST_KERNEL_US,
+        kernel_us=A100_KERNEL_US,
         coll_eff=0.8,
-        flash_attention=False,
-        fitted_to=("Narayanan 2021 Table 1", "Korthikanti 2022 Table 5"),
+        fitted_to=("Narayanan 2021 Table 1", "Korthikanti 2022 Table 5", "vTrain A100 single-node (half)"),
     ),
     # H100/H200: fitted to the four Megatron-Bridge H100 rows.
     "hopper": FamilyConstants(
-        gemm_eff_bf16=0.62,
-        gemm_eff_fp8=0.65,
-        attn_eff=0.45,
+        a2a_inter_eff=0.7,  # fitted (0.6/0.7/0.85 scanned) to the Bridge H100 Qwen3-235B rows: EP 32 over 4 nodes
+        gemm=EfficiencyCurve(0.62, _half(989), "Megatron-Bridge H100 rows; half-work scaled from A100"),
+        attention=EfficiencyCurve(0.45, _half(989, A100_ATTN_HALF_WORK), "Megatron-Bridge H100 rows"),
+        fp8_gemm_speedup=1.85,  # measured FP8/BF16 GEMM speed-up on H100 (~1.8-1.9x, issue 14), not 2x
         grouped_gemm_eff=0.8,
         coll_eff=0.8,
         fitted_to=("Megatron-Bridge H100: GPT-OSS-120B, Qwen3-235B-A22B, Llama3-70B, Llama3.1-405B",),
     ),
-    # B200: no published row in validation.md; Hopper's fractions (assumption).
+    # B200: no published row in validation.md (assumption).
     "blackwell": FamilyConstants(
-        gemm_eff_bf16=0.70,
-        gemm_eff_fp8=0.55,
-        attn_eff=0.45,
+        a2a_inter_eff=0.7,  # assumed = hopper
+        gemm=EfficiencyCurve(0.70, _half(2250), "assumed (no published B200 row in validation.md)"),
+        attention=EfficiencyCurve(0.45, _half(2250, A100_ATTN_HALF_WORK), "assumed = hopper"),
+        fp8_gemm_speedup=1.57,
         grouped_gemm_eff=0.8,
         fitted_to=("assumed = hopper (no published B200 row)",),
     ),
     # MI300X/MI325X: fitted to the three Primus MI325X rows.
     "cdna3": FamilyConstants(
-        gemm_eff_bf16=0.55,
-        gemm_eff_fp8=0.40,
-        attn_eff=0.35,
+        gemm=EfficiencyCurve(0.55, _half(1307), "Primus MI325X rows; half-work scaled from A100"),
+        attention=EfficiencyCurve(0.35, _half(1307, A100_ATTN_HALF_WORK), "Primus MI325X rows"),
+        fp8_gemm_speedup=1.45,
         grouped_gemm_eff=0.7,
         coll_eff=0.7,
         fitted_to=("Primus MI325X: Llama 3.1 8B FP8, 70B FP8, 70B BF16",),
@@ -138,9 +161,9 @@ FAMILIES: dict[str, FamilyConstants] = {
     # MI355X: no published row in validation.md; CDNA3's fractions (assumption). hardware.md's "Mixtral 8x22B
     # BF16 on MI355X in the mid-30s % MFU" is checked as a sanity range in the tests.
     "cdna4": FamilyConstants(
-        gemm_eff_bf16=0.55,
-        gemm_eff_fp8=0.40,
-        attn_eff=0.35,
+        gemm=EfficiencyCurve(0.55, _half(2500), "assumed = cdna3; half-work scaled from A100"),
+        attention=EfficiencyCurve(0.35, _half(2500, A100_ATTN_HALF_WORK), "assumed = cdna3"),
+        fp8_gemm_speedup=1.45,
         grouped_gemm_eff=0.7,
         coll_eff=0.7,
         fitted_to=("assumed = cdna3 (no published MI355X row); sanity: Mixtral 8x22B BF16 mid-30s % MFU",),

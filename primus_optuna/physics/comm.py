@@ -16,7 +16,11 @@ Costs (``S`` = bytes of the full, gathered tensor; ``n`` ranks; ``α`` fixed cos
 - all-reduce: the cheaper of ring ``2(n−1)/n · S/bw + 2(n−1)·α`` and tree ``2·S/bw + 2⌈log₂n⌉·α``;
 - all-to-all (``S`` = bytes one rank sends, itself included): the intra-node share over the fabric and the
   off-node share over the NIC, in parallel, plus ``(1 + ⌈log₂n⌉)·α``;
-- point-to-point: ``S/bw + α``.
+- point-to-point: ``S/bw + α``;
+- DeepEP-class dispatch (:meth:`Topology.deepep_dispatch`): a token goes once to each destination *rank*
+  that holds one of its top-k experts inside the node, and once to each destination *node* across nodes
+  (DeepEP's internode kernels send over RDMA once per node and forward over NVLink), so fine-grained MoE
+  (many experts, top-k > experts per rank) moves fewer bytes than an all-to-all of ``k`` copies.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ class Topology:
         gpus_per_node: int,
         coll_eff: float = 0.8,
         a2a_eff: float = 0.6,
+        a2a_inter_eff: float | None = None,
     ) -> None:
         self.gpu = gpu
         self.gpn = gpus_per_node
         self.coll_eff = coll_eff
         self.a2a_eff = a2a_eff
+        self.a2a_inter_eff = a2a_eff if a2a_inter_eff is None else a2a_inter_eff
         self.intra_bw = gpu.intra_node_bw_gbs * GB
         self.inter_bw = gpu.inter_node_bw_gbs * GB
         self.intra_lat = gpu.intra_node_latency_us * 1e-6
@@ -110,10 +116,38 @@ class Topology:
         if n <= 1 or nbytes <= 0:
             return 0.0
         ie = self.a2a_eff if intra_eff is None else intra_eff
-        xe = self.a2a_eff if inter_eff is None else inter_eff
+        xe = self.a2a_inter_eff if inter_eff is None else inter_eff
         k = self.members_per_node(g)
         intra_t = nbytes * (k - 1) / n / (self.fabric_bw(k - 1) * ie) if k > 1 else 0.0
         inter_t = nbytes * (n - k) / n / (self.inter_bw * xe) if n > k else 0.0
+        lat = self.inter_lat if n > k else self.intra_lat
+        return max(intra_t, inter_t) + (1 + math.ceil(math.log2(n))) * lat
+
+    def deepep_dispatch(
+        self,
+        tokens: float,
+        token_bytes: float,
+        topk: int,
+        experts: int,
+        g: Group,
+        intra_eff: float,
+        inter_eff: float,
+    ) -> float:
+        """One DeepEP dispatch (or combine) of ``tokens`` tokens of ``token_bytes`` each over EP group ``g``
+        (balanced routing, each token's ``topk`` experts uniform over ``experts`` spread evenly on the ranks):
+        de-duplicated bytes, intra-node share over the fabric and off-node share over the NIC, in parallel."""
+        n = g.size
+        if n <= 1 or tokens <= 0:
+            return 0.0
+        k = self.members_per_node(g)
+        per_rank = experts / n
+        # P(a given set of `c` experts holds none of a token's top-k) = C(E - c, topk) / C(E, topk)
+        p_rank = 1.0 - _miss(experts, per_rank, topk)
+        p_node = 1.0 - _miss(experts, per_rank * k, topk)
+        intra_b = tokens * token_bytes * (k - 1) * p_rank
+        inter_b = tokens * token_bytes * (n // k - 1) * p_node
+        intra_t = intra_b / (self.fabric_bw(k - 1) * intra_eff) if k > 1 else 0.0
+        inter_t = inter_b / (self.inter_bw * inter_eff) if n > k else 0.0
         lat = self.inter_lat if n > k else self.intra_lat
         return max(intra_t, inter_t) + (1 + math.ceil(math.log2(n))) * lat
 
@@ -124,3 +158,14 @@ class Topology:
         if self.intra(g):
             return nbytes / (self.fabric_bw(1) * self.coll_eff) + self.intra_lat
         return nbytes / (self.inter_bw * self.coll_eff) + self.inter_lat
+
+
+def _miss(experts: int, held: float, topk: int) -> float:
+    """Probability that none of a token's ``topk`` distinct experts (of ``experts``) is among ``held``."""
+    held = min(held, experts)
+    if topk >= experts:
+        return 0.0 if held > 0 else 1.0
+    out = 1.0
+    for i in range(topk):
+        out *= max(0.0, (experts - held - i) / (experts - i))
+    return out

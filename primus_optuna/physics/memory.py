@@ -8,17 +8,20 @@ What is counted (breakdown keys, GiB per GPU):
 
 - ``weights_gib``: the bf16/fp16 parameters (2 bytes) plus, under FP8, Transformer Engine's cached FP8 copy of
   every GEMM weight and its transpose (+2 bytes per GEMM parameter; embeddings, norms, router and output
-  layer stay in bf16).
-- ``gradients_gib``: Megatron's fp32 main-grad buffer, 4 bytes per parameter (gradients accumulate in fp32
-  across micro-batches; Megatron forces this for bf16, and Korthikanti et al.'s 18 bytes/parameter for fp16
-  in Fig. 1 imply it too). The distributed optimizer reduce-scatters into this buffer; it is not sharded.
+  layer stay in bf16); with ``workload.fp8_param_gather`` the GEMM weights are FP8 only (2 bytes with the
+  transpose, no bf16 copy).
+- ``gradients_gib``: Megatron's main-grad buffer, 4 bytes per parameter with ``grad_reduce_in_fp32`` (the
+  default; Korthikanti et al.'s 18 bytes/parameter for fp16 in Fig. 1 imply it), 2 without. The distributed
+  optimizer reduce-scatters into this buffer; it is not sharded.
 - ``optimizer_gib``: fp32 master weights (4) + Adam moments (4 + 4) = 12 bytes per parameter, divided by
   the distributed optimizer's shard group: dp·cp for dense parameters, the expert-data-parallel group
   world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param).
 - ``activations_gib``: what the micro-batches in flight keep for backward
-  (:func:`~primus_optuna.physics.shapes.layer_activation_bytes` × :func:`layers_in_flight`); with full
-  recompute the layers keep their inputs and one layer is rebuilt during backward; the last stage adds the
-  output layer's logits (bf16 GEMM output + the fp32 copy the vocab-parallel cross entropy keeps).
+  (chunk micro-batches in flight × :func:`~primus_optuna.physics.shapes.chunk_activation_bytes` under the
+  configuration's recompute, per tensor as in shared/reference/megatron-memory.md); with ``full``/``full:N``
+  the recomputed layers keep their inputs and one layer is rebuilt during backward (its activations are
+  added once); the last stage adds the output layer's logits (bf16 GEMM output + the fp32 copy the
+  vocab-parallel cross entropy keeps).
 - ``comm_buffers_gib``: NCCL/RCCL communicator buffers, :data:`CCL_GIB_PER_GROUP` per parallel group with
   more than one rank, plus :data:`CCL_BASE_GIB`.
 - ``dispatcher_buffers_gib``: DeepEP's NVLink (and, when the EP group spans nodes, RDMA) buffers.
@@ -32,15 +35,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec.hardware import GIB
+from ..spec.recompute import Recompute, parse_recompute
 from ..spec.study import StudySpec
 from .shapes import (
     ACT_BYTES,
     FP32,
     LayerShape,
+    chunks_in_flight,
     embedding_params,
     layer_activation_bytes,
     layer_params,
-    layers_in_flight,
     output_params,
     stage_ends,
 )
@@ -52,8 +56,13 @@ WEIGHT_BYTES = 2
 FP8_EXTRA_WEIGHT_BYTES = 2
 """Transformer Engine keeps an FP8 copy of each GEMM weight and of its transpose (1 + 1 byte), cached across
 micro-batches (TE ``is_first_microbatch`` weight caching)."""
+FP8_PARAM_BYTES = 2
+"""With ``fp8_param_gather`` (TE ``fp8_model_init``) a GEMM weight is an FP8 tensor (1 byte) plus its FP8
+transpose (1 byte) and no bf16 copy; the fp32 master stays in the optimizer."""
 GRAD_BYTES = 4
-"""fp32 main-grad buffer (Megatron DDP, ``accumulate_allreduce_grads_in_fp32``)."""
+"""fp32 main-grad buffer (Megatron DDP, ``grad_reduce_in_fp32``, Megatron's default)."""
+GRAD_BYTES_BF16 = 2
+"""bf16 main grads (``grad_reduce_in_fp32: false``, as every published Megatron-Bridge recipe sets)."""
 OPTIMIZER_BYTES = 12
 """fp32 master copy + Adam exp_avg + exp_avg_sq."""
 CCL_BASE_GIB = 0.25
@@ -111,6 +120,8 @@ class MemoryEstimate:
     stages: list[StageMemory]
     capacity_gib: float
     usable_gib: float
+    recompute: str = "none"
+    """the recompute in force (canonical value); the activations follow it"""
     peak_gib: float = field(init=False)
     peak_stage: int = field(init=False)
 
@@ -138,6 +149,7 @@ class MemoryEstimate:
             "capacity_gib": round(self.capacity_gib, 3),
             "fits": self.fits,
             "peak_stage": self.peak_stage,
+            "recompute": self.recompute,
             "stages": [s.to_dict() for s in self.stages],
         }
 
@@ -156,13 +168,16 @@ class _Context:
         self.vocab = m.vocab_size
         self.seq = w.seq_length
         self.fp8 = w.precision == "fp8"
+        self.fp8_param_gather = self.fp8 and w.fp8_param_gather
+        self.grad_bytes = GRAD_BYTES if w.grad_reduce_in_fp32 else GRAD_BYTES_BF16
         self.dist_opt = w.distributed_optimizer
         self.layernorm = m.normalization == "LayerNorm"
         self.is_moe = m.is_moe
         self.capacity_gib = spec.cluster.gpu.hbm_gib
         self.usable_gib = self.capacity_gib * (1.0 - spec.search.memory_safety_margin)
         self.shapes: dict[tuple[int, int, int, int], LayerShape] = {}
-        self.acts: dict[tuple[int, int, int, str], tuple[float, float, float]] = {}
+        self.acts: dict[tuple[int, int, int, str], tuple[float, float, float, float]] = {}
+        self.stage_acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self.params: dict[tuple[int, int, int, int, str], list[tuple[int, int, int, int]]] = {}
         self.static: dict[
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
@@ -176,8 +191,10 @@ class _Context:
             s = self.shapes[key] = LayerShape.from_config(self.spec, cfg)
         return s
 
-    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> tuple[float, float, float]:
-        """(kept per layer, one layer with no recompute, logits + final norm of the last stage), bytes."""
+    def activations(self, tp: int, cp: int, mbs: int, recompute: str) -> tuple[float, float, float, float]:
+        """Bytes for one micro-batch: (a layer not fully recomputed, under the selective part of
+        ``recompute``; a fully recomputed layer = its input; one layer with no recompute; logits + final norm
+        of the last stage)."""
         key = (tp, cp, mbs, recompute)
         a = self.acts.get(key)
         if a is None:
@@ -191,12 +208,46 @@ class _Context:
                 + 2 * ACT_BYTES * s.local_tokens * s.hidden
                 + stats
             )
+            r = parse_recompute(recompute)
             a = self.acts[key] = (
-                float(layer_activation_bytes(s, recompute)),
-                float(layer_activation_bytes(s, "none")),
+                float(layer_activation_bytes(s, r if not r.is_full else _NONE)),
+                float(layer_activation_bytes(s, _FULL)),
+                float(layer_activation_bytes(s, _NONE)),
                 float(out),
             )
         return a
+
+    def stage_activations(
+        self,
+        tp: int,
+        cp: int,
+        mbs: int,
+        recompute: str,
+        pp: int,
+        vpp: int,
+        schedule: str,
+        m: int,
+        extra: bool,
+    ) -> tuple[float, ...]:
+        """Activation GiB per pipeline stage (memoised: independent of ep and the dispatcher)."""
+        key = (tp, cp, mbs, recompute, pp, vpp, schedule, m, extra)
+        acts = self.stage_acts.get(key)
+        if acts is not None:
+            return acts
+        r = parse_recompute(recompute)
+        plain, inp, one_layer, logits = self.activations(tp, cp, mbs, recompute)
+        per_chunk = self.layers / (pp * vpp)
+        # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
+        n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
+        chunk = n_rec * inp + (per_chunk - n_rec) * plain
+        transient = one_layer - inp if n_rec else 0.0  # backward rebuilds one recomputed layer at a time
+        out = []
+        for i, (_, has_out) in enumerate(stage_ends(pp, vpp, schedule)):
+            # pp = 1: Megatron's combined 1F1B (ep_overlap) runs micro-batch i+1's forward with i's backward
+            chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else (2 if extra else 1)
+            out.append((chunks * chunk + transient + (logits if has_out else 0.0)) / GIB)
+        acts = self.stage_acts[key] = tuple(out)
+        return acts
 
     def stage_params(
         self, tp: int, pp: int, ep: int, vpp: int, schedule: str
@@ -226,6 +277,8 @@ class _Axes:
 
 
 _context = per_spec(_Context)
+_NONE = Recompute("none")
+_FULL = Recompute("full")
 
 
 # --- the estimate ---------------------------------------------------------------------------------------------
@@ -241,7 +294,10 @@ def _static(
     dp = max(1, ctx.world // (tp * cp * pp))
     dense_shard = dp * cp if ctx.dist_opt else 1
     expert_shard = max(1, ctx.world // (pp * ep)) if ctx.dist_opt else 1
-    fp8_extra = FP8_EXTRA_WEIGHT_BYTES if ctx.fp8 else 0
+    # FP8 GEMM weights: bf16 + cached FP8 copy and transpose, or FP8 params (+ transpose) only
+    fp8_extra = (
+        (FP8_PARAM_BYTES - WEIGHT_BYTES if ctx.fp8_param_gather else FP8_EXTRA_WEIGHT_BYTES) if ctx.fp8 else 0
+    )
     groups = sum(
         1 for size in (tp, cp, dp * cp, pp, ep, ctx.world // (pp * ep) if ctx.is_moe else 1) if size > 1
     )
@@ -258,7 +314,7 @@ def _static(
         rows.append(
             (
                 (WEIGHT_BYTES * params + fp8_extra * gemm) / GIB,
-                GRAD_BYTES * params / GIB,
+                ctx.grad_bytes * params / GIB,
                 OPTIMIZER_BYTES * (dense / dense_shard + expert / expert_shard) / GIB,
                 comm,
                 disp,
@@ -284,19 +340,12 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
-    recompute = config.recompute
-    full = recompute == "full"
-
-    keep, one_layer, logits = ctx.activations(tp, cp, mbs, recompute)
+    extra_chunk = bool(getattr(config, "ep_overlap", False))
+    acts = ctx.stage_activations(tp, cp, mbs, config.recompute, pp, vpp, schedule, m, extra_chunk)
     rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
-    layers = ctx.layers
     stages: list[StageMemory] = []
-    for i, (weights, grads, optim, comm, disp, params, lparams, has_out) in enumerate(rows):
-        n = layers_in_flight(layers, pp, vpp, m, schedule, i)
-        act = (n - 1) * keep + one_layer if full else n * keep
-        if has_out:
-            act += logits
-        act /= GIB
+    for i, (weights, grads, optim, comm, disp, params, lparams, _) in enumerate(rows):
+        act = acts[i]
         allocated = weights + grads + optim + act
         overhead = CONTEXT_GIB + FRAGMENTATION * allocated
         breakdown = {
@@ -309,4 +358,6 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
             "overhead_gib": overhead,
         }
         stages.append(StageMemory(i, allocated + comm + disp + overhead, breakdown, params, lparams))
-    return MemoryEstimate(stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib)
+    return MemoryEstimate(
+        stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib, recompute=config.recompute
+    )

@@ -3,9 +3,11 @@
 Each physical stage runs forward (F), input-gradient (B) and weight-gradient (W) passes of its model chunks
 for ``m`` micro-batches. A pass may start when its stage is free and its input has arrived:
 ``F(k, i)`` needs ``F(k−1, i)``; ``B(k, i)`` needs ``B(k+1, i)`` (the last chunk's B needs its own F, which
-computes the loss). Sending an activation/gradient to another stage is blocking in Megatron's schedules, so
-its cost ``c`` is added to the sending pass (that is how p2p is "not free" and how interleaving's ``v×``
-extra traffic shows up). Stages pick their next pass greedily: a ready B first, else a ready F if fewer
+computes the loss). Sending an activation/gradient to another stage is blocking in Megatron's 1F1B (and the
+zero-bubble schedules), so its cost ``c`` is added to the sending pass; in the interleaved schedule
+Megatron runs the send/receive asynchronously (``overlap_p2p_comm``, on by default with virtual stages), so
+the transfer delays the receiver's dependency by ``c`` and does not occupy the sender (interleaving's ``v×``
+extra traffic then costs only where it lies on the critical path). Stages pick their next pass greedily: a ready B first, else a ready F if fewer
 than ``cap`` chunk-micro-batches are in flight, else a pending W (zero-bubble schedules only; 1F1B and
 interleaved run W fused into B). The caps are the schedules' activation-memory limits:
 
@@ -43,6 +45,8 @@ class PipelineTiming:
     """step − busy"""
     sends_per_microbatch: int
     """blocking sends of the busiest stage per micro-batch"""
+    transfers: float = 0.0
+    """asynchronous transfers (interleaved) on the critical path, taken out of ``bubble``"""
 
 
 def n_virtual(schedule: str, pp: int, vpp: int) -> int:
@@ -83,6 +87,7 @@ def simulate(
     Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
     """
     zb = schedule in ("zb1p", "zbv")
+    asynchronous = schedule == "interleaved"  # overlap_p2p_comm
     v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
     nv = n_virtual(schedule, pp, v)
     last = nv - 1
@@ -93,10 +98,10 @@ def simulate(
         fk, bk, wk = (f + f_last, b + b_last, w + w_last) if k == last else (f, b, w)
         if not zb:
             bk, wk = bk + wk, 0.0
-        if k < last and st[k + 1] != st[k]:
+        if not asynchronous and k < last and st[k + 1] != st[k]:
             fk += c
             sends[st[k]] += 1
-        if k > 0 and st[k - 1] != st[k]:
+        if not asynchronous and k > 0 and st[k - 1] != st[k]:
             bk += c
             sends[st[k]] += 1
         dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
@@ -128,6 +133,9 @@ def simulate(
             b_orders.append([order])
         else:
             b_orders.append([[(k, i) for i in range(m)] for k in ks])
+    # asynchronous transfers: arrival delay of chunk k's input from the previous chunk (F) / next chunk (B)
+    delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
+    delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
     fin_f = [[-1.0] * m for _ in range(nv)]
     fin_b = [[-1.0] * m for _ in range(nv)]
     id_f = [[-1] * m for _ in range(nv)]
@@ -136,6 +144,7 @@ def simulate(
     op_kind: list[int] = []
     op_chunk: list[int] = []
     op_pred: list[int] = []
+    op_delay: list[int] = []  # 1 when the binding predecessor is an asynchronous transfer
     last_op = [-1] * pp
     last_end = [0.0] * pp
     end_op = -1
@@ -175,6 +184,8 @@ def simulate(
                 if p_ < len(q):
                     k, i = q[p_]
                     dep = fin_f[k][i] if k == last else fin_b[k + 1][i]
+                    if dep >= 0:
+                        dep += delay_b[k]
                     if dep >= 0 and fin_f[k][i] >= 0 and dep < rb:
                         rb, best_b = dep, qi
             if len(pend_w[s]) <= wmax[s]:
@@ -183,6 +194,8 @@ def simulate(
                     if p_ < len(q) and sum(inflight[s]) < caps[s] and inflight[s][qi] < qcap[s][qi]:
                         k, i = q[p_]
                         dep = 0.0 if k == 0 else fin_f[k - 1][i]
+                        if dep >= 0:
+                            dep += delay_f[k]
                         if dep >= 0 and (dep < rf or (dep == rf and schedule == "zbv")):
                             rf, best_f = dep, qi
             if len(pend_w[s]) > wmax[s]:
@@ -241,7 +254,14 @@ def simulate(
             continue
         op_kind.append(kind)
         op_chunk.append(k)
-        op_pred.append(dep_id if dep_id >= 0 and dep_t > last_end[s] else last_op[s])
+        bound = dep_id >= 0 and dep_t > last_end[s]
+        op_pred.append(dep_id if bound else last_op[s])
+        if kind == 0:
+            op_delay.append(int(bound and delay_f[k] > 0))
+        elif kind == 1:
+            op_delay.append(int(bound and delay_b[k] > 0))
+        else:
+            op_delay.append(0)
         last_op[s], last_end[s] = len(op_kind) - 1, end
         free[s] = end
         remaining[s] -= 1
@@ -268,14 +288,15 @@ def simulate(
     while op >= 0:
         kind, k = op_kind[op], op_chunk[op]
         is_last = k == last
+        coef[3] += op_delay[op]
         if kind == 0:
             coef[0] += 1
             coef[4] += is_last
-            coef[3] += k < last and st[k + 1] != st[k]
+            coef[3] += not asynchronous and k < last and st[k + 1] != st[k]
         elif kind == 1:
             coef[1] += 1
             coef[5] += is_last
-            coef[3] += k > 0 and st[k - 1] != st[k]
+            coef[3] += not asynchronous and k > 0 and st[k - 1] != st[k]
             if not zb:
                 coef[2] += 1
                 coef[6] += is_last
@@ -343,7 +364,10 @@ def pipeline_timing(
     per_mb = (nv // pp) * (f + b + w) + f_last + b_last + w_last + sends * c
     bubble = max(0.0, span - ms * per_mb)
     busy = m * per_mb
-    return PipelineTiming(busy + bubble, busy, bubble, sends)
+    transfers = 0.0
+    if schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
+        transfers = min(bubble, coef[3] * c)
+    return PipelineTiming(busy + bubble, busy, bubble - transfers, sends, transfers)
 
 
 def bubble_fraction(

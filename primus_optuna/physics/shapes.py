@@ -24,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..spec.recompute import Recompute, parse_recompute
 from ..spec.study import StudySpec
 
 ACT_BYTES = 2
@@ -89,6 +90,8 @@ class LayerShape:
     dropout: float = 0.0
     fp8: bool = False
     """FP8 GEMMs: Transformer Engine saves the FP8 copy (1 byte) of each GEMM input for backward"""
+    flash: bool = True
+    """fused (flash) attention; False keeps the s² softmax output (and dropout mask/output) per head"""
 
     @property
     def tokens(self) -> int:
@@ -126,6 +129,7 @@ class LayerShape:
             bias=has_bias(m),
             dropout=dropout_rate(m),
             fp8=spec.workload.precision == "fp8",
+            flash=spec.workload.flash_attention,
         )
 
     def replace(self, **changes: Any) -> LayerShape:
@@ -211,106 +215,173 @@ def stage_ends(pp: int, vpp: int, schedule: str) -> list[tuple[bool, bool]]:
     return [(0 in ch, last in ch) for ch in stage_chunks(pp, vpp, schedule)]
 
 
-def chunks_in_flight(pp: int, vpp: int, m: int, schedule: str, stage: int) -> int:
+def chunks_in_flight(pp: int, vpp: int, m: int, schedule: str, stage: int, extra_chunk: bool = False) -> int:
     """Model-chunk micro-batches whose activations stage ``stage`` holds at its peak.
 
     - pp = 1: one (gradient accumulation runs micro-batches one after another);
     - 1F1B and ZB-H1 (``zb1p``, same activation memory as 1F1B, Qi et al. 2024): ``min(pp − i, m)``;
     - interleaved (Megatron ``forward_backward_pipelining_with_interleaving``): warm-up
       ``2(pp − i − 1) + (vpp − 1)·pp`` forwards plus the one of the first steady-state step, capped at
-      ``m·vpp``; for stage 0 this is Korthikanti's factor ``1 + (pp − 1)/(pp·vpp)``;
+      ``m·vpp``; for stage 0 this is Korthikanti's factor ``1 + (pp − 1)/(pp·vpp)``; ``extra_chunk``: one
+      more with EP all-to-all overlap (``overlap_moe_expert_parallel_comm`` runs a forward chunk beside a
+      backward one);
     - ZB-V: every stage peaks at 1F1B's first-stage memory, ``pp`` micro-batches of its whole share
       (= ``2·pp`` chunk micro-batches), capped at ``2m`` (Qi et al. 2024, §4).
     """
     if pp == 1:
         return vpp
     if schedule == "interleaved":
-        return min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+        return min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1 + int(extra_chunk), m * vpp)
     if schedule == "zbv":
         return min(2 * pp, 2 * m)
     return min(pp - stage, m)
 
 
-def layers_in_flight(layers: int, pp: int, vpp: int, m: int, schedule: str, stage: int) -> float:
+def layers_in_flight(
+    layers: int, pp: int, vpp: int, m: int, schedule: str, stage: int, extra_chunk: bool = False
+) -> float:
     """(layer, micro-batch) activation sets held by ``stage`` at its peak."""
     per_chunk = layers / (pp * vpp)
     if pp == 1:
         return float(layers)
-    return chunks_in_flight(pp, vpp, m, schedule, stage) * per_chunk
+    return chunks_in_flight(pp, vpp, m, schedule, stage, extra_chunk) * per_chunk
 
 
 # --- activations -------------------------------------------------------------------------------------------
-def layer_activation_terms(shape: LayerShape) -> dict[str, int]:
-    """Bytes one layer keeps for backward for one micro-batch with no recompute, term by term.
+def attention_terms(shape: LayerShape) -> dict[str, int]:
+    """What the attention block of one layer keeps for backward (one micro-batch, no recompute), bytes.
 
-    Korthikanti et al. 2022 (Table 2) with flash attention (no s² term: Q, K, V, the output and the fp32
-    log-sum-exp per head and token are kept), GQA (K, V sized by KV groups), SwiGLU (the fused activation
-    keeps its 2·ffn input) or GeLU, and MoE. ``T`` = tokens (attention/GEMMs), ``Tl`` = T / tp (sequence
-    parallel parts):
+    ``T`` = tokens of attention and the TP-split GEMMs, ``Tl`` = T / tp (sequence-parallel parts), ``b`` = 2:
 
-    - ``norm*_input``: norm input (2·Tl·h) + fp32 statistics (rstd; LayerNorm also mean);
-    - ``qkv_input``/``mlp_input``: the norm output, kept sequence-split and re-gathered in backward (Megatron
-      SP); FP8: TE keeps its 1-byte FP8 copy instead;
-    - ``qkv`` (Q, K, V), ``core_out`` (flash output, also the projection's input; +1 byte/elt FP8 copy),
-      ``softmax_lse``; ``*_dropout_mask``: 1 byte per element;
-    - dense MLP: ``fc1_out`` (activation input) and ``act_out`` (fc2 input; FP8 copy under FP8);
-    - MoE: ``router_probs`` (fp32 softmax over experts), ``routing_indices`` (top-k indices, permutation
-      order and token ids, int64), ``expert_input`` (the Tl·k permuted token copies, FP8 copy under FP8),
-      ``expert_fc1_out``, ``expert_act_out``, ``expert_output`` and ``combine_probs`` (kept for the gradient
-      of the routing probabilities).
+    - ``norm1_input``: the layer input ``Tl·h·b`` (input norm fused into the QKV GEMM, TE LayerNormLinear)
+      plus its fp32 statistics (rstd; LayerNorm also the mean);
+    - ``qkv_input``: the norm output = QKV GEMM input, kept sequence-split and re-gathered in backward
+      (Megatron SP); FP8: TE keeps the 1-byte FP8 cast instead;
+    - ``qkv``: Q, K, V after RoPE, K and V sized by the KV groups (GQA);
+    - ``core_out``: the flash/fused attention output O, shared with the projection GEMM (counted once; FP8
+      adds the projection's 1-byte FP8 copy);
+    - ``softmax_lse``: fp32 softmax statistics per head and token;
+    - ``attn_dropout_mask``: 1 byte per element when ``hidden_dropout`` > 0 (GPT-style models);
+    - ``attn_scores`` (``workload.flash_attention: false`` only): unfused attention keeps the s² softmax
+      output (2 bytes per score) and with dropout its mask (1) and output (2): Korthikanti's 5as²b.
     """
     h = shape.hidden
     T, Tl = shape.tokens, shape.local_tokens
     a, g, d = shape.heads, shape.groups, shape.head_dim
     gemm_in = 1 if shape.fp8 else ACT_BYTES
     stats = (2 if shape.layernorm else 1) * FP32 * Tl
-    mask = Tl * h if shape.dropout > 0 else 0
-    fc1_mult = 2 if shape.swiglu else 1
-    t: dict[str, int] = {
+    t = {
         "norm1_input": ACT_BYTES * Tl * h + stats,
         "qkv_input": gemm_in * Tl * h,
         "qkv": ACT_BYTES * T * (a + 2 * g) * d,
         "core_out": (ACT_BYTES + (1 if shape.fp8 else 0)) * T * a * d,
         "softmax_lse": FP32 * T * a,
-        "attn_dropout_mask": mask,
-        "norm2_input": ACT_BYTES * Tl * h + stats,
+        "attn_dropout_mask": Tl * h if shape.dropout > 0 else 0,
     }
-    if shape.moe:
-        k, fe = shape.topk, shape.expert_ffn
-        copies = Tl * k
-        t.update(
-            mlp_input=ACT_BYTES * Tl * h,  # router input (bf16) and permutation source
-            router_probs=FP32 * Tl * shape.experts,
-            routing_indices=3 * INDEX_BYTES * copies,
-            expert_input=gemm_in * copies * h,
-            expert_fc1_out=ACT_BYTES * copies * fc1_mult * fe,
-            expert_act_out=gemm_in * copies * fe,
-            expert_output=ACT_BYTES * copies * h,
-            combine_probs=ACT_BYTES * copies,
-        )
-    else:
-        f = shape.ffn
-        t.update(
-            mlp_input=gemm_in * Tl * h,
-            fc1_out=ACT_BYTES * T * fc1_mult * f,
-            act_out=gemm_in * T * f,
-        )
-    t["mlp_dropout_mask"] = mask
+    if not shape.flash:
+        t["attn_scores"] = (2 + (3 if shape.dropout > 0 else 0)) * shape.mbs * a * shape.seq * shape.seq
     return t
 
 
-def layer_activation_bytes(shape: LayerShape, recompute: str = "none") -> int:
-    """Bytes one layer keeps for backward for one micro-batch.
+def dense_mlp_terms(shape: LayerShape) -> dict[str, int]:
+    """A dense layer's pre-MLP norm and MLP: ``norm2_input`` (+ fp32 statistics), ``mlp_input`` (norm output
+    = fc1 input, FP8: its 1-byte cast), ``fc1_out`` (the activation's input, 2·ffn wide for SwiGLU),
+    ``act_out`` (fc2 input, FP8: its cast) and ``mlp_dropout_mask``."""
+    h, f = shape.hidden, shape.ffn
+    T, Tl = shape.tokens, shape.local_tokens
+    gemm_in = 1 if shape.fp8 else ACT_BYTES
+    stats = (2 if shape.layernorm else 1) * FP32 * Tl
+    return {
+        "norm2_input": ACT_BYTES * Tl * h + stats,
+        "mlp_input": gemm_in * Tl * h,
+        "fc1_out": ACT_BYTES * T * (2 if shape.swiglu else 1) * f,
+        "act_out": gemm_in * T * f,
+        "mlp_dropout_mask": Tl * h if shape.dropout > 0 else 0,
+    }
 
-    ``none``: every term of :func:`layer_activation_terms`; ``selective`` (Megatron's default
-    ``--recompute-modules core_attn``): core attention is recomputed, so its internal state (with flash
-    attention only the softmax statistics) is dropped while its inputs Q, K, V stay as checkpoint inputs;
-    ``full``: the layer keeps only its input (2·Tl·h).
+
+def moe_terms(shape: LayerShape) -> dict[str, int]:
+    """An MoE layer's pre-MLP norm, router and routed experts (shared/reference/megatron-memory.md).
+
+    ``K = Tl·k`` routed token copies reach this rank's experts (balanced routing, expert TP 1; independent of
+    EP). Kept: ``norm2_input``; ``router_input`` (the norm output, bf16: router GEMM input and permutation
+    source); ``router_state`` (fp32 logits and scores, ~16·Tl·E bytes); ``routing_indices`` (permutation
+    maps, ~12·K); ``expert_input`` (fc1 input = the K permuted copies, FP8: 1 byte); ``expert_fc1_out``
+    (SwiGLU input, bf16 also under FP8); ``expert_act_out`` (fc2 input, FP8: 1 byte). Nothing for the
+    all-to-alls, the expert output, the un-permute or the residual adds: Megatron-Core ≥ 0.13 applies the
+    routing probabilities inside the fused SwiGLU (``weighted_bias_swiglu_impl``).
     """
-    if recompute == "full":
+    h, fe, k = shape.hidden, shape.expert_ffn, shape.topk
+    Tl = shape.local_tokens
+    gemm_in = 1 if shape.fp8 else ACT_BYTES
+    stats = (2 if shape.layernorm else 1) * FP32 * Tl
+    copies = Tl * k
+    return {
+        "norm2_input": ACT_BYTES * Tl * h + stats,
+        "router_input": ACT_BYTES * Tl * h,
+        "router_state": 4 * FP32 * Tl * shape.experts,
+        "routing_indices": 12 * copies,
+        "expert_input": gemm_in * copies * h,
+        "expert_fc1_out": ACT_BYTES * copies * (2 if shape.swiglu else 1) * fe,
+        "expert_act_out": gemm_in * copies * fe,
+        "mlp_dropout_mask": Tl * h if shape.dropout > 0 else 0,
+    }
+
+
+def layer_activation_terms(shape: LayerShape) -> dict[str, int]:
+    """Bytes one layer keeps for backward for one micro-batch with no recompute, term by term: the
+    attention block (:func:`attention_terms`) and the MLP block (:func:`moe_terms` or
+    :func:`dense_mlp_terms`). Residual adds and bias-dropout-add with p = 0 keep nothing.
+
+    GPT-style models (LayerNorm, GeLU, dropout 0.1) reproduce Korthikanti et al. 2022, Table 2 with flash
+    attention (no s² term).
+    """
+    return {**attention_terms(shape), **(moe_terms(shape) if shape.moe else dense_mlp_terms(shape))}
+
+
+RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("softmax_lse", "attn_scores"),
+    "moe_act": ("expert_act_out",),
+    "layernorm": ("router_input",),
+    "mlp": ("fc1_out", "act_out"),
+    "moe": ("router_state", "routing_indices", "expert_input", "expert_fc1_out", "expert_act_out"),
+    "shared_experts": ("shared_fc1_out", "shared_act_out"),
+    "mla_up_proj": ("mla_q_up", "mla_kv_up"),
+}
+"""Terms each selective recompute module removes (Megatron-Core ``recompute_modules``; terms a layer does
+not have are skipped): ``core_attn`` with flash attention only the softmax statistics; ``moe_act`` the fc2
+input (the activation is rerun before fc2's backward); ``layernorm`` the pre-MLP norm output (MoE: the router
+input; the input norm is fused into the QKV GEMM and untouched); ``mlp`` / ``moe`` checkpoint the dense MLP /
+the whole MoE block, which then keep their input only; ``shared_experts`` and ``mla_up_proj`` the shared
+experts' and MLA up-projections' internals."""
+
+
+def layer_activation_bytes(shape: LayerShape, recompute: str | Recompute = "none") -> int:
+    """Bytes one layer keeps for backward for one micro-batch under ``recompute``.
+
+    ``none``: every term of :func:`layer_activation_terms`; ``selective[:modules]``: the terms of
+    :data:`RECOMPUTE_DROPS` removed (``mlp`` keeps the MLP's bf16 input, ``moe`` + ``layernorm`` also drops
+    the MoE block's input); ``full`` / ``full:N`` (a recomputed layer): only the layer input (2·Tl·h). For
+    ``full:N`` the caller mixes recomputed and plain layers per chunk (:func:`chunk_activation_bytes`).
+    """
+    r = parse_recompute(recompute) if isinstance(recompute, str) else recompute
+    if r.is_full:
         return ACT_BYTES * shape.local_tokens * shape.hidden
     terms = layer_activation_terms(shape)
-    total = sum(terms.values())
-    if recompute == "selective":
-        total -= terms["softmax_lse"]
-    return total
+    for module in r.modules:
+        for name in RECOMPUTE_DROPS[module]:
+            terms.pop(name, None)
+    if r.has("mlp") and "mlp_input" in terms:
+        terms["mlp_input"] = ACT_BYTES * shape.local_tokens * shape.hidden  # checkpoint input, bf16
+    return sum(terms.values())
+
+
+def chunk_activation_bytes(shape: LayerShape, recompute: str | Recompute, layers: float) -> float:
+    """Bytes one virtual pipeline chunk of ``layers`` layers keeps for one micro-batch: ``full:N``
+    recomputes the first N layers of the chunk (method block), which keep their input only."""
+    r = parse_recompute(recompute) if isinstance(recompute, str) else recompute
+    plain = layer_activation_bytes(shape, r if not r.is_full else Recompute("none"))
+    if not r.is_full:
+        return layers * plain
+    n = min(float(r.num_layers), layers) if r.num_layers else layers
+    return n * layer_activation_bytes(shape, r) + (layers - n) * plain

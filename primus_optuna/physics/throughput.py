@@ -2,23 +2,35 @@
 
 The step is built bottom-up (each piece's source is in the module it comes from):
 
-1. per layer and micro-batch on one rank (:mod:`.flops`): linear-layer GEMMs at an achievable fraction of
-   peak that falls for small GEMM dimensions and for MoE grouped GEMMs with few tokens per local expert
-   (roofline: never faster than HBM allows); causal flash attention at its own efficiency and always at
-   BF16 peak (FP8 speeds up the linear layers only); memory-bound "other" kernels (norms, residuals,
-   activation, rotary, MoE permutation) at HBM bandwidth, plus a fixed cost per kernel;
-2. communication inside a layer (:mod:`.comm`): TP with sequence parallelism = all-gather + reduce-scatter
-   per block in forward and again in backward (exposed: Megatron's default has no TP overlap); CP =
-   ring exchange of K/V (and dK/dV in backward), hidden under the core attention up to ``cp_overlap``;
-   EP = dispatch + combine all-to-all per MoE layer and pass, exposed for ``alltoall`` (plus a host sync),
-   DeepEP's bandwidths and partial overlap with expert compute for ``deepep``;
-3. passes: F = forward; B = input gradient (linear dgrad + attention backward + ``recompute``: full re-runs
-   the layer's forward, selective the core attention); W = weight gradient (linear wgrad);
-4. the pipeline (:mod:`.pipeline`): a simulation of the schedule over ``m`` micro-batches with blocking
-   point-to-point sends between stages gives the busiest stage's work and the bubble;
+1. per layer and micro-batch on one rank (:mod:`.flops`, :mod:`.gemm_efficiency`): linear-layer GEMMs on
+   the family's per-shape curve (roofline x an achievable fraction growing with M·N·K; MoE grouped GEMMs
+   sized by the tokens per local expert, with a penalty only when a rank holds several experts; FP8 at the
+   family's measured FP8/BF16 speed-up); attention fused (flash, its own curve; TE's 2·cp − 1 half-size
+   kernels and output corrections under CP) unless ``workload.flash_attention`` is false (full s x s score
+   GEMMs plus softmax traffic); memory-bound "other" kernels (norms, residuals, activation, rotary, MoE
+   permutation, FP8 casts) at HBM bandwidth plus a fixed cost per kernel; and a host floor: a pass never
+   runs faster than the host issues its kernels (fitted on the vTrain A100 runs);
+2. communication inside a layer (:mod:`.comm`): TP with sequence parallelism as TransformerEngine runs it
+   (forward all-gather, FP8 under FP8, and reduce-scatter; backward the synchronous grad all-gather, the
+   input re-gather hidden under dgrad and the reduce-scatter hidden under wgrad unless zero-bubble defers
+   wgrad; ``workload.tp_comm_overlap`` hides the rest under the adjacent GEMMs); CP = ring exchange of K/V
+   hidden under the core attention up to ``cp_overlap``; EP = dispatch + combine per MoE layer and pass,
+   all-to-all or DeepEP (de-duplicated bytes per destination rank/node, its own bandwidths), never hidden
+   under the same micro-batch's experts, plus the host sync in forward (DeepEP: unless
+   ``workload.moe_sync_free``); ``ep_overlap`` hides one micro-batch's dispatch/combine under another's
+   compute in the steady state, never more than that compute. Every hidden collective still costs the
+   family's ``overlap_interference`` fraction of its hidden time;
+3. passes: F = forward; B = input gradient (linear dgrad + attention backward + ``recompute``: the forward
+   of exactly what the recompute value drops, :func:`recompute_seconds`); W = weight gradient (linear wgrad);
+4. the pipeline (:mod:`.pipeline`): a simulation of the schedule over ``m`` micro-batches gives the busiest
+   stage's work and the bubble; sends block the sender in 1F1B/zero-bubble and are asynchronous in the
+   interleaved schedule (Megatron's ``overlap_p2p_comm``); Primus's zero-bubble schedules fall back to 1F1B
+   without ``gradient_accumulation_fusion``;
 5. after the pipeline: data-parallel gradient reduce-scatter (all-reduce without the distributed optimizer)
-   overlapped with the last micro-batch's backward and parameter all-gather overlapped with the first
-   forward, except a tail (``dp_tail``); the optimizer step is HBM-bound (Adam on fp32 master weights).
+   and parameter all-gather, overlapped with the last backward / first forward except a tail (``dp_tail``)
+   when ``workload.overlap_grad_reduce`` (not under zero-bubble: Primus turns the overlap off), else fully
+   exposed; the optimizer step is HBM-bound (Adam on fp32 master weights); without gradient-accumulation
+   fusion each micro-batch adds its bf16 grads into the fp32 main grads.
 
 The breakdown holds exposed time only and sums to the step time. All efficiency constants come from one
 table per GPU family (:mod:`.calibration`).
@@ -35,10 +47,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, model_flops_per_token
+from .gemm_efficiency import gemm_seconds
 from .pipeline import pipeline_timing
 from .shapes import LayerShape, embedding_params, layer_params, output_params
 from .spec_cache import per_spec
@@ -46,14 +60,13 @@ from .spec_cache import per_spec
 ACT = 2
 """bf16 activation bytes (communication and memory-bound kernels)"""
 GRAD_REDUCE_BYTES = 4
-"""Megatron reduces the fp32 main grads (``accumulate_allreduce_grads_in_fp32``)"""
+"""Megatron reduces the fp32 main grads (``grad_reduce_in_fp32``, the default; 2 bytes without it)"""
 PARAM_GATHER_BYTES = 2
-"""the distributed optimizer all-gathers bf16 parameters"""
+"""the distributed optimizer all-gathers bf16 parameters (FP8 GEMM weights: 1 byte with ``fp8_param_gather``,
+counted as 1 byte for every parameter: the GEMM weights are nearly all of them)"""
 ADAM_BYTES_PER_PARAM = 36
 """Adam step traffic per local parameter: read+write fp32 master, exp_avg, exp_avg_sq (24), read the fp32 grad
 (4), write the bf16 param (2), grad-norm/zeroing passes (~6)"""
-TILE = 128
-"""MoE grouped GEMMs pad each expert's tokens to whole tiles (assumption: 128-row tiles)"""
 KERNELS_DENSE = 20
 KERNELS_MOE = 35
 """kernels per layer forward outside the GEMMs/attention (norms, residuals, rotary, activation, casts;
@@ -91,11 +104,14 @@ class _Layer:
     other_f: float  # memory-bound kernels + launches, forward
     tp_f: float
     tp_b: float
+    tp_b_zb: float  # backward TP exposure when the weight gradient is deferred (zero-bubble)
     cp_f: float
     cp_b: float
     ep_f: float
     ep_b: float
-    expert_f: float  # expert GEMM time (what DeepEP overlaps with)
+    expert_f: float  # expert grouped-GEMM time, forward
+    host_f: float  # wait for the host beyond the GPU's work, forward
+    host_b: float  # and backward
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,18 +130,23 @@ class _Context:
         m, w, gpu = spec.model, spec.workload, spec.cluster.gpu
         self.model = m
         self.k: FamilyConstants = family_constants(gpu)
-        self.topo = Topology(gpu, spec.cluster.gpus_per_node, self.k.coll_eff, self.k.a2a_eff)
+        self.topo = Topology(
+            gpu, spec.cluster.gpus_per_node, self.k.coll_eff, self.k.a2a_eff, self.k.a2a_inter_eff
+        )
         self.seq = w.seq_length
         self.gbs = w.global_batch_size
         self.world = spec.world
         self.fp8 = w.precision == "fp8"
-        self.bf16_rate = gpu.bf16_tflops * 1e12 * self.k.gemm_eff_bf16
-        fp8_rate = gpu.peak_tflops("fp8") * 1e12 * self.k.gemm_eff_fp8 if self.fp8 else 0.0
-        self.lin_rate = max(self.bf16_rate, fp8_rate)  # FP8 never slower than BF16
+        self.grad_bytes = GRAD_REDUCE_BYTES if w.grad_reduce_in_fp32 else ACT
+        self.gather_bytes = 1 if self.fp8 and w.fp8_param_gather else PARAM_GATHER_BYTES
+        self.bf16_peak = gpu.bf16_tflops * 1e12
+        # FP8 linear GEMMs: the family's measured FP8/BF16 speed-up at the same shape, never slower than BF16
+        self.lin_peak = self.bf16_peak * (max(1.0, self.k.fp8_gemm_speedup) if self.fp8 else 1.0)
         self.lin_bytes = 1 if self.fp8 else ACT
-        self.attn_rate = gpu.bf16_tflops * 1e12 * self.k.attn_eff
+        self.flash = w.flash_attention
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
+        self.host_s = self.k.host_kernel_us * 1e-6
         self.peak = gpu.peak_tflops(w.precision) * 1e12
         self.tokens_per_step = spec.tokens_per_step
         self.model_flops_step = model_flops_per_token(m, self.seq) * self.tokens_per_step
@@ -134,22 +155,29 @@ class _Context:
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.params: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+        self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
         """Time of one forward GEMM (or one of its two backward GEMMs, same size)."""
         if g.count <= 0 or g.m <= 0:
             return 0.0
-        m = math.ceil(g.m / TILE) * TILE if grouped else g.m
-        d = min(m, g.n, g.k)
-        eff = d / (d + self.k.gemm_dim_half)
-        if grouped:
-            eff *= self.k.grouped_gemm_eff
-        rate = (self.lin_rate if linear else self.bf16_rate) * eff
+        peak = self.lin_peak if linear else self.bf16_peak
+        if grouped and g.count > 1:  # several local experts in one grouped kernel
+            peak *= self.k.grouped_gemm_eff
         elt = self.lin_bytes if linear else ACT
-        t_flops = 2.0 * m * g.n * g.k * g.count / rate
-        t_mem = (g.m * g.k + g.k * g.n + g.m * g.n) * elt * g.count / self.hbm
-        return max(t_flops, t_mem) + self.kernel_s
+        t = gemm_seconds(
+            self.k.gemm,
+            g.m,
+            g.n,
+            g.k,
+            g.count,
+            peak_flops=peak,
+            hbm_bytes_per_s=self.hbm,
+            elt_bytes=elt,
+            grouped=grouped,
+        )
+        return t + self.kernel_s
 
     def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str) -> _Layer:
         key = (tp, cp, ep, mbs, dispatcher)
@@ -157,6 +185,7 @@ class _Context:
         if lay is not None:
             return lay
         md, k, topo = self.model, self.k, self.topo
+        d = md.head_dim
         g = layer_gemms(md, self.seq, mbs, tp, cp, ep)
         attn_lin = sum(self.gemm(x) for x in g.attention)
         if g.grouped:
@@ -166,20 +195,34 @@ class _Context:
         else:
             expert_f = 0.0
             mlp_lin = sum(self.gemm(x) for x in g.mlp)
-        if k.flash_attention:
-            core_f = g.core_attention_flops / self.attn_rate + self.kernel_s
-            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / self.attn_rate + self.kernel_s
+        heads_per_mbs = md.num_attention_heads / tp
+        heads = mbs * heads_per_mbs
+        if self.flash:
+            # fused kernels at the family's attention curve (work = multiply-adds per kernel). Context
+            # parallelism (TransformerEngine's load-balanced ring): the sequence is cut in 2·cp chunks and each
+            # rank runs 2·cp − 1 half-size kernels per pass, each followed by an output/LSE correction (read
+            # and write the fp32 partial output and the LSE)
+            n_kern = 2 * cp - 1
+            work = g.core_attention_flops / 2 / n_kern
+            rate = self.bf16_peak * k.attention.fraction(work)
+            correction = 0.0
+            if cp > 1:
+                out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
+                correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
+            core_f = g.core_attention_flops / rate + n_kern * self.kernel_s + correction
+            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / rate + n_kern * self.kernel_s + correction
         else:
-            # full s x s score GEMMs (masked, not skipped) at GEMM efficiency, plus the softmax over
-            # materialised scores: write scores, read+write probabilities, dropout mask, read by P·V (~10 B
-            # per score in forward, twice that in backward)
-            scores = mbs * (self.seq / cp) * self.seq * md.num_attention_heads / tp
-            gemm_t = 2 * g.core_attention_flops / self.bf16_rate
-            mem_t = 10 * scores / self.hbm
+            # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
+            # GEMM curve, plus the softmax over materialised scores: write scores, read+write probabilities,
+            # dropout mask, read by P·V (~10 B per score in forward, twice that in backward)
+            sq = self.seq / cp
+            score_gemm = Gemm(sq, self.seq, d, heads)
+            gemm_t = 2 * self.gemm(score_gemm, linear=False)
+            mem_t = 10 * heads * sq * self.seq / self.hbm
             core_f = gemm_t + mem_t + 3 * self.kernel_s
             core_b = 2 * gemm_t + 2 * mem_t + 4 * self.kernel_s
         # memory-bound kernels, forward (bytes on this rank)
-        h, d = md.hidden_size, md.head_dim
+        h = md.hidden_size
         tokens = mbs * self.seq / cp
         local = tokens / tp
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
@@ -198,13 +241,50 @@ class _Context:
         else:
             nbytes += 3 * tokens * md.ffn_hidden_size / tp * ACT * (1 if md.swiglu else 2 / 3)
             kernels = KERNELS_DENSE
+        if self.fp8:
+            # TransformerEngine casts each linear layer's input to FP8 (read bf16, write fp8, amax) in forward;
+            # backward casts and transposes the output gradient (counted by backward's 2x of these kernels)
+            lin_inputs = list(g.attention + g.mlp[(1 if md.is_moe else 0) :])
+            nbytes += sum(x.m * x.k * x.count * (ACT + 1) for x in lin_inputs)
+            kernels += len(lin_inputs)
         other_f = nbytes / self.hbm + kernels * self.kernel_s
-        # TP (sequence parallel): all-gather + reduce-scatter per block; MoE blocks (etp = 1) need none
+        # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
+        # etp = 1): forward all-gather of the norm output (FP8 under FP8) before the column-parallel GEMM and
+        # reduce-scatter after the row-parallel one; backward the synchronous all-gather of the output grad
+        # (row-parallel dgrad), the input re-gather for the column-parallel wgrad (hidden under its dgrad)
+        # and the dgrad reduce-scatter (hidden under its wgrad, exposed when wgrad is deferred: zero-bubble).
+        # tp_comm_overlap (userbuffers) hides the others under their adjacent GEMMs. Hidden time still costs
+        # the interference fraction.
         full = tokens * h * ACT
-        blocks = 1 if md.is_moe else 2
         tp_grp = Group(tp, 1)
-        tp_one = blocks * (topo.all_gather(full, tp_grp) + topo.reduce_scatter(full, tp_grp))
-        tp_f = tp_b = tp_one * (1.0 - k.tp_overlap)
+        keep = 1.0 - k.overlap_interference
+        ag = topo.all_gather(full, tp_grp)
+        ag_in = topo.all_gather(full * self.lin_bytes / ACT, tp_grp)
+        rs = topo.reduce_scatter(full, tp_grp)
+        cols = [self.gemm(g.attention[0])] + ([] if md.is_moe else [self.gemm(g.mlp[0])])
+        rows = [self.gemm(g.attention[1])] + ([] if md.is_moe else [self.gemm(g.mlp[1])])
+        tp_f = tp_b = tp_b_zb = 0.0
+        uo = self.spec.workload.tp_comm_overlap
+        for col, row in zip(cols, rows, strict=True):
+            if uo:
+                tp_f += ag_in - keep * min(ag_in, col) + rs - keep * min(rs, row)
+                grad_ag = ag - keep * min(ag, row)
+            else:
+                tp_f += ag_in + rs
+                grad_ag = ag
+            regather = ag_in - keep * min(ag_in, col)
+            tp_b += grad_ag + regather + rs - keep * min(rs, col)
+            tp_b_zb += grad_ag + regather + rs
+        tp_f *= 1.0 - k.tp_overlap
+        tp_b *= 1.0 - k.tp_overlap
+        tp_b_zb *= 1.0 - k.tp_overlap
+        blocks = len(cols)
+        # host issue floor: a pass never runs faster than the host issues its kernels (backward: twice as many)
+        n_kernels = len(g.attention) + len(g.mlp) + (1 if self.flash else 3) + kernels + 2 * blocks * (tp > 1)
+        host_f = max(0.0, n_kernels * self.host_s - (attn_lin + mlp_lin + core_f + other_f + tp_f))
+        host_b = max(
+            0.0, 2 * n_kernels * self.host_s - (2 * (attn_lin + mlp_lin) + core_b + 2 * other_f + tp_b)
+        )
         # CP: ring exchange of this rank's K/V chunk (cp - 1 steps); backward also moves dK/dV
         cp_f = cp_b = 0.0
         if cp > 1:
@@ -216,18 +296,43 @@ class _Context:
         # EP: dispatch + combine all-to-all per MoE layer and pass
         ep_f = ep_b = 0.0
         if md.is_moe:
+            # dispatch + combine per MoE layer and pass; the compute stream waits for them (no overlap with
+            # the same micro-batch's experts: only ``ep_overlap`` hides them, behind another micro-batch)
             ep_grp = Group(ep, 1)
-            sent = local * md.moe_router_topk * h * ACT
             sync = k.moe_sync_us * 1e-6
-            a2a = 2 * topo.all_to_all(sent, ep_grp) + sync
             if dispatcher == "deepep":
-                raw = 2 * topo.all_to_all(sent, ep_grp, k.deepep_intra_eff, k.deepep_inter_eff)
-                hidden = min(k.deepep_overlap * raw, expert_f)
-                ep_f = min(a2a, raw - hidden)
-                ep_b = min(a2a, raw - min(k.deepep_overlap * raw, 2 * expert_f))
+                one = topo.deepep_dispatch(
+                    local,
+                    h * ACT,
+                    md.moe_router_topk,
+                    md.experts,
+                    ep_grp,
+                    k.deepep_intra_eff,
+                    k.deepep_inter_eff,
+                )
+                sync_f = 0.0 if self.spec.workload.moe_sync_free else sync
             else:
-                ep_f = ep_b = a2a
-        lay = _Layer(attn_lin, core_f, core_b, mlp_lin, other_f, tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, expert_f)
+                one = topo.all_to_all(local * md.moe_router_topk * h * ACT, ep_grp)
+                sync_f = sync
+            ep_f = 2 * one + sync_f  # the host waits for the token counts once per dispatch, forward only
+            ep_b = 2 * one
+        lay = _Layer(
+            attn_lin,
+            core_f,
+            core_b,
+            mlp_lin,
+            other_f,
+            tp_f,
+            tp_b,
+            tp_b_zb,
+            cp_f,
+            cp_b,
+            ep_f,
+            ep_b,
+            expert_f,
+            host_f,
+            host_b,
+        )
         self.layers[key] = lay
         return lay
 
@@ -239,7 +344,11 @@ class _Context:
             g = logits_gemm(self.model, self.seq, mbs, tp, cp)
             t = self.gemm(g, linear=False)
             ce = g.m * g.n * (ACT + 4 + 4) / self.hbm + 4 * self.kernel_s  # vocab-parallel cross entropy
-            r = self.logits[key] = (t + ce, t + ce, t)
+            # sequence parallelism: the final norm output is all-gathered before the output layer, and its
+            # input gradient reduce-scattered in backward
+            full = g.m * self.model.hidden_size * ACT
+            sp = self.topo.all_gather(full, Group(tp, 1)) if tp > 1 else 0.0
+            r = self.logits[key] = (t + ce + sp, t + ce + sp, t)
         return r
 
     def stage_params(self, tp: int, pp: int, ep: int, vpp_layers: int) -> tuple[float, float]:
@@ -254,8 +363,79 @@ class _Context:
             r = self.params[key] = (vpp_layers * lp.dense + ends, vpp_layers * lp.expert)
         return r
 
+    def dp_collectives(
+        self, tp: int, pp: int, ep: int, cp: int, dp: int, n_stage: int
+    ) -> tuple[float, float, float]:
+        """(gradient reduce, parameter gather, local parameters) of one step on the busiest stage."""
+        key = (tp, pp, ep, cp, dp, n_stage)
+        r = self.dp_coll.get(key)
+        if r is not None:
+            return r
+        topo = self.topo
+        dense, expert = self.stage_params(tp, pp, ep, n_stage)
+        dp_grp = Group(dp * cp, tp)
+        edp = max(1, (tp * cp * dp) // ep)
+        edp_grp = Group(edp, ep)
+        if self.spec.workload.distributed_optimizer:
+            rs = topo.reduce_scatter(dense * self.grad_bytes, dp_grp) + topo.reduce_scatter(
+                expert * self.grad_bytes, edp_grp
+            )
+            ag = topo.all_gather(dense * self.gather_bytes, dp_grp) + topo.all_gather(
+                expert * self.gather_bytes, edp_grp
+            )
+            local = dense / (dp * cp) + expert / edp
+        else:
+            rs = topo.all_reduce(dense * self.grad_bytes, dp_grp) + topo.all_reduce(
+                expert * self.grad_bytes, edp_grp
+            )
+            ag = 0.0
+            local = dense + expert
+        r = self.dp_coll[key] = (rs, ag, local)
+        return r
+
 
 _context = per_spec(_Context)
+
+
+def recompute_seconds(
+    ctx: _Context, lay: _Layer, recompute: str, tp: int, cp: int, mbs: int, per_chunk: float
+) -> float:
+    """Forward time re-run in backward per layer and micro-batch: exactly what ``recompute`` drops.
+
+    ``full``: the whole layer forward (with its TP/CP/EP communication); ``full:N``: that, for N of each
+    chunk's ``per_chunk`` layers; selective modules: ``core_attn`` the flash attention forward, ``moe_act``
+    the expert activation (memory-bound: read 2F, write F per routed copy), ``layernorm`` the pre-MLP norm,
+    ``mlp`` the dense MLP (GEMMs, activation, its TP all-gather), ``moe`` the whole MoE block: router,
+    experts, activation, permutation and both expert all-to-alls. ``shared_experts``/``mla_up_proj`` add
+    nothing until the layer model has those parts.
+    """
+    r = parse_recompute(recompute)
+    if r.granularity == "none":
+        return 0.0
+    if r.is_full:
+        f_layer = lay.attn_lin + lay.mlp_lin + lay.core_f + lay.other_f + lay.tp_f + lay.cp_f + lay.ep_f
+        return f_layer * (min(r.num_layers, per_chunk) / per_chunk if r.num_layers else 1.0)
+    md = ctx.model
+    tokens = mbs * ctx.seq / cp
+    local = tokens / tp
+    h = md.hidden_size
+    rec = 0.0
+    if r.has("core_attn"):
+        rec += lay.core_f
+    if md.is_moe:
+        copies = local * md.moe_router_topk
+        act = 3 * copies * md.expert_ffn * ACT / ctx.hbm + ctx.kernel_s
+        if r.has("moe"):
+            permute = (4 * copies * h * ACT + 2 * local * md.experts * 4) / ctx.hbm + 4 * ctx.kernel_s
+            rec += lay.mlp_lin + act + permute + lay.ep_f
+        elif r.has("moe_act"):
+            rec += act
+    elif r.has("mlp"):
+        act = 3 * tokens * md.ffn_hidden_size / tp * ACT / ctx.hbm + ctx.kernel_s
+        rec += lay.mlp_lin + act + lay.tp_f / 2  # the MLP block's sequence-parallel all-gather
+    if r.has("layernorm"):
+        rec += 4 * local * h * ACT / ctx.hbm + ctx.kernel_s
+    return rec
 
 
 def estimate_throughput(
@@ -270,6 +450,8 @@ def estimate_throughput(
     ctx = _context(spec)
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
     schedule = config.pp_schedule if pp > 1 else "1f1b"
+    if schedule in ("zb1p", "zbv") and not ctx.spec.workload.gradient_accumulation_fusion:
+        schedule = "1f1b"  # Primus: zero-bubble needs gradient_accumulation_fusion, else plain 1F1B runs
     vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, ctx.gbs // (mbs * dp))
@@ -282,14 +464,21 @@ def estimate_throughput(
 
     # one layer, one micro-batch: passes
     lin = lay.attn_lin + lay.mlp_lin
-    f_layer = lin + lay.core_f + lay.other_f + lay.tp_f + lay.cp_f + lay.ep_f
-    if recompute == "full":
-        rec = f_layer
-    elif recompute == "selective":
-        rec = lay.core_f
-    else:
-        rec = 0.0
-    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.tp_b + lay.cp_b + lay.ep_b + rec
+    ep_f, ep_b = lay.ep_f, lay.ep_b
+    if md.is_moe and getattr(config, "ep_overlap", False):
+        # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
+        # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
+        # vice versa, never more than that compute, and the hidden part still costs the interference fraction
+        comp_f = lin + lay.core_f + lay.other_f
+        comp_b = 2 * lin + lay.core_b + 2 * lay.other_f
+        steady = max(0, m - (pp if pp > 1 else 1)) / m
+        keep = 1.0 - k.overlap_interference
+        ep_f -= steady * keep * min(ep_f, comp_b)
+        ep_b -= steady * keep * min(ep_b, comp_f)
+    f_layer = lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f + ep_f
+    rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, md.num_layers / (pp * vpp))
+    tp_b = lay.tp_b_zb if zb else lay.tp_b
+    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + tp_b + lay.cp_b + ep_b + rec
     w_layer = lin
     per_chunk = math.ceil(md.num_layers / (pp * vpp))
     n_stage = per_chunk * vpp
@@ -319,40 +508,36 @@ def estimate_throughput(
 
     # data parallelism (per step, after the pipeline) and the optimizer
     dense, expert = ctx.stage_params(tp, pp, ep, n_stage)
-    dp_grp = Group(dp * cp, tp)
-    edp = max(1, (tp * cp * dp) // ep)
-    edp_grp = Group(edp, ep)
-    if spec.workload.distributed_optimizer:
-        rs = topo.reduce_scatter(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.reduce_scatter(
-            expert * GRAD_REDUCE_BYTES, edp_grp
-        )
-        ag = topo.all_gather(dense * PARAM_GATHER_BYTES, dp_grp) + topo.all_gather(
-            expert * PARAM_GATHER_BYTES, edp_grp
-        )
-        local = dense / (dp * cp) + expert / edp
-    else:
-        rs = topo.all_reduce(dense * GRAD_REDUCE_BYTES, dp_grp) + topo.all_reduce(
-            expert * GRAD_REDUCE_BYTES, edp_grp
-        )
-        ag = 0.0
-        local = dense + expert
+    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, n_stage)
     bwd_window = n_stage * (b_layer + w_layer)
     fwd_window = n_stage * f_layer
-    dp_exposed = max(k.dp_tail * rs, rs - bwd_window) + max(k.dp_tail * ag, ag - fwd_window)
+    # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
+    # distributed optimizer): the whole reduce-scatter and all-gather are exposed
+    if ctx.spec.workload.overlap_grad_reduce and not zb:
+        # hidden under the last micro-batch's backward / first forward, less the interference fraction
+        keep = 1.0 - k.overlap_interference
+        dp_exposed = rs - keep * min((1 - k.dp_tail) * rs, bwd_window)
+        dp_exposed += ag - keep * min((1 - k.dp_tail) * ag, fwd_window)
+    else:  # Megatron's default: the reduce after the last backward, the gather before the first forward
+        dp_exposed = rs + ag
     optimizer = local * ADAM_BYTES_PER_PARAM / ctx.hbm + 30 * ctx.kernel_s
+    grad_add = 0.0
+    if not ctx.spec.workload.gradient_accumulation_fusion:
+        # the wgrad GEMM writes a bf16 grad that a hook adds into the fp32 main grad, per micro-batch
+        grad_add = m * (dense + expert) * (ACT + 4 + 4) / ctx.hbm
 
     # breakdown of the busiest stage: m micro-batches of its layers + output layer, sends, bubble
     nm = m * n_stage
     bd = {
         "compute_attention": nm * (3 * lay.attn_lin + lay.core_f + lay.core_b),
         "compute_mlp": nm * 3 * lay.mlp_lin,
-        "compute_other": nm * 3 * lay.other_f + m * (lf + lb + lw),
+        "compute_other": nm * (3 * lay.other_f + lay.host_f + lay.host_b) + m * (lf + lb + lw) + grad_add,
         "recompute": nm * rec,
         "pipeline_bubble": timing.bubble,
-        "tp_comm": nm * (lay.tp_f + lay.tp_b),
+        "tp_comm": nm * (lay.tp_f + tp_b),
         "cp_comm": nm * (lay.cp_f + lay.cp_b),
-        "ep_comm": nm * (lay.ep_f + lay.ep_b),
-        "pp_comm": m * timing.sends_per_microbatch * c,
+        "ep_comm": nm * (ep_f + ep_b),
+        "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
         "dp_comm": dp_exposed,
         "optimizer": optimizer,
     }

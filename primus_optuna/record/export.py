@@ -6,14 +6,16 @@ Formats (``FORMATS``):
 - ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations (the zero-bubble
   and Primus-Turbo switches are Primus extensions);
 - ``env``: ``export PRIMUS_TP=1`` lines for launch scripts;
-- ``json``: the nine axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
+- ``json``: the ten axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
 
 Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text describes, so
 ``parse_export(export_config(spec, c, fmt), fmt, spec) == c`` for every format (the round-trip test).
 
 Megatron/Primus names: ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
 ``expert_model_parallel_size``, ``context_parallel_size``, ``num_virtual_stages_per_pipeline_rank``,
-``micro_batch_size``, ``global_batch_size``, ``recompute_granularity/method/num_layers``,
+``micro_batch_size``, ``global_batch_size``, ``recompute_granularity/method/num_layers/modules`` (the
+``recompute`` axis: none, selective[:modules], full = uniform 1, full:N = block N; Primus's
+``recompute_layer_ids`` is read back too), ``grad_reduce_in_bf16``, ``fp8_param_gather``,
 ``moe_token_dispatcher_type`` (DeepEP: ``flex`` + ``moe_enable_deepep`` and Primus-Turbo's
 ``use_turbo_deepep``), the zero-bubble switches of Primus (``patch_zero_bubble``, ``enable_zero_bubble``,
 ``zero_bubble_v_schedule``, ``zero_bubble_v_schedule_mem_setup``) and ``fp8: hybrid``.
@@ -49,6 +51,7 @@ ENV_NAMES: dict[str, str] = {
     "recompute": "PRIMUS_RECOMPUTE",
     "moe_dispatcher": "PRIMUS_MOE_DISPATCHER",
     "pp_schedule": "PRIMUS_PP_SCHEDULE",
+    "ep_overlap": "PRIMUS_EP_OVERLAP",
 }
 """``env`` format: one variable per axis (plus ``PRIMUS_GBS``/``PRIMUS_DP``/``PRIMUS_SEQ_LENGTH``)."""
 
@@ -82,6 +85,8 @@ def megatron_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
             continue
         if value is True:
             args.append(flag)
+        elif isinstance(value, list):  # nargs="*" arguments (``--recompute-modules moe_act layernorm``)
+            args += [flag, *(str(v) for v in value)]
         else:
             args += [flag, str(value)]
     return args
@@ -93,17 +98,16 @@ def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "") -> st
     lines: list[str] = []
     i = 0
     while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"{args[i]} {shlex.quote(args[i + 1])}")
-            i += 2
-        else:
-            lines.append(args[i])
-            i += 1
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        lines.append(" ".join([args[i], *(shlex.quote(v) for v in args[i + 1 : j])]))
+        i = j
     return _comment(header) + " \\\n".join(lines) + "\n"
 
 
 def to_env(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
-    """``export NAME=value`` lines: the nine axes, derived DP, GBS and sequence length."""
+    """``export NAME=value`` lines: the ten axes, derived DP, GBS and sequence length."""
     c = config.derive(spec.world, spec.workload.global_batch_size)
     pairs = [(ENV_NAMES[a], v) for a, v in c.to_params().items()]
     pairs += [
@@ -178,12 +182,13 @@ def parse_megatron_args(text: str | list[str], spec: StudySpec | None = None) ->
             name, value = name.split("=", 1)
             values[name] = value
             i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            values[name] = argv[i + 1]
-            i += 2
-        else:
-            values[name] = True
-            i += 1
+            continue
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            j += 1
+        rest = argv[i + 1 : j]
+        values[name] = True if not rest else rest[0] if len(rest) == 1 else rest
+        i = j
     return config_from_megatron(values, spec)
 
 
@@ -240,14 +245,14 @@ def study_spec(study: Any) -> StudySpec:
 
 
 def trial_config(trial: Any, spec: StudySpec) -> TrainingConfig:
-    """The canonical, derived configuration of a trial (its Optuna params are the nine axes)."""
+    """The canonical, derived configuration of a trial (its Optuna params are the ten axes)."""
     from ..search.suggest import complete_config
     from ..space import Space
 
     config = complete_config(Space(spec), trial.params)
     if config is None:
         raise SpecError(
-            f"trial {trial.number} does not have all nine axes as parameters: {sorted(trial.params)}"
+            f"trial {trial.number} does not have all ten axes as parameters: {sorted(trial.params)}"
         )
     return config
 

@@ -67,7 +67,7 @@ CONFIG_FIELDS: tuple[str, ...] = (
 )
 PATH_FIELDS: tuple[str, ...] = ("workdir", "log", "python")
 TEMPLATE_FIELDS: tuple[str, ...] = CONFIG_FIELDS + PATH_FIELDS
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+-]*$")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.+:-]*$")  # ":" and "+": recompute values (full:2, selective:a+b)
 KILL_GRACE_S = 5.0
 POLL_S = 0.5
 """how often a running job's log is read for new iterations (when the objective follows it)"""
@@ -125,7 +125,7 @@ def canonical_config(spec: StudySpec, config: TrainingConfig, space: Space | Non
     try:
         clean = TrainingConfig.from_params(
             {a: getattr(config, a) for a in ("tp", "pp", "ep", "cp", "vpp", "mbs")}
-            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule")}
+            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule", "ep_overlap")}
         )
     except SpecError as exc:
         raise LaunchFailure(f"refused to launch: {exc}") from None

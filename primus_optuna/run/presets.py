@@ -174,6 +174,7 @@ def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
 # --- Megatron arguments -----------------------------------------------------------------------------------------
 PRIMUS_ONLY = (
     "use_turbo_deepep",
+    "turbo_sync_free_moe_stage",
     "enable_primus_turbo",
     "patch_zero_bubble",
     "enable_zero_bubble",
@@ -213,7 +214,10 @@ def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> 
         if name in PRIMUS_ONLY or value is None or value is False:
             continue
         flag = "--" + ("fp8_format" if name == "fp8" else name).replace("_", "-")
-        a += [flag] if value is True else [flag, str(value)]
+        if isinstance(value, list):  # nargs="*" (``--recompute-modules moe_act layernorm``)
+            a += [flag, *(str(v) for v in value)]
+        else:
+            a += [flag] if value is True else [flag, str(value)]
     return a
 
 

@@ -15,10 +15,11 @@ logits), every communication term and the optimizer stay analytical. tokens/s/GP
 projected step time / world.
 
 ``scale`` < 1 (for CPU-only machines and tests) shrinks the sequence, hidden size, KV groups (heads keep their
-GQA ratio) and FFN widths by ``scale`` and corrects the measured time by the FLOP ratio
-``flops(full shape) / flops(scaled shape)`` — i.e. it assumes the device reaches the same FLOP/s on the
-full shape as on the small one. That is a smoke-test approximation (small GEMMs run less efficiently, so it
-is pessimistic), not a measurement of the full shape; ``details`` records the scale and the correction.
+GQA ratio) and FFN widths by ``scale`` and corrects the measured time by the ratio of the full shape's to the
+scaled shape's GEMM and attention time on the study GPU family's per-shape curves
+(:func:`~primus_optuna.physics.gemm_efficiency.layer_gemm_seconds`): small GEMMs run at a lower fraction of
+peak, so the correction is below the plain FLOP ratio (``details`` records both). It stays a smoke-test
+approximation, not a measurement of the full shape.
 
 Example::
 
@@ -39,10 +40,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..physics.calibration import family_constants
+from ..physics.gemm_efficiency import layer_gemm_seconds
 from ..physics.shapes import LayerShape
 from ..physics.throughput import estimate_throughput
 from ..space import TrainingConfig
 from ..spec import StudySpec
+from ..spec.recompute import parse_recompute
 from .base import LaunchFailure, Measurement, OutOfMemory, RunContext
 
 ATTN_BWD_FACTOR = 2.5
@@ -97,9 +101,10 @@ def layer_flops(shape: LayerShape, recompute: str = "none") -> float:
         mlp = 2 * t * (fc1 + 1) * h * shape.ffn
     fwd = attn_gemm + core + mlp
     total = 3 * (attn_gemm + mlp) + (1 + ATTN_BWD_FACTOR) * core
-    if recompute == "full":
-        total += fwd
-    elif recompute == "selective":
+    r = parse_recompute(recompute)
+    if r.is_full:
+        total += fwd  # the profiled layer is a recomputed one (full:N: the first N of each chunk)
+    elif r.has("core_attn"):
         total += core
     return float(total)
 
@@ -256,11 +261,19 @@ class ProfileRunner:
                 tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(fresh, indent=1))
                 tmp.replace(cache_path)
-        correction = layer_flops(shape, recompute) / layer_flops(small, recompute)
+        flop_ratio = layer_flops(shape, recompute) / layer_flops(small, recompute)
+        correction = flop_ratio
+        if small != shape:  # scale the timing by the curves (the recompute share scales like the rest)
+            fam = family_constants(self.spec.cluster.gpu)
+            peak = self.spec.cluster.gpu.bf16_tflops * 1e12
+            full_s = layer_gemm_seconds(shape, fam.gemm, fam.attention, peak)
+            small_s = layer_gemm_seconds(small, fam.gemm, fam.attention, peak)
+            correction = full_s / small_s * (flop_ratio / (layer_flops(shape) / layer_flops(small)))
         return {
             "layer_s": timed["fwd_bwd_s"] * correction,
             "measured_s": timed["fwd_bwd_s"],
-            "flop_correction": correction,
+            "flop_correction": flop_ratio,
+            "shape_correction": correction,
             "profiled_shape": dataclasses.asdict(small),
             "device": _device_name(device),
             "dtype": dtype,

@@ -63,6 +63,7 @@ class Candidate(BaseModel):
     recompute: str = "none"
     moe_dispatcher: str = "alltoall"
     pp_schedule: str = "1f1b"
+    ep_overlap: bool = False
     rationale: str = Field(
         default="", description="one or two sentences: why this should beat the best so far"
     )

@@ -1,7 +1,7 @@
 """Memory prefilter: prune a trial whose configuration would not fit in GPU memory, before any GPU time.
 
 :class:`MemoryPrefilterPruner` is an Optuna pruner: when the objective calls ``trial.should_prune()`` before
-any ``report()``, it reads the trial's configuration from its parameters (the nine axes, whichever sampler
+any ``report()``, it reads the trial's configuration from its parameters (the ten axes, whichever sampler
 set them; missing axes come from the study's baseline), estimates its memory and prunes it when the peak
 stage exceeds the usable memory. Later calls (after ``report()``) go to the wrapped pruner.
 

@@ -1,7 +1,7 @@
 """Turn an Optuna trial into a :class:`TrainingConfig`, with any sampler.
 
 Every axis is one categorical parameter named like the axis (``tp pp ep cp vpp mbs recompute moe_dispatcher
-pp_schedule``) whose choices are the study's candidate values, so TPE, Random or :class:`PrimusSampler` can all
+pp_schedule ep_overlap``) whose choices are the study's candidate values, so TPE, Random or :class:`PrimusSampler` can all
 drive the same study. An illegal combination is pruned with ``prune_reason = "illegal: ..."``.
 
 Example::
@@ -20,7 +20,7 @@ from optuna.distributions import CategoricalDistribution
 
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from ..spec.study import AXES
+from ..spec.study import AXES, BOOL_AXES
 
 
 def axis_distributions(space: Space) -> dict[str, CategoricalDistribution]:
@@ -29,14 +29,15 @@ def axis_distributions(space: Space) -> dict[str, CategoricalDistribution]:
 
 
 def complete_config(space: Space, params: dict[str, Any]) -> TrainingConfig | None:
-    """The canonical configuration of a trial's params (``None`` unless all nine axes are present)."""
-    if any(a not in params for a in AXES):
+    """The canonical configuration of a trial's params (``None`` unless all ten axes are present; a boolean
+    axis missing from a trial recorded before it existed reads as false)."""
+    if any(a not in params and a not in BOOL_AXES for a in AXES):
         return None
-    return space.canonical(TrainingConfig.from_params({a: params[a] for a in AXES}))
+    return space.canonical(TrainingConfig.from_params({a: params.get(a, False) for a in AXES}))
 
 
 def suggest_config(trial: optuna.Trial, spec: StudySpec, space: Space | None = None) -> TrainingConfig:
-    """Suggest all nine axes, canonicalise, and prune an illegal combination.
+    """Suggest all ten axes, canonicalise, and prune an illegal combination.
 
     Records user attr ``config_key``; an illegal combination records ``prune_reason`` = ``"illegal: <rules>"``
     and raises :class:`optuna.TrialPruned`.

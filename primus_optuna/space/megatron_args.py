@@ -12,6 +12,7 @@ from typing import Any
 
 from ..spec import StudySpec
 from ..spec.primus_import import baseline_from_megatron
+from ..spec.recompute import parse_recompute
 from .config import TrainingConfig
 
 
@@ -30,12 +31,8 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         "seq_length": spec.workload.seq_length,
         "use_distributed_optimizer": spec.workload.distributed_optimizer,
     }
-    if c.recompute == "none":
-        out.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None)
-    elif c.recompute == "full":
-        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    else:
-        out.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None)
+    # none / selective (+ recompute_modules) / full (uniform, 1) / full:N (block, N per virtual chunk)
+    out.update(parse_recompute(c.recompute).megatron_args())
     if spec.model.is_moe:
         deepep = c.moe_dispatcher == "deepep"
         out.update(
@@ -45,15 +42,31 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         )
         if deepep:
             out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
+            if (
+                spec.workload.moe_sync_free
+            ):  # Primus: stage 2 removes the router, DeepEP and grouped-MLP syncs
+                out["turbo_sync_free_moe_stage"] = 2
+        if c.ep_overlap:  # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
+            out.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)
     zb = c.pp_schedule in ("zb1p", "zbv")
     out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
     if c.pp_schedule == "zbv":
         out["zero_bubble_v_schedule_mem_setup"] = "zb"
-    if zb:  # required by Primus's zero-bubble pipeline (Primus docs: zero-bubble required args)
-        out.update(overlap_grad_reduce=False, overlap_param_gather=False)
+    w = spec.workload
+    # DP overlap as the workload says, except under zero-bubble (required off by Primus's zero-bubble pipeline,
+    # Primus docs: zero-bubble required args); param-gather overlap only with the distributed optimizer
+    overlap = w.overlap_grad_reduce and not zb
+    out.update(overlap_grad_reduce=overlap, overlap_param_gather=overlap and w.distributed_optimizer)
+    if w.tp_comm_overlap and c.tp > 1:
+        out["tp_comm_overlap"] = True
     precision = spec.workload.precision
     out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
     out["fp8"] = "hybrid" if precision == "fp8" else None
+    w = spec.workload
+    # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16 is given
+    # (megatron/training/arguments.py); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
+    out["grad_reduce_in_bf16"] = True if not w.grad_reduce_in_fp32 else None
+    out["fp8_param_gather"] = True if precision == "fp8" and w.fp8_param_gather else None
     return out
 
 

@@ -12,7 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
+
+
+def model_features(model: Any) -> tuple[bool, bool, int]:
+    """(multi-latent attention, shared experts, dense layers of an MoE model) of a model spec; fields a
+    model spec does not have count as absent (Megatron names: ``multi_latent_attention``/``kv_lora_rank``,
+    ``moe_shared_expert_intermediate_size``/``num_shared_experts``, ``first_k_dense_replace``/
+    ``num_dense_layers``)."""
+    mla = bool(getattr(model, "multi_latent_attention", False) or getattr(model, "kv_lora_rank", None))
+    shared = bool(
+        getattr(model, "moe_shared_expert_intermediate_size", None) or getattr(model, "num_shared_experts", 0)
+    )
+    dense = int(getattr(model, "first_k_dense_replace", 0) or getattr(model, "num_dense_layers", 0) or 0)
+    return mla, shared, dense
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +44,23 @@ class Facts:
     is_moe: bool
     seq: int
     gbs: int
+    mla: bool = False
+    shared_experts: bool = False
+    dense_layers: int = 0
+    """dense (non-MoE) layers of an MoE model (e.g. DeepSeek's first_k_dense_replace)"""
+    fp8_delayed: bool = False
+    """FP8 training with delayed scaling (Megatron's default FP8 recipe)"""
 
     @classmethod
     def of(cls, spec: StudySpec) -> Facts:
         m = spec.model
+        mla, shared, dense = model_features(m)
+        w = spec.workload
         return cls(
+            mla=mla,
+            shared_experts=shared,
+            dense_layers=dense,
+            fp8_delayed=w.precision == "fp8" and w.fp8_recipe == "delayed",
             world=spec.world,
             max_tp=spec.max_tp,
             layers=m.num_layers,
@@ -200,6 +226,70 @@ def _zb_recompute(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _ep_overlap(f: Facts, c: Any) -> str | None:
+    # Megatron-Core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism,
+    # a virtual pipeline when pp > 1, no full recompute (alltoall and flex dispatchers both allowed)
+    if not getattr(c, "ep_overlap", False):
+        return None
+    if not f.is_moe or c.ep <= 1:
+        return "ep_overlap needs an MoE model with ep > 1 (Megatron: expert model parallelism)"
+    if c.pp > 1 and c.pp_schedule != "interleaved":
+        return (
+            f"ep_overlap with pp={c.pp} needs pp_schedule=interleaved (Megatron: a virtual pipeline); "
+            "use interleaved or ep_overlap=false"
+        )
+    r = parse_recompute(c.recompute)
+    if r.is_full:
+        return (
+            f"ep_overlap is incompatible with recompute={c.recompute} (Megatron: no full recompute, no recompute "
+            "method/num_layers); use selective/none or ep_overlap=false"
+        )
+    if r.has("moe"):
+        return (
+            f"ep_overlap is incompatible with recompute={c.recompute} (Megatron: no 'moe' in recompute_modules); "
+            "use selective:moe_act or ep_overlap=false"
+        )
+    return None
+
+
+def _recompute_modules(f: Facts, c: Any) -> str | None:
+    r = parse_recompute(c.recompute)
+    if not r.modules:
+        return None
+    if not f.is_moe and (r.has("moe") or r.has("moe_act")):
+        return f"recompute={c.recompute}: this model is dense, it has no MoE layers to recompute (use mlp)"
+    if f.is_moe and not f.dense_layers and r.has("mlp"):
+        return f"recompute={c.recompute}: every layer of this model is MoE, it has no dense MLP (use moe or moe_act)"
+    if r.has("mla_up_proj") and not f.mla:
+        return f"recompute={c.recompute}: mla_up_proj needs multi-latent attention (this model has none)"
+    if r.has("shared_experts") and not f.shared_experts:
+        return f"recompute={c.recompute}: this model has no shared experts"
+    return None
+
+
+def _recompute_fp8(f: Facts, c: Any) -> str | None:
+    r = parse_recompute(c.recompute)
+    if f.fp8_delayed and (r.has("moe_act") or r.has("layernorm")):
+        return (
+            f"recompute={c.recompute}: moe_act and layernorm recompute are rejected with FP8 delayed scaling "
+            "(Transformer Engine cannot keep their original input); use workload.fp8_recipe tensorwise/mxfp8"
+        )
+    return None
+
+
+def _recompute_layers(f: Facts, c: Any) -> str | None:
+    r = parse_recompute(c.recompute)
+    if not r.num_layers:
+        return None
+    per_chunk = f.layers // (c.pp * c.vpp) if f.layers % (c.pp * c.vpp) == 0 else f.layers // c.pp
+    if r.num_layers >= per_chunk:
+        return (
+            f"recompute={c.recompute} needs N < the {per_chunk} layers of each virtual pipeline chunk "
+            f"(pp·vpp = {c.pp}·{c.vpp}); N = all of them is recompute=full"
+        )
+    return None
+
+
 _P = ("tp", "cp", "pp")
 RULES: tuple[Rule, ...] = (
     Rule("tp_max", ("tp",), "tp ≤ max_tp", _tp_max),
@@ -236,6 +326,30 @@ RULES: tuple[Rule, ...] = (
         _zb_recompute,
     ),
     Rule("deepep_moe", ("moe_dispatcher",), "deepep only for MoE models", _deepep_moe),
+    Rule(
+        "ep_overlap",
+        ("ep", "pp", "pp_schedule", "recompute", "ep_overlap"),
+        "ep_overlap needs ep>1, interleaved when pp>1, no full recompute",
+        _ep_overlap,
+    ),
+    Rule(
+        "recompute_modules",
+        ("recompute",),
+        "selective recompute modules exist in the model",
+        _recompute_modules,
+    ),
+    Rule(
+        "recompute_fp8",
+        ("recompute",),
+        "no moe_act/layernorm recompute with FP8 delayed scaling",
+        _recompute_fp8,
+    ),
+    Rule(
+        "recompute_layers",
+        ("pp", "vpp", "recompute"),
+        "full:N needs N < layers per virtual pipeline chunk",
+        _recompute_layers,
+    ),
 )
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 

@@ -16,7 +16,8 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import SpecError
-from ..spec.study import AXES, CHOICES, StudySpec
+from ..spec.recompute import parse_recompute
+from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
 from .config import TrainingConfig
 from .rules import RULES, Facts, Rule
 
@@ -31,6 +32,7 @@ ENUM_ORDER: tuple[str, ...] = (
     "mbs",
     "recompute",
     "moe_dispatcher",
+    "ep_overlap",
 )
 DEFAULT_MBS = (1, 2, 4, 8)
 MAX_DEFAULT_VPP = 8
@@ -74,20 +76,30 @@ class Space:
             return [b for b in DEFAULT_MBS if b <= f.gbs]
         if axis == "moe_dispatcher":
             return list(CHOICES[axis]) if f.is_moe else ["alltoall"]
+        if axis == "ep_overlap":
+            return [False, True] if f.is_moe else [False]
+        if axis == "recompute":  # decreasing memory order: the sweep walks the axis in this order
+            return list(MOE_RECOMPUTE if f.is_moe else DENSE_RECOMPUTE)
         return list(CHOICES[axis])
 
     def canonical(self, config: TrainingConfig) -> TrainingConfig:
         """One representation per physical configuration, with ``dp``/``num_microbatches`` derived.
 
-        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1 and alltoall.
+        pp=1 → vpp=1 and 1f1b; interleaved with vpp=1 → 1f1b; a dense model → ep=1, alltoall, no ep_overlap;
+        ``full:N`` with N ≥ the layers of a virtual pipeline chunk → ``full``.
         """
         changes: dict[str, Any] = {}
+        n = parse_recompute(config.recompute).num_layers
+        if n:
+            vpp = 1 if config.pp == 1 else config.vpp
+            if n * config.pp * vpp >= self.facts.layers:
+                changes["recompute"] = "full"
         if config.pp == 1:
             changes.update(vpp=1, pp_schedule="1f1b")
         elif config.pp_schedule == "interleaved" and config.vpp == 1:
             changes["pp_schedule"] = "1f1b"
         if not self.facts.is_moe:
-            changes.update(ep=1, moe_dispatcher="alltoall")
+            changes.update(ep=1, moe_dispatcher="alltoall", ep_overlap=False)
         c = config.replace(**changes) if changes else config
         return c.derive(self.facts.world, self.facts.gbs)
 

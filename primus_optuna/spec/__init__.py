@@ -7,6 +7,13 @@ above, nor Optuna, DSPy, LiteLLM or torch.
 
 from .hardware import GB, GIB, GPU_CATALOG, GPUSpec
 from .model import MODEL_CATALOG, ModelSpec, hf_to_megatron
+from .recompute import (
+    RECOMPUTE_MODULES,
+    Recompute,
+    canonical_recompute,
+    parse_recompute,
+    recompute_from_megatron,
+)
 from .study import (
     AXES,
     CHOICES,
@@ -28,14 +35,19 @@ __all__ = [
     "GPU_CATALOG",
     "INT_AXES",
     "MODEL_CATALOG",
+    "RECOMPUTE_MODULES",
     "BaselineSpec",
     "ClusterSpec",
     "GPUSpec",
     "LLMSpec",
     "ModelSpec",
+    "Recompute",
     "RunnerSpec",
     "SearchSpec",
     "StudySpec",
     "WorkloadSpec",
+    "canonical_recompute",
     "hf_to_megatron",
+    "parse_recompute",
+    "recompute_from_megatron",
 ]

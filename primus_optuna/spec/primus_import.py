@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from .recompute import recompute_from_megatron
 
 MODEL_KEYS: tuple[str, ...] = (
     "num_layers",
@@ -154,8 +155,28 @@ def _truthy(v: Any) -> bool:
     return v.strip().lower() in ("1", "true", "yes", "on") if isinstance(v, str) else bool(v)
 
 
+def _recompute_from_layer_ids(ids: Any, per_chunk: int | None) -> str:
+    """Primus ``recompute_layer_ids`` (global layer ids, full granularity) as ``full`` / ``full:N``: exact
+    when the ids are the first N layers of every virtual chunk; otherwise N = the most ids any chunk holds
+    (the memory of the chunk that recomputes least is over-, the step time under-estimated: an
+    approximation, since the axis speaks Megatron's block method)."""
+    if isinstance(ids, str):
+        ids = [x for x in ids.replace(",", " ").replace("[", " ").replace("]", " ").split()]
+    try:
+        layer_ids = sorted({int(x) for x in ids})
+    except (TypeError, ValueError):
+        raise SpecError(f"recompute_layer_ids: {ids!r} is not a list of layer numbers") from None
+    if not per_chunk:
+        raise SpecError("recompute_layer_ids needs num_layers to place the layers in pipeline chunks")
+    counts: dict[int, list[int]] = {}
+    for i in layer_ids:
+        counts.setdefault(i // per_chunk, []).append(i % per_chunk)
+    n = max(len(v) for v in counts.values())
+    return "full" if n >= per_chunk else f"full:{n}"
+
+
 def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
-    """The nine axes (as ``search.baseline``) that Megatron/Primus arguments select; absent ones are defaults."""
+    """The ten axes (as ``search.baseline``) that Megatron/Primus arguments select; absent ones are defaults."""
 
     def get(name: str, default: Any = None) -> Any:
         v = args.get(name)
@@ -172,10 +193,19 @@ def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
         schedule = "zb1p"
     else:
         schedule = "interleaved" if vpp > 1 else "1f1b"
-    granularity = get("recompute_granularity")
-    recompute = granularity if granularity in ("full", "selective") else "none"
-    if recompute == "full" and get("recompute_num_layers") == 0:
-        recompute = "none"  # Primus recipes write `full` with 0 layers to mean "off"
+    layers = get("num_layers")
+    per_chunk = int(layers) // (pp * vpp) if layers else None
+    ids = get("recompute_layer_ids")
+    if ids not in (None, "", []):
+        recompute = _recompute_from_layer_ids(ids, per_chunk)
+    else:
+        recompute = recompute_from_megatron(
+            get("recompute_granularity"),
+            get("recompute_method"),
+            get("recompute_num_layers"),
+            get("recompute_modules"),
+            per_chunk,
+        )
     deepep = get("moe_token_dispatcher_type") == "flex" or any(
         _truthy(get(k, False)) for k in ("moe_enable_deepep", "use_turbo_deepep")
     )
@@ -189,6 +219,7 @@ def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
         "recompute": recompute,
         "moe_dispatcher": "deepep" if deepep else "alltoall",
         "pp_schedule": schedule,
+        "ep_overlap": _truthy(get("overlap_moe_expert_parallel_comm", False)),
     }
 
 

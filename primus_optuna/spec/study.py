@@ -30,17 +30,66 @@ from ..errors import SpecError
 from ..redaction import MASK, looks_secret, redact_data
 from .hardware import GPU_CATALOG, GPUSpec
 from .model import MODEL_CATALOG, ModelSpec
+from .recompute import parse_recompute
 
-AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs", "recompute", "moe_dispatcher", "pp_schedule")
+AXES: tuple[str, ...] = (
+    "tp",
+    "pp",
+    "ep",
+    "cp",
+    "vpp",
+    "mbs",
+    "recompute",
+    "moe_dispatcher",
+    "pp_schedule",
+    "ep_overlap",
+)
+BOOL_AXES: tuple[str, ...] = ("ep_overlap",)
 INT_AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs")
 RECOMPUTE = ("none", "selective", "full")
+"""The plain recompute words; the axis also takes ``selective:<modules>`` and ``full:N``
+(:mod:`primus_optuna.spec.recompute`)."""
+MOE_RECOMPUTE = (
+    "none",
+    "selective:moe_act",
+    "selective:moe_act+layernorm",
+    "selective:moe",
+    "full:1",
+    "full:2",
+    "full:4",
+    "full",
+)
+"""Default recompute candidates of an MoE model, in decreasing memory order (illegal ``full:N`` drop out)."""
+DENSE_RECOMPUTE = ("none", "selective", "selective:mlp", "full:1", "full:2", "full")
+"""Default recompute candidates of a dense model, in decreasing memory order."""
 DISPATCHERS = ("alltoall", "deepep")
 SCHEDULES = ("1f1b", "interleaved", "zb1p", "zbv")
-CHOICES: dict[str, tuple[str, ...]] = {
+CHOICES: dict[str, tuple[Any, ...]] = {
     "recompute": RECOMPUTE,
     "moe_dispatcher": DISPATCHERS,
     "pp_schedule": SCHEDULES,
+    "ep_overlap": (False, True),
 }
+
+
+def check_choice(axis: str, value: Any) -> Any:
+    """``value`` validated for a categorical axis, in canonical form; a :class:`SpecError` (a ``ValueError``)
+    names the field and the allowed values."""
+    if axis == "recompute":
+        return parse_recompute(value).value
+    if axis in BOOL_AXES:
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            raise SpecError(f"{axis}: {value!r} is not allowed; allowed values: true, false")
+        return value
+    if value not in CHOICES[axis]:
+        raise SpecError(
+            f"{axis}: {value!r} is not allowed; allowed values: {', '.join(map(str, CHOICES[axis]))}"
+        )
+    return value
+
+
 OBJECTIVES = ("tokens_per_s_per_gpu", "peak_memory_gib")
 RUNNER_KINDS = ("analytical", "profile", "command", "local", "primus", "megatron", "slurm")
 
@@ -89,6 +138,35 @@ class WorkloadSpec(_Strict):
     global_batch_size: int = Field(gt=0)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     distributed_optimizer: bool = True
+    flash_attention: bool = True
+    """fused (flash) attention; false = unfused attention with the s² scores in HBM (time and memory)"""
+    overlap_grad_reduce: bool = True
+    """DP gradient reduce(-scatter) overlapped with backward and, with the distributed optimizer, parameter
+    all-gather with forward (Megatron's ``--overlap-grad-reduce``/``--overlap-param-gather``; Megatron's
+    default is off, Primus's and Megatron-Bridge's recipes turn them on); false = both after the pipeline"""
+    tp_comm_overlap: bool = False
+    """TransformerEngine userbuffers TP communication overlap (``--tp-comm-overlap``)"""
+    moe_sync_free: bool = False
+    """Primus's sync-free MoE (``turbo_sync_free_moe_stage`` >= 2): the DeepEP path does not wait on the host
+    for token counts (the all-to-all dispatcher always does, once per dispatch in forward)"""
+    gradient_accumulation_fusion: bool = True
+    """weight gradients accumulated into the fp32 main grad by the wgrad GEMM (Megatron's default); off adds
+    a main-grad add per weight and step, and Primus's zero-bubble schedules fall back to plain 1F1B"""
+    grad_reduce_in_fp32: bool = True
+    """fp32 main gradients (4 bytes; Megatron's default). Every published Megatron-Bridge recipe sets it
+    false: 2-byte gradients, halving the gradient buffer and the gradient reduce-scatter."""
+    fp8_param_gather: bool = False
+    """FP8 model parameters (TE ``fp8_model_init``): GEMM weights held in FP8 with no separate BF16 copy, and
+    the distributed optimizer all-gathers FP8 (1 byte); master weights stay fp32. FP8 precision only."""
+    fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = "delayed"
+    """Transformer Engine FP8 recipe (Megatron ``--fp8-recipe``, default delayed scaling). Under delayed
+    scaling Megatron rejects the ``moe_act`` and ``layernorm`` recompute modules."""
+
+    @model_validator(mode="after")
+    def _fp8_options(self) -> WorkloadSpec:
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError("fp8_param_gather needs precision fp8; remove it or set precision: fp8")
+        return self
 
 
 class BaselineSpec(_Strict):
@@ -100,9 +178,16 @@ class BaselineSpec(_Strict):
     cp: int = Field(default=1, gt=0)
     vpp: int = Field(default=1, gt=0)
     mbs: int = Field(default=1, gt=0)
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: str = "none"
+    """none, selective, selective:<modules>, full or full:N (:mod:`primus_optuna.spec.recompute`)"""
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     pp_schedule: Literal["1f1b", "interleaved", "zb1p", "zbv"] = "1f1b"
+    ep_overlap: bool = False
+
+    @field_validator("recompute")
+    @classmethod
+    def _recompute(cls, v: str) -> str:
+        return parse_recompute(v).value
 
 
 class EarlyStopSpec(_Strict):
@@ -153,6 +238,11 @@ class SearchSpec(_Strict):
             if axis in INT_AXES:
                 if any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values):
                     raise ValueError(f"axes.{axis} must be positive integers, got {values}")
+            elif axis in BOOL_AXES:
+                if any(not isinstance(x, bool) for x in values):
+                    raise ValueError(f"axes.{axis} must be true/false, got {values}")
+            elif axis == "recompute":
+                values = [parse_recompute(x).value for x in values]
             else:
                 for x in values:
                     if x not in CHOICES[axis]:

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..physics.shapes import LayerShape
+from ..spec.recompute import canonical_recompute, parse_recompute
 from .layer import TransformerLayer
 
 EXIT_REFUSED = 2
@@ -52,7 +53,10 @@ class GPT(nn.Module):
     def __init__(self, shape: LayerShape, num_layers: int, vocab: int, recompute: str) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, shape.hidden)
-        self.layers = nn.ModuleList(TransformerLayer(shape, recompute) for _ in range(num_layers))
+        n = parse_recompute(recompute).num_layers  # full:N: the first N layers (one chunk: no pipeline here)
+        self.layers = nn.ModuleList(
+            TransformerLayer(shape, recompute if not n or i < n else "none") for i in range(num_layers)
+        )
         self.norm = nn.RMSNorm(shape.hidden)
         self.output = nn.Linear(shape.hidden, vocab, bias=False)
 
@@ -82,7 +86,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     a("--seq-length", type=int, default=128)
     a("--global-batch-size", type=int, default=16)
     a("--micro-batch-size", type=int, default=1)
-    a("--recompute", choices=("none", "selective", "full"), default="none")
+    a("--recompute", type=canonical_recompute, default="none", help="none, selective[:modules], full[:N]")
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
     a("--expert-model-parallel-size", type=int, default=1)

@@ -14,9 +14,11 @@ sequence by cp, experts by ep), it keeps for backward what Megatron-Core keeps, 
 - SwiGLU keeps only its input (Megatron's fused ``SwiGLUFunction``); dropout keeps a 1-byte mask;
 - MoE: fp32 softmax router, top-k, permutation of the token copies to the local experts (a token routed to
   expert e is computed by local expert ``e mod local_experts``, which reproduces the per-rank token count
-  of balanced expert parallelism), per-expert SwiGLU/GeLU MLPs, probability-weighted un-permutation;
-- recompute: ``selective`` wraps core attention, ``full`` the whole layer, in a reentrant
-  ``torch.utils.checkpoint`` (Megatron's own checkpoint is reentrant: it saves the inputs only).
+  of balanced expert parallelism), per-expert SwiGLU/GeLU MLPs with the routing probabilities applied inside the activation (Megatron-Core
+  ≥ 0.13) and an un-permutation without probabilities;
+- recompute: the ``core_attn`` module (``selective``) wraps core attention, ``full``/``full:N`` the whole
+  layer, in a reentrant ``torch.utils.checkpoint`` (Megatron's own checkpoint is reentrant: it saves the
+  inputs only); the other selective modules are not implemented by this layer (they run without recompute).
 
 No communication happens; the layer is what one rank computes, for profiling and for a small local
 training workload (stack :func:`build_layer` outputs).
@@ -32,6 +34,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..physics.shapes import LayerShape
+from ..spec.recompute import parse_recompute
 
 __all__ = ["LayerShape", "TransformerLayer", "build_layer", "count_saved_bytes", "make_input"]
 
@@ -131,21 +134,46 @@ class _Dropout(torch.autograd.Function):
         return grad * mask * ctx.scale, None
 
 
-class _Unpermute(torch.autograd.Function):
-    """Probability-weighted scatter of the expert outputs back to their tokens; keeps the expert outputs,
-    the weights and the token ids (Megatron's fused ``unpermute`` with probs)."""
+class _WeightedAct(torch.autograd.Function):
+    """act(x) · routing probability, keeping only the input and the probabilities (Megatron-Core ≥ 0.13
+    ``weighted_bias_swiglu_impl``: the probabilities are applied inside the fused activation)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, n_tokens: int) -> torch.Tensor:
-        ctx.save_for_backward(x, w, ids)
-        out = torch.zeros(n_tokens, x.shape[-1], dtype=x.dtype, device=x.device)
-        return out.index_add_(0, ids, x * w[:, None])
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.swiglu = swiglu
+        return _act(x, swiglu) * w[:, None]
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        x, w, ids = ctx.saved_tensors
-        g = grad.index_select(0, ids)
-        return g * w[:, None], (g * x).sum(-1), None, None
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xd, wd = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+            gx, gw = torch.autograd.grad(_act(xd, ctx.swiglu) * wd[:, None], (xd, wd), grad)
+        return gx, gw, None
+
+
+def _act(x: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    if swiglu:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return F.gelu(x)
+
+
+class _Unpermute(torch.autograd.Function):
+    """Scatter of the (already probability-weighted) expert outputs back to their tokens; keeps only the
+    token ids (Megatron's ``unpermute`` without probs)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ids: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        ctx.save_for_backward(ids)
+        out = torch.zeros(n_tokens, x.shape[-1], dtype=x.dtype, device=x.device)
+        return out.index_add_(0, ids, x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        (ids,) = ctx.saved_tensors
+        return grad.index_select(0, ids), None, None
 
 
 def _reduce_scatter(y: torch.Tensor, tp: int) -> torch.Tensor:
@@ -164,6 +192,7 @@ class TransformerLayer(nn.Module):
         super().__init__()
         s = self.shape = shape
         self.recompute = recompute
+        self._rc = parse_recompute(recompute)
         self.eps = eps
         h, d = s.hidden, s.head_dim
         qkv_out = (s.heads + 2 * s.groups) * d
@@ -214,7 +243,7 @@ class TransformerLayer(nn.Module):
         q = q.view(seq, b, s.heads, d).permute(1, 2, 0, 3)
         k = k.view(seq, b, s.groups, d).permute(1, 2, 0, 3)
         v = v.view(seq, b, s.groups, d).permute(1, 2, 0, 3)
-        if self.recompute == "selective":
+        if self._rc.has("core_attn"):
             o = checkpoint(self._core_attention, q, k, v, use_reentrant=True)
         else:
             o = self._core_attention(q, k, v)
@@ -242,14 +271,14 @@ class TransformerLayer(nn.Module):
         token_ids = torch.div(order, s.topk, rounding_mode="floor")
         x = tokens.index_select(0, token_ids)  # permuted token copies [Tl·k, h]
         counts = torch.bincount(local, minlength=s.local_experts).tolist()
+        weights = top_p.flatten()[order].to(x.dtype)
         outs, start = [], 0
         for j, n in enumerate(counts):
-            xj = x[start : start + n]
-            outs.append(F.linear(_mlp_act(F.linear(xj, self.w1[j]), s.swiglu), self.w2[j]))
+            xj, wj = x[start : start + n], weights[start : start + n]
+            outs.append(F.linear(_WeightedAct.apply(F.linear(xj, self.w1[j]), wj, s.swiglu), self.w2[j]))
             start += n
         expert_out = torch.cat(outs)
-        weights = top_p.flatten()[order].to(expert_out.dtype)
-        combined = _Unpermute.apply(expert_out, weights, token_ids, tokens.shape[0])
+        combined = _Unpermute.apply(expert_out, token_ids, tokens.shape[0])
         return combined.view_as(y)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
@@ -261,7 +290,7 @@ class TransformerLayer(nn.Module):
         return self._mlp(self._attention(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.recompute == "full":
+        if self._rc.is_full:
             return checkpoint(self._layer, x, use_reentrant=True)
         return self._layer(x)
 

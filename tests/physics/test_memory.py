@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from primus_optuna.errors import SpecError
 from primus_optuna.physics import (
     BREAKDOWN_KEYS,
     LayerShape,
@@ -107,13 +108,14 @@ def test_capacity_in_gib_usable_margin_and_breakdown_sum() -> None:
     assert est.peak_gib == max(s.total_gib for s in est.stages)
     assert est.fits == (est.peak_gib <= est.usable_gib)
     d = est.to_dict()
-    assert set(d) == {"peak_gib", "usable_gib", "capacity_gib", "fits", "peak_stage", "stages"}
+    assert set(d) == {"peak_gib", "usable_gib", "capacity_gib", "fits", "peak_stage", "recompute", "stages"}
     assert set(d["stages"][0]) == {"stage", "total_gib", "breakdown"}
 
 
 def test_reason_text() -> None:
     spec = StudySpec.from_yaml(FLAGSHIP)
-    est = estimate_memory(spec, Space(spec).baseline)
+    space = Space(spec)
+    est = estimate_memory(spec, space.make(mbs=4, recompute="none"))
     assert not est.fits
     assert est.reason() == (
         f"memory: {est.peak_gib:.1f} GiB on stage {est.peak_stage} > {est.usable_gib:.1f} GiB usable"
@@ -160,6 +162,111 @@ def test_deepep_buffers_only_with_deepep() -> None:
 RECOMPUTE = ("none", "selective", "full")
 
 
+def test_flagship_baseline_fits() -> None:
+    """AMD's Mixtral 8x22B recipe for 8 nodes of MI355X (TP1 PP4 VPP2 EP8 MBS1, full:1, all-to-all,
+    interleaved) ran, so it must fit (shared/reference/megatron-memory.md; study comment)."""
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    est = estimate_memory(spec, Space(spec).baseline)
+    assert est.fits and est.recompute == "full:1"
+    assert est.peak_gib < 0.85 * est.usable_gib  # fits with margin, not by a hair
+
+
+# --- the per-tensor account's closed form (shared/reference/megatron-memory.md) ------------------------------
+def mixtral_shape(fp8: bool) -> LayerShape:
+    """Mixtral 8x22B at MBS 2, seq 8192, TP1, EP8 (the account's worked example)."""
+    return LayerShape(
+        hidden=6144, heads=48, groups=8, head_dim=128, ffn=16384, seq=8192, mbs=2, moe=True, experts=8,
+        local_experts=1, topk=2, expert_ffn=16384, fp8=fp8,
+    )  # fmt: skip
+
+
+def test_mixtral_layer_bytes_equal_the_account_closed_form_bf16() -> None:
+    """b·T·(4h + 2ad + 2gd) + b·K·(h + 3F) + the small fp32 terms (router ~16·T·E, maps ~12·K, norm rstd)."""
+    s = mixtral_shape(fp8=False)
+    T, h, a, g, d, F, E = 16384, 6144, 48, 8, 128, 16384, 8
+    K = 2 * T
+    big = 2 * T * (4 * h + 2 * a * d + 2 * g * d) + 2 * K * (h + 3 * F)
+    small = 16 * T * E + 12 * K + 4 * T * a + 2 * 4 * T
+    assert layer_activation_bytes(s, "none") == big + small
+    # the account's figures: 1.19 GiB (attention, norms, router input) + 3.375 GiB (grouped GEMMs, SwiGLU)
+    assert 2 * T * (4 * h + 2 * a * d + 2 * g * d) / GIB == pytest.approx(1.19, abs=0.005)
+    assert 2 * K * (h + 3 * F) / GIB == pytest.approx(3.375, abs=1e-9)
+    assert layer_activation_bytes(s, "none") / GIB == pytest.approx(4.57, abs=0.01)
+
+
+def test_mixtral_layer_bytes_fp8() -> None:
+    """FP8: norm output, fc1 input and fc2 input are kept as 1-byte casts, O gains an FP8 copy; the SwiGLU
+    input stays bf16. The account: about 15% less than BF16."""
+    s8, s16 = mixtral_shape(fp8=True), mixtral_shape(fp8=False)
+    T, h, a, F = 16384, 6144, 48 * 128, 16384
+    K = 2 * T
+    saved = T * h + K * h + K * F - T * a  # qkv_input, fc1 input, fc2 input at 1 byte; + O's FP8 copy
+    assert layer_activation_bytes(s16, "none") - layer_activation_bytes(s8, "none") == saved
+    assert 1 - layer_activation_bytes(s8, "none") / layer_activation_bytes(s16, "none") == pytest.approx(
+        0.15, abs=0.02
+    )
+
+
+def test_dense_llama_layer_bytes_closed_form() -> None:
+    """Llama 3.1 70B layer, TP 4 with SP, seq 8192, MBS 1: attention as above plus fc1 input T·h·b, SwiGLU
+    input T·2F·b, fc2 input T·F·b (F per rank)."""
+    s = LayerShape(hidden=8192, heads=16, groups=2, head_dim=128, ffn=7168, seq=8192, mbs=1, tp=4)
+    T, Tl, h, a, g, d, F = 8192, 2048, 8192, 16, 2, 128, 7168
+    expect = 2 * (4 * Tl * h + T * (a + 2 * g) * d + T * a * d) + 2 * T * 3 * F
+    expect += 4 * T * a + 2 * 4 * Tl
+    assert layer_activation_bytes(s, "none") == expect
+
+
+def test_selective_modules_remove_exactly_their_tensors() -> None:
+    s = mixtral_shape(fp8=False)
+    T, h, F, K = 16384, 6144, 16384, 32768
+    none = layer_activation_bytes(s, "none")
+    assert none - layer_activation_bytes(s, "selective") == 4 * T * 48  # core_attn: softmax statistics
+    assert none - layer_activation_bytes(s, "selective:moe_act") == 2 * K * F
+    assert none - layer_activation_bytes(s, "selective:moe_act+layernorm") == 2 * K * F + 2 * T * h
+    moe_block = 16 * T * 8 + 12 * K + 2 * K * (h + 3 * F)
+    assert none - layer_activation_bytes(s, "selective:moe") == moe_block
+    assert none - layer_activation_bytes(s, "selective:layernorm+moe") == moe_block + 2 * T * h
+    assert layer_activation_bytes(s, "full") == layer_activation_bytes(s, "full:3") == 2 * T * h
+    dense = LayerShape(hidden=4096, heads=32, groups=8, head_dim=128, ffn=14336, seq=4096, mbs=1)
+    kept = layer_activation_bytes(dense, "selective:mlp")
+    assert layer_activation_bytes(dense, "none") - kept == 2 * 4096 * 3 * 14336  # fc1 out + fc2 input
+
+
+def test_full_n_recomputes_the_first_n_layers_of_every_chunk() -> None:
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    space = Space(spec)
+    c = space.make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved")
+    shape = LayerShape.from_config(spec, c)
+    plain, inp = layer_activation_bytes(shape, "none"), layer_activation_bytes(shape, "full")
+    chunks = chunks_in_flight(4, 2, c.num_microbatches, "interleaved", 1)  # stage 1: no logits
+    for n in (1, 2, 4):
+        est = estimate_memory(spec, c.replace(recompute=f"full:{n}").derive(64, 512))
+        expect = chunks * (n * inp + (7 - n) * plain) + (plain - inp)
+        assert est.stages[1].breakdown["activations_gib"] == pytest.approx(expect / GIB)
+    # EP all-to-all overlap holds one more chunk in the interleaved warm-up
+    assert chunks_in_flight(4, 2, 32, "interleaved", 1, extra_chunk=True) == chunks + 1
+
+
+def test_gradient_and_parameter_byte_widths_follow_the_workload() -> None:
+    data = StudySpec.from_yaml(FLAGSHIP).to_dict()
+    base = StudySpec.from_dict(data)
+    c = Space(base).baseline
+    lean = StudySpec.from_dict(
+        {**data, "workload": {**data["workload"], "grad_reduce_in_fp32": False, "fp8_param_gather": True}}
+    )
+    a, b = estimate_memory(base, c).stages[0], estimate_memory(lean, c).stages[0]
+    assert b.breakdown["gradients_gib"] == pytest.approx(a.breakdown["gradients_gib"] / 2)
+    lp = layer_params(LayerShape.from_config(base, c))
+    gemm = lp.gemm * 56 // 4
+    # FP8 params: no bf16 copy beside the FP8 weight + transpose (4 -> 2 bytes per GEMM parameter)
+    assert (a.breakdown["weights_gib"] - b.breakdown["weights_gib"]) * GIB == pytest.approx(2 * gemm)
+    with pytest.raises(SpecError, match="fp8_param_gather needs precision fp8"):
+        StudySpec.from_dict(
+            {**data, "workload": {**data["workload"], "precision": "bf16", "fp8_param_gather": True}}
+        )
+
+
 # --- invariants over whole spaces -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def flagship() -> tuple[StudySpec, list]:
@@ -179,6 +286,27 @@ def test_recompute_none_ge_selective_ge_full(flagship: tuple) -> None:
             assert none >= sel >= full
         n += 1
     assert n > 1000
+
+
+def test_default_recompute_candidates_are_in_memory_order() -> None:
+    """The sweep walks the recompute axis in the candidates' order: none first, full last, each family
+    (selective module sets, full:N) in decreasing activation memory. Between the families the order depends
+    on the layers per chunk (full:1 of 4 layers keeps 3 whole layers, more than selective:moe on all 4)."""
+    for study in (small_moe_study(), small_dense_study()):
+        spec = StudySpec.from_dict(study)
+        space = Space(spec)
+        c = space.make(tp=1, pp=4, vpp=2, mbs=1, pp_schedule="interleaved")
+        acts = [
+            estimate_memory(spec, c.replace(recompute=r).derive(spec.world, spec.workload.global_batch_size))
+            .stages[0]
+            .breakdown["activations_gib"]
+            for r in space.candidates["recompute"]
+        ]
+        by = dict(zip(space.candidates["recompute"], acts, strict=True))
+        assert by["none"] == max(acts) and by["full"] == min(acts)
+        for family in ("selective", "full:"):
+            chain = [v for r, v in by.items() if r.startswith(family)]
+            assert len(chain) >= 2 and chain == sorted(chain, reverse=True), by
 
 
 @pytest.mark.parametrize("axis", ["tp", "ep", "cp"])

@@ -21,7 +21,14 @@ from tests.helpers.models import gpt_model
 
 
 def make_spec(
-    model: dict[str, Any] | str, gpu: str, gpus: int, seq: int, gbs: int, precision: str, dist_opt: bool
+    model: dict[str, Any] | str,
+    gpu: str,
+    gpus: int,
+    seq: int,
+    gbs: int,
+    precision: str,
+    dist_opt: bool,
+    flash: bool = True,
 ) -> StudySpec:
     m = {"catalog": model} if isinstance(model, str) else model
     return StudySpec.from_dict(
@@ -34,6 +41,7 @@ def make_spec(
                 "global_batch_size": gbs,
                 "precision": precision,
                 "distributed_optimizer": dist_opt,
+                "flash_attention": flash,
             },
         }
     )
@@ -61,7 +69,7 @@ NARAYANAN = [
 
 def narayanan_tflops(row: tuple) -> float:
     name, h, layers, heads, tp, pp, vpp, gpus, gbs, mbs, _ = row
-    spec = make_spec(gpt_model(h, layers, heads), "a100-80gb", gpus, 2048, gbs, "fp16", False)
+    spec = make_spec(gpt_model(h, layers, heads), "a100-80gb", gpus, 2048, gbs, "fp16", False, flash=False)
     sched = "interleaved" if vpp > 1 else "1f1b"
     est = estimate_throughput(
         spec, config(spec, tp=tp, pp=pp, vpp=vpp, mbs=mbs, recompute="full", pp_schedule=sched)
@@ -99,7 +107,7 @@ KORTHIKANTI = [
 
 def korthikanti_times(row: tuple) -> tuple[float, float]:
     name, h, layers, heads, tp, pp, vpp, gbs, mbs, _, _ = row
-    spec = make_spec(gpt_model(h, layers, heads), "a100-80gb", tp * pp, 2048, gbs, "fp16", False)
+    spec = make_spec(gpt_model(h, layers, heads), "a100-80gb", tp * pp, 2048, gbs, "fp16", False, flash=False)
     sched = "interleaved" if vpp > 1 else "1f1b"
     out = []
     for rc in ("full", "selective"):

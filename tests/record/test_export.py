@@ -25,7 +25,9 @@ def flagship() -> StudySpec:
 
 def _sample(space: Space) -> list[TrainingConfig]:
     configs = space.configs()
-    picked = {c.pp_schedule + c.recompute + c.moe_dispatcher: c for c in configs}  # every combination
+    picked = {
+        (c.pp_schedule, c.recompute, c.moe_dispatcher, c.ep_overlap): c for c in configs
+    }  # every combination
     return list(picked.values()) + configs[:: max(1, len(configs) // 40)]
 
 
@@ -34,6 +36,7 @@ def test_round_trip_flagship(flagship: StudySpec, fmt: str) -> None:
     space = Space(flagship)
     configs = _sample(space)
     assert {c.pp_schedule for c in configs} == {"1f1b", "interleaved", "zb1p", "zbv"}
+    assert {c.ep_overlap for c in configs} == {False, True}
     for c in configs:
         text = export_config(flagship, c, fmt, header="trial 3 of study x")
         back = parse_export(text, fmt, flagship)
@@ -74,9 +77,62 @@ def test_megatron_args_are_flags(flagship: StudySpec) -> None:
     c = Space(flagship).baseline
     argv = megatron_args(flagship, c)
     assert argv[:2] == ["--tensor-model-parallel-size", "1"]
-    assert "--num-virtual-stages-per-pipeline-rank" in argv and "--recompute-granularity" not in argv
+    assert "--num-virtual-stages-per-pipeline-rank" in argv
+    # the baseline recomputes the first layer of every virtual chunk: full granularity, block method
+    i = argv.index("--recompute-granularity")
+    assert argv[i : i + 6] == [
+        "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1",
+    ]  # fmt: skip
     assert argv[argv.index("--fp8-format") + 1] == "hybrid"
     assert parse_megatron_args(argv, flagship) == c
+    assert "--recompute-granularity" not in megatron_args(flagship, c.replace(recompute="none"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_recompute_values_round_trip(fmt: str) -> None:
+    """Every recompute spelling survives export and import (selective modules as Megatron's nargs list)."""
+    data = StudySpec.from_yaml("studies/mixtral-8x22b-mi355x-fp8.yaml").to_dict()
+    data["workload"]["fp8_recipe"] = "tensorwise"  # moe_act/layernorm are legal
+    spec = StudySpec.from_dict(data)
+    space = Space(spec)
+    for r in ("none", "selective", "selective:moe_act", "selective:moe_act+layernorm", "selective:moe",
+              "selective:core_attn+moe_act", "full:1", "full:6", "full"):  # fmt: skip
+        c = space.make(tp=1, pp=4, vpp=2, ep=8, mbs=1, recompute=r, pp_schedule="interleaved")
+        assert space.check(c) == [], (r, space.check(c))
+        assert parse_export(export_config(spec, c, fmt), fmt, spec) == c, (fmt, r)
+    c = space.make(recompute="selective:moe_act+layernorm")
+    argv = megatron_args(spec, c)
+    i = argv.index("--recompute-modules")
+    assert argv[i : i + 3] == ["--recompute-modules", "moe_act", "layernorm"]
+    o = yaml.safe_load(export_config(spec, c, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert o["recompute_granularity"] == "selective" and o["recompute_modules"] == ["moe_act", "layernorm"]
+
+
+def test_recompute_read_from_megatron_spellings(flagship: StudySpec) -> None:
+    """Recipes write the recompute in several ways; each maps to one value (Mixtral: 7 layers per chunk at
+    PP4 VPP2)."""
+    from primus_optuna.space.megatron_args import config_from_megatron
+
+    base = {"pipeline_model_parallel_size": 4, "num_virtual_stages_per_pipeline_rank": 2, "num_layers": 56}
+    cases = [
+        ({"recompute_granularity": "full", "recompute_num_layers": 0}, "none"),  # Primus "off"
+        ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}, "full"),
+        ({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 2}, "full:2"),
+        ({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 7}, "full"),
+        ({"recompute_granularity": "selective"}, "selective"),
+        (
+            {"recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe_act"]},
+            "selective:moe_act+layernorm",
+        ),  # fmt: skip
+        ({"recompute_granularity": "selective", "recompute_modules": "moe"}, "selective:moe"),
+        ({"recompute_granularity": "selective", "recompute_modules": []}, "none"),  # Bridge "[] (none)"
+        ({"recompute_layer_ids": [0, 7, 14, 21, 28, 35, 42, 49]}, "full:1"),  # Primus: first of each chunk
+        ({"recompute_layer_ids": "0,1,7,8,14,15,21,22,28,29,35,36,42,43,49,50"}, "full:2"),
+    ]
+    for values, expect in cases:
+        assert config_from_megatron({**base, **values}).recompute == expect, values
+    with pytest.raises(ValueError, match="recompute_modules|recompute module"):
+        config_from_megatron({**base, "recompute_granularity": "selective", "recompute_modules": ["attn"]})
 
 
 def test_json_carries_derived_and_extra(flagship: StudySpec) -> None:
@@ -84,3 +140,24 @@ def test_json_carries_derived_and_extra(flagship: StudySpec) -> None:
     doc = json.loads(export_config(flagship, c, "json", extra={"trial": 0}))
     assert doc["trial"] == 0
     assert doc["config"]["dp"] == c.dp == 16 and doc["config"]["num_microbatches"] == c.num_microbatches
+
+
+def test_ep_overlap_maps_to_megatron_flags(flagship: StudySpec) -> None:
+    c = Space(flagship).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved", ep_overlap=True)
+    args = megatron_args(flagship, c)
+    assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" in args
+    assert parse_megatron_args(args, flagship).ep_overlap is True
+
+
+def test_workload_overlap_options_reach_megatron(flagship: StudySpec) -> None:
+    # Megatron's --overlap-grad-reduce/--overlap-param-gather default off: the export states the workload's
+    # choice; zero-bubble forces them off (Primus's zero-bubble required args)
+    c = Space(flagship).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved")
+    args = megatron_args(flagship, c)
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+    zb = Space(flagship).make(tp=1, pp=4, vpp=1, ep=8, mbs=1, pp_schedule="zb1p")
+    assert "--overlap-grad-reduce" not in megatron_args(flagship, zb)
+    off = StudySpec.from_dict(
+        {**flagship.to_dict(), "workload": {**flagship.to_dict()["workload"], "overlap_grad_reduce": False}}
+    )
+    assert "--overlap-grad-reduce" not in megatron_args(off, c)

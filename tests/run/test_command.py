@@ -111,9 +111,18 @@ def test_bad_templates_are_refused_up_front(spec, template: str) -> None:
 
 def test_injected_values_never_reach_argv(spec, tmp_path: Path) -> None:
     runner = CommandRunner(spec, fake_argv("echo", "{recompute}", "{tp}"))
+
+    def forced(axis: str, value: object):
+        """A config with a bad categorical value, which TrainingConfig itself refuses to build."""
+        with pytest.raises(ValueError, match=axis):
+            dataclasses.replace(baseline(spec), **{axis: value})
+        c = dataclasses.replace(baseline(spec))
+        object.__setattr__(c, axis, value)
+        return c
+
     evil = [
-        dataclasses.replace(baseline(spec), recompute="none; rm -rf /"),  # type: ignore[arg-type]
-        dataclasses.replace(baseline(spec), moe_dispatcher="$(reboot)"),  # type: ignore[arg-type]
+        forced("recompute", "none; rm -rf /"),
+        forced("moe_dispatcher", "$(reboot)"),
         dataclasses.replace(baseline(spec), tp="1 --evil"),  # type: ignore[arg-type]
         dataclasses.replace(baseline(spec), mbs=2.5),  # type: ignore[arg-type]
         baseline(spec).replace(tp=3),  # illegal: not launched either

@@ -24,6 +24,8 @@ CONFIGS = [
     {"tp": 1, "pp": 2, "vpp": 1, "ep": 8, "cp": 2, "mbs": 1, "pp_schedule": "zb1p"},
     {"tp": 1, "pp": 2, "vpp": 1, "ep": 8, "cp": 2, "mbs": 1, "recompute": "selective"},
     {"tp": 8, "pp": 1, "ep": 1, "mbs": 4},
+    {"tp": 1, "pp": 4, "vpp": 2, "ep": 8, "mbs": 1, "pp_schedule": "interleaved", "recompute": "full:2"},
+    {"tp": 1, "pp": 2, "ep": 8, "mbs": 1, "recompute": "selective:core_attn+moe"},
 ]
 
 
@@ -107,6 +109,15 @@ def test_megatron_argv(spec: StudySpec, tmp_path: Path) -> None:
     assert pairs["--expert-model-parallel-size"] == "8" and pairs["--micro-batch-size"] == "2"
     assert pairs["--fp8-format"] == "hybrid" and pairs["--num-experts"] == "8"
     assert not any("zero-bubble" in x or "turbo" in x for x in a)
+    sel = runner.build(Space(spec).make(**CONFIGS[-1]), _ctx(spec, tmp_path, 2))[0].argv
+    i = sel.index("--recompute-granularity")
+    assert sel[i + 1] == "selective" and sel[sel.index("--recompute-modules") + 1 :][:2] == [
+        "core_attn",
+        "moe",
+    ]
+    blk = runner.build(Space(spec).make(**CONFIGS[-2]), _ctx(spec, tmp_path, 3))[0].argv
+    blk_pairs = {blk[i]: blk[i + 1] for i in range(len(blk) - 1) if blk[i].startswith("--")}
+    assert (blk_pairs["--recompute-method"], blk_pairs["--recompute-num-layers"]) == ("block", "2")
     with pytest.raises(LaunchFailure, match="zero bubble"):
         runner.build(Space(spec).make(**CONFIGS[2]), _ctx(spec, tmp_path, 1))
 
@@ -143,11 +154,19 @@ def test_options_are_validated(spec: StudySpec) -> None:
 
 def test_injection_cannot_reach_any_preset(spec: StudySpec, tmp_path: Path) -> None:
     good = Space(spec).make(**CONFIGS[0])
-    evil = [
-        dataclasses.replace(good, recompute="full\n--load /etc"),  # type: ignore[arg-type]
-        dataclasses.replace(good, pp_schedule="1f1b'; touch /tmp/pwn; '"),  # type: ignore[arg-type]
-        dataclasses.replace(good, mbs="2 --save /x"),  # type: ignore[arg-type]
+    bad = [
+        ("recompute", "full\n--load /etc"),
+        ("pp_schedule", "1f1b'; touch /tmp/pwn; '"),
+        ("mbs", "2 --save /x"),
     ]
+    evil = []
+    for axis, value in bad:
+        if axis != "mbs":  # categorical values are refused when the config is built...
+            with pytest.raises(ValueError, match=axis):
+                dataclasses.replace(good, **{axis: value})
+        c = dataclasses.replace(good)
+        object.__setattr__(c, axis, value)  # ...and by every runner when one is forced in
+        evil.append(c)
     runners = [
         build_command_runner(spec, "megatron", {"megatron_path": "/m"}),
         build_command_runner(spec, "primus", {"launch": fake_argv("echo", "{overlay}")}),

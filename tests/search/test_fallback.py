@@ -98,15 +98,18 @@ def _measured_trial(space, config, measured):
 
 
 def test_axis_value_factors_carry_a_measured_penalty_to_untried_configs(spec):
-    """A cluster where every mbs=1 configuration runs at half the model's speed: after a few measurements the
-    fallback expects untried mbs=1 configurations to be slow too, so its pick is no longer an mbs=1 one."""
+    """A cluster where every configuration with the raw model's favourite micro-batch size runs at half the
+    model's speed: after a few measurements the fallback expects untried ones with that mbs to be slow too,
+    so its pick no longer has it."""
     space = Space(spec)
     prop = ModelGuidedProposer(spec, space, exploration=0.0)
     feasible = _feasible(spec, space)
     raw_best, _ = prop.propose([], index=0, exclude=set())
-    penalty = {1: 0.5}
-    measured = [c for c in feasible if c.mbs == 1 and c != raw_best][:4] + [
-        c for c in feasible if c.mbs == 2
+    bad = raw_best.mbs
+    other = next(c.mbs for c in feasible if c.mbs != bad)
+    penalty = {bad: 0.5}
+    measured = [c for c in feasible if c.mbs == bad and c != raw_best][:4] + [
+        c for c in feasible if c.mbs == other
     ][:4]
     trials = [
         _measured_trial(space, c, estimate_throughput(spec, c).tokens_per_s_per_gpu * penalty.get(c.mbs, 1.0))
@@ -114,12 +117,12 @@ def test_axis_value_factors_carry_a_measured_penalty_to_untried_configs(spec):
     ]
     factors = AxisValueFactors.fit(space, [(c, math.log(penalty.get(c.mbs, 1.0))) for c in measured])
     idx = AxisValueFactors.feature_index(space)
-    assert factors.beta[idx[("mbs", 1)]] - factors.beta[idx[("mbs", 2)]] < -0.3  # log(0.5) = -0.69, shrunk
+    assert factors.beta[idx[("mbs", bad)]] - factors.beta[idx[("mbs", other)]] < -0.3  # log(0.5), shrunk
     config, why = prop.propose(trials, index=1, exclude=set(measured))
     assert "per-axis-value factors" in why
-    # the raw model's favourite among these untried configurations has mbs=1; the corrected pick does not
-    assert raw_best.mbs == 1 and raw_best not in measured
-    assert config.mbs != 1
+    # the raw model's favourite among these untried configurations has mbs=bad; the corrected pick does not
+    assert raw_best not in measured
+    assert config.mbs != bad
 
 
 def test_axis_value_factors_need_a_few_measurements(spec):

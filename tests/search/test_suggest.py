@@ -41,7 +41,9 @@ def test_every_axis_is_a_fixed_categorical_and_illegal_combinations_are_pruned(s
 @pytest.mark.parametrize(
     "sampler", [optuna.samplers.TPESampler(seed=0), optuna.samplers.RandomSampler(seed=0)]
 )
-def test_make_objective_works_with_stock_samplers(spec, sampler):
+def test_make_objective_works_with_stock_samplers(sampler):
+    # a narrower product (tp, cp, pp restricted) so that 20 random points surely include legal ones
+    spec = StudySpec.from_dict(small_moe_study(axes={"tp": [1, 2], "cp": [1], "pp": [1, 2]}))
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.optimize(make_objective(spec, runs_dir=None), n_trials=20)
     states = {t.state for t in study.trials}

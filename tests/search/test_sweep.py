@@ -18,7 +18,13 @@ def test_sweep_starts_at_the_baseline_and_changes_one_axis_at_a_time():
         ("mbs", 4),
         ("mbs", 8),
         ("moe_dispatcher", "deepep"),
-        ("recompute", "selective"),
+        # the MoE default recompute candidates, in memory order (PP2: 16 layers per chunk, every full:N legal)
+        ("recompute", "selective:moe_act"),
+        ("recompute", "selective:moe_act+layernorm"),
+        ("recompute", "selective:moe"),
+        ("recompute", "full:1"),
+        ("recompute", "full:2"),
+        ("recompute", "full:4"),
         ("recompute", "full"),
     ]
     for p in plan[1:]:
@@ -75,14 +81,17 @@ def test_illegal_baseline_is_repaired_as_the_centre():
 
 
 def test_default_order_follows_the_model_when_the_baseline_does_not_fit():
-    """The flagship baseline does not fit in the memory model: impact is then measured against the median of
-    the feasible sweep points instead of silently falling back to the canonical axis order."""
+    """A baseline that does not fit in the memory model (the flagship at MBS 4 without recompute): impact is
+    then measured against the median of the feasible sweep points instead of silently falling back to the
+    canonical axis order."""
     from primus_optuna.physics.memory import estimate_memory
     from primus_optuna.physics.throughput import estimate_throughput
     from primus_optuna.search.sweep import axis_points, default_order, sweep_center
     from tests.conftest import FLAGSHIP
 
-    spec = StudySpec.from_yaml(FLAGSHIP)
+    data = StudySpec.from_yaml(FLAGSHIP).to_dict()
+    data["search"]["baseline"].update(mbs=4, recompute="none")
+    spec = StudySpec.from_dict(data)
     space = Space(spec)
 
     def score(c):

@@ -58,7 +58,35 @@ CASES = {
         {"pp_schedule": "zbv", "recompute": "full"},
         "zero bubble",
     ),
+    "ep_overlap": (
+        {"ep_overlap": True},  # interleaved, ep 8, no recompute
+        {"ep_overlap": True, "vpp": 1, "pp_schedule": "1f1b"},
+        "pp_schedule=interleaved",
+    ),
+    # flagship: 56 layers, pp4·vpp2 -> 7 layers per chunk
+    "recompute_layers": ({"recompute": "full:6"}, {"recompute": "full:7"}, "N < the 7 layers"),
+    # flagship is FP8 with Megatron's default delayed scaling
+    "recompute_fp8": ({"recompute": "selective:moe"}, {"recompute": "selective:moe_act"}, "delayed scaling"),
+    "recompute_modules": ({"recompute": "selective:moe"}, {"recompute": "selective:mlp"}, "no dense MLP"),
 }
+
+
+def test_ep_overlap_follows_megatron(moe, dense):
+    # Megatron-Core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): ep > 1, a virtual
+    # pipeline when pp > 1, no full recompute; both dispatchers; pp = 1 allowed
+    assert reasons(moe, **{**BASE_OK, "ep_overlap": True, "moe_dispatcher": "deepep"}) == []
+    assert reasons(moe, **{**BASE_OK, "ep_overlap": True, "pp": 1, "vpp": 1, "pp_schedule": "1f1b"}) == []
+    assert "recompute=full" in " ".join(reasons(moe, **{**BASE_OK, "ep_overlap": True, "recompute": "full"}))
+    assert "ep > 1" in " ".join(reasons(moe, **{**BASE_OK, "ep_overlap": True, "ep": 1}))
+    assert "recompute=full:1" in " ".join(
+        reasons(moe, **{**BASE_OK, "ep_overlap": True, "recompute": "full:1"})
+    )
+    assert "'moe'" in " ".join(reasons(moe, **{**BASE_OK, "ep_overlap": True, "recompute": "selective:moe"}))
+    assert "zbv" not in " ".join(reasons(moe, **{**BASE_OK, "pp_schedule": "zbv"}))
+    assert reasons(moe, **{**BASE_OK, "ep_overlap": True, "pp_schedule": "zbv"})
+    # a dense model never has it: canonical form drops it, the candidates hold only false
+    assert dense.candidates["ep_overlap"] == [False]
+    assert dense.canonical(dense.make(ep_overlap=True)).ep_overlap is False
 
 
 @pytest.mark.parametrize("rule_id", sorted(CASES))
@@ -97,6 +125,29 @@ def test_dense_only_rules(dense):
         rule = next(r for r in RULES if r.id == rule_id)
         assert rule.fn(dense.facts, dense.make(**good)) is None
         assert needle in rule.fn(dense.facts, dense.make(**bad))
+
+
+def test_recompute_module_rules():
+    dense = Space(StudySpec.from_dict(small_dense_study()))
+    moe_data = StudySpec.from_yaml(FLAGSHIP).to_dict()
+    moe_data["workload"]["fp8_recipe"] = "tensorwise"
+    moe = Space(StudySpec.from_dict(moe_data))
+    rule = next(r for r in RULES if r.id == "recompute_modules")
+    fp8 = next(r for r in RULES if r.id == "recompute_fp8")
+    assert rule.fn(dense.facts, dense.make(recompute="selective:mlp")) is None
+    assert "dense" in rule.fn(dense.facts, dense.make(recompute="selective:moe_act"))
+    assert "multi-latent" in rule.fn(moe.facts, moe.make(recompute="selective:mla_up_proj"))
+    assert "shared experts" in rule.fn(moe.facts, moe.make(recompute="selective:shared_experts"))
+    # tensorwise FP8 allows moe_act/layernorm
+    assert fp8.fn(moe.facts, moe.make(recompute="selective:moe_act+layernorm")) is None
+
+
+def test_full_n_canonical_and_bounds(moe):
+    # 7 layers per chunk at pp4 vpp2: full:7 is `full`, full:8 illegal, full:6 legal
+    assert moe.canonical(moe.make(**{**BASE_OK, "recompute": "full:7"})).recompute == "full"
+    assert moe.canonical(moe.make(**{**BASE_OK, "recompute": "full:6"})).recompute == "full:6"
+    assert reasons(moe, **{**BASE_OK, "recompute": "full:8"})
+    assert not reasons(moe, **{**BASE_OK, "recompute": "full:1"})
 
 
 def test_every_rule_is_covered():

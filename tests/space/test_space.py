@@ -59,7 +59,7 @@ def test_parse_config_string():
         ("tp", "KEY=VALUE"),
         ("tq=1", "unknown axis"),
         ("tp=0", "positive"),
-        ("recompute=some", "one of"),
+        ("recompute=some", "allowed values"),
     ]:
         with pytest.raises(SpecError, match=needle):
             parse_config_string(bad)
@@ -67,7 +67,9 @@ def test_parse_config_string():
 
 def test_baseline_missing_axes_default_and_legality():
     space = Space(StudySpec.from_yaml(FLAGSHIP))
-    assert space.baseline == TrainingConfig(tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=2, pp_schedule="interleaved")
+    assert space.baseline == TrainingConfig(
+        tp=1, pp=4, vpp=2, ep=8, cp=1, mbs=1, recompute="full:1", pp_schedule="interleaved"
+    )
     assert space.check(space.baseline) == []
     assert space.baseline in space
 
@@ -86,7 +88,11 @@ def test_empty_space_names_the_worst_rule():
         "seq_tp",
         "world",
     }  # every point fails these for tp=3
-    assert "rejects 18432 of 18432" in msg
+    sp = Space(spec)
+    total = 1
+    for values in sp.candidates.values():
+        total *= len(values)
+    assert f"rejects {total} of {total}" in msg
 
 
 def test_summary_shape():
@@ -103,9 +109,33 @@ def test_summary_shape():
         "recompute",
         "moe_dispatcher",
         "pp_schedule",
+        "ep_overlap",
     ]
 
 
 def test_repeated_axis_in_config_string_is_refused():
     with pytest.raises(SpecError, match="given twice"):
         parse_config_string("tp=1,tp=2")
+
+
+def test_training_config_refuses_values_outside_the_vocabulary():
+    """Item 7 of issue 12: one ValueError naming the field and the allowed values; the CLI exits 2."""
+    from click.testing import CliRunner
+
+    from primus_optuna.cli import cli
+
+    with pytest.raises(ValueError, match=r"recompute: .*allowed values: none, selective, selective:<modules"):
+        TrainingConfig(recompute="bogus")
+    with pytest.raises(
+        ValueError, match="moe_dispatcher: 'x' is not allowed; allowed values: alltoall, deepep"
+    ):
+        TrainingConfig(moe_dispatcher="x")
+    with pytest.raises(ValueError, match="pp_schedule: 'gpipe' is not allowed"):
+        TrainingConfig(pp_schedule="gpipe")
+    with pytest.raises(ValueError, match="unknown recompute module"):
+        TrainingConfig(recompute="selective:attn")
+    # canonical spelling: module order, the default module set
+    assert TrainingConfig(recompute="selective:layernorm+moe_act").recompute == "selective:moe_act+layernorm"
+    assert TrainingConfig(recompute="selective:core_attn").recompute == "selective"
+    r = CliRunner().invoke(cli, ["estimate", str(FLAGSHIP), "--config", "recompute=bogus"])
+    assert r.exit_code == 2 and "allowed values" in r.output

@@ -84,7 +84,7 @@ def test_import_follows_extends_and_overrides(tmp_path: Path, monkeypatch: pytes
     assert info.baseline == {
         "tp": 1, "pp": 4, "ep": 8, "cp": 1, "vpp": 2, "mbs": 2,
         "recompute": "none",  # Primus' "full with 0 layers" means off
-        "moe_dispatcher": "alltoall", "pp_schedule": "interleaved",
+        "moe_dispatcher": "alltoall", "pp_schedule": "interleaved", "ep_overlap": False,
     }  # fmt: skip
     assert info.workload == {"seq_length": 8192, "global_batch_size": 512, "precision": "fp8"}
     assert info.overrides["train_iters"] == 7  # ${TRAIN_ITERS:50} took the environment value

@@ -1,0 +1,115 @@
+"""Per-shape compute efficiency: a roofline times an achievable fraction that grows with the GEMM's size.
+
+A GEMM ``[M, K] x [K, N]`` of ``w = M·N·K`` multiply-adds runs at ``peak · fraction(w)`` with
+
+    fraction(w) = peak_fraction · w / (w + half_work)
+
+(small GEMMs cannot fill the GPU's compute units: fewer output tiles than SMs/CUs, a fixed prologue and
+epilogue), and never faster than HBM allows (reading both operands and writing the result once). One
+:class:`EfficiencyCurve` per GPU family and kernel kind (linear-layer GEMMs, attention) lives in the family
+table of :mod:`.calibration` with the data that fitted it.
+
+The interface is shape-based so that any layer (dense, MoE, MLA, shared experts) plugs in: pass the GEMM's
+``M, N, K`` and ``count``. A batched GEMM (``count`` independent problems in one kernel, e.g. attention
+scores per head) fills the GPU with its total work ``w·count``; a grouped MoE GEMM is sized by the tokens
+each local expert receives (``grouped=True``: ``M`` per expert, padded to whole tiles).
+
+Example::
+
+    curve = EfficiencyCurve(peak_fraction=0.8, half_work=2e8, fitted_to="...")
+    gemm_seconds(curve, 8192, 4096, 4096, peak_flops=312e12, hbm_bytes_per_s=1.6e12, elt_bytes=2)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+TILE = 128
+"""grouped GEMMs pad each expert's tokens to whole tiles (assumption: 128-row tiles, CUTLASS/hipBLASLt)"""
+
+
+@dataclass(frozen=True, slots=True)
+class EfficiencyCurve:
+    """Achievable fraction of a roofline peak as a function of the work of one kernel."""
+
+    peak_fraction: float
+    """fraction of the datasheet peak reached by the largest, well-shaped problems"""
+    half_work: float
+    """multiply-adds ``M·N·K`` at which half of ``peak_fraction`` is reached"""
+    fitted_to: str = ""
+    """the data (or assumption) these two constants come from"""
+
+    def fraction(self, work: float) -> float:
+        """Achievable fraction of peak for ``work`` multiply-adds in one kernel."""
+        if work <= 0:
+            return self.peak_fraction
+        return self.peak_fraction * work / (work + self.half_work)
+
+
+def gemm_seconds(
+    curve: EfficiencyCurve,
+    m: float,
+    n: float,
+    k: float,
+    count: float = 1.0,
+    *,
+    peak_flops: float,
+    hbm_bytes_per_s: float,
+    elt_bytes: float,
+    grouped: bool = False,
+) -> float:
+    """Seconds of ``count`` GEMMs ``[m, k] x [k, n]`` (one kernel): the roofline of FLOPs at the curve's
+    achievable fraction and of HBM traffic. ``grouped``: a MoE grouped GEMM, ``m`` = tokens per local expert
+    (padded to :data:`TILE` rows and sized per expert)."""
+    if count <= 0 or m <= 0:
+        return 0.0
+    if grouped:
+        mp = math.ceil(m / TILE) * TILE
+        work = mp * n * k
+        flops = 2.0 * mp * n * k * count
+    else:
+        work = m * n * k * count
+        flops = 2.0 * work
+    t_flops = flops / (peak_flops * curve.fraction(work))
+    t_mem = (m * k + k * n + m * n) * elt_bytes * count / hbm_bytes_per_s
+    return max(t_flops, t_mem)
+
+
+def layer_gemm_seconds(
+    shape: Any, gemm: EfficiencyCurve, attention: EfficiencyCurve, peak_flops: float
+) -> float:
+    """Forward + backward seconds of one layer's GEMMs and causal attention at ``shape`` (a
+    :class:`~primus_optuna.physics.shapes.LayerShape`) on the curves, compute-bound part only: what scales a
+    timing of a smaller shape to the full one (the profile runner)."""
+    t, h, d = shape.tokens, shape.hidden, shape.head_dim
+    a, g = shape.heads, shape.groups
+    fc1 = 2 if shape.swiglu else 1
+    gemms = [(t, (a + 2 * g) * d, h, 1.0, False), (t, h, a * d, 1.0, False)]
+    if shape.moe:
+        per_expert = shape.local_tokens * shape.topk / max(1, shape.local_experts)
+        gemms.append((shape.local_tokens, shape.experts, h, 1.0, False))
+        gemms.append((per_expert, fc1 * shape.expert_ffn, h, float(shape.local_experts), True))
+        gemms.append((per_expert, h, shape.expert_ffn, float(shape.local_experts), True))
+    else:
+        gemms += [(t, fc1 * shape.ffn, h, 1.0, False), (t, h, shape.ffn, 1.0, False)]
+    total = 0.0
+    for m, n, k, count, grouped in gemms:
+        total += 3 * gemm_seconds(
+            gemm,
+            m,
+            n,
+            k,
+            count,
+            peak_flops=peak_flops,
+            hbm_bytes_per_s=math.inf,
+            elt_bytes=0,
+            grouped=grouped,
+        )
+    core = 2.0 * 2.0 * shape.mbs * shape.seq * shape.seq * a * d * 0.5  # causal QKᵀ and PV
+    total += 3.5 * core / (peak_flops * attention.fraction(core / 2))  # FlashAttention-2: backward 2.5x
+    return total
+
+
+__all__ = ["TILE", "EfficiencyCurve", "gemm_seconds", "layer_gemm_seconds"]

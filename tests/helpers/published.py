@@ -1,0 +1,115 @@
+"""Published training runs (tests/data/published-runs.csv) that the step-time model can express today.
+
+Rows are kept when their model is in the catalog (or GPT-OSS-120B, given inline) and their GPU is H100, B200,
+GB200 (B200 silicon at GB200's clocks: 2.5 PFLOP/s BF16, 5 PFLOP/s FP8 dense per GPU, NVIDIA GB200 NVL72
+datasheet, in an NVLink domain of up to 64 of the run's GPUs) or an AMD MI325X. MXFP8/FP8 current scaling
+map to ``fp8``; ``flex`` dispatchers to ``deepep``; recompute to ``selective`` when the row names modules.
+The rest (MLA models, GB300/B300, models not in the catalog) is skipped until the model can express it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from primus_optuna.space import TrainingConfig
+from primus_optuna.spec import StudySpec
+
+CSV = Path(__file__).resolve().parents[1] / "data" / "published-runs.csv"
+
+GPT_OSS_120B = {
+    "name": "gpt-oss-120b",
+    "num_layers": 36,
+    "hidden_size": 2880,
+    "ffn_hidden_size": 2880,
+    "num_attention_heads": 64,
+    "num_query_groups": 8,
+    "kv_channels": 64,
+    "vocab_size": 201088,
+    "num_experts": 128,
+    "moe_router_topk": 4,
+    "moe_ffn_hidden_size": 2880,
+}
+MODELS: dict[str, Any] = {
+    "Llama3.1-405B": "llama3.1-405b",
+    "Llama3-70B": "llama3.1-70b",
+    "Llama3.1-70B": "llama3.1-70b",
+    "Llama3.1-8B": "llama3.1-8b",
+    "Llama3-8B": "llama3.1-8b",
+    "Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "GPT-OSS-120B": GPT_OSS_120B,
+}
+GB200 = {"catalog": "b200", "name": "gb200", "bf16_tflops": 2500, "fp8_tflops": 5000}
+GPUS: dict[str, Any] = {"H100-SXM": "h100", "B200": "b200", "GB200": GB200, "MI325X": "mi325x"}
+FAMILY = {"H100-SXM": "hopper", "B200": "blackwell", "GB200": "blackwell", "MI325X": "cdna3"}
+
+
+@dataclass(frozen=True)
+class Published:
+    release: str
+    label: str
+    family: str
+    spec: StudySpec
+    config: TrainingConfig
+    measured_tps: float
+
+
+def _release(source: str) -> str:
+    m = re.search(r"\[([^\]]*table[^\]]*)\]", source)
+    if m:
+        return "Megatron-Bridge " + m.group(1).split(" table")[0]
+    return source.split(" ")[0]
+
+
+def load_published() -> list[Published]:
+    out = []
+    with CSV.open() as fh:
+        for r in csv.DictReader(fh):
+            name = r["model"].split(" ")[0]
+            if name not in MODELS or r["gpu"] not in GPUS or not r["gbs"]:
+                continue
+            gpus = int(r["gpus"])
+            gpn = min(gpus, 64) if r["gpu"] == "GB200" else min(gpus, 8)
+            model = MODELS[name]
+            fp8 = "fp8" in r["precision"]
+            spec = StudySpec.from_dict(
+                {
+                    "name": "published",
+                    "model": {"catalog": model} if isinstance(model, str) else model,
+                    "cluster": {"gpu": GPUS[r["gpu"]], "nodes": gpus // gpn, "gpus_per_node": gpn},
+                    "workload": {
+                        "seq_length": int(r["seq"]),
+                        "global_batch_size": int(r["gbs"]),
+                        "precision": "fp8" if fp8 else "bf16",
+                        "distributed_optimizer": r["dist_opt"] != "False",
+                        "tp_comm_overlap": "tp_comm_overlap userbuffers" in r["other_memory_flags"],
+                    },
+                }
+            )
+            vp = int(r["vp"]) if r["vp"] else 1
+            pp = int(r["pp"])
+            rec = "selective" if r["recompute_granularity"] == "selective" else "none"
+            disp = "deepep" if r["moe_dispatcher"].startswith(("flex", "turbo")) else "alltoall"
+            sched = "interleaved" if vp > 1 and pp > 1 else "1f1b"
+            ep = int(r["ep"]) if spec.model.is_moe else 1
+            config = TrainingConfig(
+                tp=int(r["tp"]),
+                pp=pp,
+                vpp=vp if sched == "interleaved" else 1,
+                cp=int(r["cp"]),
+                ep=ep,
+                mbs=int(r["mbs"]),
+                recompute=rec,
+                moe_dispatcher=disp,
+                pp_schedule=sched,
+                ep_overlap=ep > 1 and "EP a2a overlap" in r["other_memory_flags"],
+            ).derive(spec.world, spec.workload.global_batch_size)
+            label = f"{name} {r['gpu']} {gpus} {r['precision'].split(' ')[0]} {config.key()}"
+            out.append(
+                Published(_release(r["source"]), label, FAMILY[r["gpu"]], spec, config, float(r["tok_s_gpu"]))
+            )
+    return out

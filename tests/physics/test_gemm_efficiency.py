@@ -1,0 +1,68 @@
+"""Per-shape GEMM efficiency (physics/gemm_efficiency.py) and the overlap invariants of issue 14."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus_optuna.physics.calibration import FAMILIES
+from primus_optuna.physics.gemm_efficiency import EfficiencyCurve, gemm_seconds
+from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.space import Space
+from primus_optuna.spec import StudySpec
+from tests.physics.test_throughput import FLAG, FLAG_SPACE, sample, with_changes
+
+
+def test_fraction_grows_with_work_and_saturates() -> None:
+    c = EfficiencyCurve(0.7, 1e9, "test")
+    works = [1e6, 1e8, 1e9, 1e10, 1e12, 1e14]
+    fr = [c.fraction(w) for w in works]
+    assert fr == sorted(fr) and fr[-1] < 0.7
+    assert c.fraction(1e9) == pytest.approx(0.35)
+    assert c.fraction(1e14) == pytest.approx(0.7, rel=1e-4)
+
+
+def test_roofline_never_faster_than_hbm() -> None:
+    c = EfficiencyCurve(1.0, 1.0, "test")
+    # a skinny GEMM (M = 1): 2·N·K FLOPs but N·K weights to read: memory-bound
+    t = gemm_seconds(c, 1, 8192, 8192, peak_flops=1e15, hbm_bytes_per_s=1e12, elt_bytes=2)
+    assert t == pytest.approx((8192 + 8192 * 8192 + 8192) * 2 / 1e12)
+
+
+def test_grouped_gemm_is_sized_per_expert_and_padded() -> None:
+    c = EfficiencyCurve(0.8, 1e9, "test")
+    kw = dict(peak_flops=1e15, hbm_bytes_per_s=1e13, elt_bytes=2)
+    # 8 experts of 100 tokens: padded to 128 rows each, efficiency of one 128-row expert GEMM
+    grouped = gemm_seconds(c, 100, 4096, 4096, 8, grouped=True, **kw)
+    one = 2 * 128 * 4096 * 4096 * 8 / (1e15 * c.fraction(128 * 4096 * 4096))
+    assert grouped == pytest.approx(one)
+    # the same rows as one dense GEMM fill the GPU better
+    assert gemm_seconds(c, 800, 4096, 4096, **kw) < grouped
+
+
+def test_every_family_has_labelled_curves() -> None:
+    for name, fam in FAMILIES.items():
+        assert fam.gemm.fitted_to and fam.attention.fitted_to, name
+        assert 0 < fam.gemm.peak_fraction <= 1 and fam.gemm.half_work > 0
+        assert 1.0 <= fam.fp8_gemm_speedup <= 2.0, name  # never the datasheet's full 2x (measured < 2)
+
+
+def test_overlap_options_never_slow_a_step() -> None:
+    tp_over = with_changes(FLAG, workload={"tp_comm_overlap": True})
+    no_dp_over = with_changes(FLAG, workload={"overlap_grad_reduce": False})
+    for c in sample(FLAG_SPACE, 60, seed=3):
+        base = estimate_throughput(FLAG, c).step_time_s
+        assert estimate_throughput(tp_over, c).step_time_s <= base * (1 + 1e-12)
+        assert estimate_throughput(no_dp_over, c).step_time_s >= base * (1 - 1e-12)
+
+
+def test_zero_bubble_needs_gradient_accumulation_fusion() -> None:
+    # Primus: zero-bubble falls back to plain 1F1B when gradient_accumulation_fusion is off
+    spec = StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml")
+    sp = Space(spec)
+    zb = sp.make(tp=8, pp=4, vpp=1, cp=1, mbs=1, pp_schedule="zb1p")
+    plain = sp.make(tp=8, pp=4, vpp=1, cp=1, mbs=1, pp_schedule="1f1b")
+    off = with_changes(spec, workload={"gradient_accumulation_fusion": False})
+    a, b = estimate_throughput(off, zb), estimate_throughput(off, plain)
+    assert a.breakdown_s["pipeline_bubble"] == pytest.approx(b.breakdown_s["pipeline_bubble"])
+    # and the extra main-grad add makes the step slower than with fusion
+    assert b.step_time_s > estimate_throughput(spec, plain).step_time_s
