@@ -52,6 +52,9 @@ _LAZY: dict[str, str] = {
     "budget_accounting": "record.budget",
     "MemoryPrefilterPruner": "search.pruner",
     "prune_if_infeasible": "search.pruner",
+    "ThroughputPruner": "search.early_stop",
+    "study_pruner": "search.early_stop",
+    "warm_start": "record.earlier",
     # run
     "make_objective": "run.objective",
     "AnalyticalRunner": "run.analytical",
@@ -66,6 +69,8 @@ _LAZY: dict[str, str] = {
     "RunTimeout": "run.base",
     "LaunchFailure": "run.base",
     "NoThroughput": "run.base",
+    "EarlyStopped": "run.base",
+    "LogFollower": "run.follow",
     # record
     "open_study": "record.storage",
     "build_report": "record.report",

@@ -112,6 +112,13 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     lines += budget_accounting(trials, study_gpus(study)).lines()
     phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
+    from ..record.gpu_hours import gpu_hours_account
+    from ..record.report import record_of
+
+    from ..search.pruner import stored_spec_data
+
+    if stored_spec_data(study) is not None:  # a study this package created (GPU count, steps, estimates)
+        lines.append(gpu_hours_account(record_of(study, storage_url)).line())
     ua = study.user_attrs
     if ua.get("llm_calls") or ua.get("llm_failed_calls"):
         lines.append(
@@ -249,6 +256,25 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
     metavar="SECONDS",
     help="Start no new trial after this many seconds (the running ones finish); the study stays resumable.",
 )
+@click.option(
+    "--no-early-stop",
+    is_flag=True,
+    help="Let every launched job run to its end (default: stop a job clearly slower than the best trial; "
+    "thresholds in search.early_stop).",
+)
+@click.option(
+    "--warm-start",
+    "warm_sources",
+    multiple=True,
+    metavar="STORAGE_URL[:STUDY_NAME]",
+    help="Seed the calibrations from an earlier study's measured trials and offer its best configurations "
+    "first after the baseline (repeatable; the study name may be omitted when the storage holds one).",
+)
+@click.option(
+    "--force-warm-start",
+    is_flag=True,
+    help="Warm-start even from a study of another model (not recommended).",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the end-of-run summary as JSON on stdout.")
 @user_errors
@@ -266,6 +292,9 @@ def run(
     runs_dir: str | None,
     heartbeat: int | None,
     timeout: float | None,
+    no_early_stop: bool,
+    warm_sources: tuple[str, ...],
+    force_warm_start: bool,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -275,15 +304,17 @@ def run(
     from ..errors import SpecError
     from ..physics.plan import no_fit_message
     from ..record.dashboard import note_hook, refresh_study_note
+    from ..record.earlier import open_earlier_studies
     from ..record.report import default_report_dir
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
     from ..run.interrupt import Interrupted, exit_code, handle_signals
     from ..run.objective import make_objective, requeue_interrupted
-    from ..search.pruner import MemoryPrefilterPruner
+    from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
     from ..search.sweep import sweep_center
+    from ..search.warm_start import apply_warm_start
     from ..space import Space
     from ..spec import StudySpec
 
@@ -304,15 +335,21 @@ def run(
     # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
     if heartbeat is None:
         heartbeat = ANALYTICAL_HEARTBEAT_S if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
+    # read the earlier studies first: a refused warm start writes nothing
+    ws = open_earlier_studies(spec, warm_sources, force=force_warm_start) if warm_sources else None
     handle = open_study(
         spec,
         storage=storage,
         study_name=study_name,
-        pruner=MemoryPrefilterPruner(spec=spec),
+        pruner=study_pruner(
+            spec, launches_jobs=getattr(runner, "launches_jobs", False), early_stop=not no_early_stop
+        ),
         runs_dir=runs_dir,
         heartbeat_interval=heartbeat or None,
     )
     st = handle.study
+    if ws is not None:
+        click.echo(apply_warm_start(st, spec, ws), err=as_json)
     st.sampler = PrimusSampler(
         spec,
         seed=spec.search.seed if seed is None else seed,

@@ -1,11 +1,10 @@
-"""Budget accounting of a study: trials launched vs pruned, GPU-hours spent vs saved by the filter.
+"""Budget accounting of a study: trials launched vs pruned before launch (the GPU-hour account, one rule for
+the run summary, the report and the dashboard, is :mod:`primus_optuna.record.gpu_hours`).
 
 A *launched* trial ran a runner that is not analytical (it measured something, failed while running — out of
-memory, timeout, no throughput — or was stopped early by a pruner after it started); its GPU-hours are its wall time × the cluster's GPUs. A trial pruned
-before launch — by the memory filter, as illegal, or as a duplicate — spent none; the GPU-hours the filter
-*saved* are those prunes counted at the median launched trial's cost (a configuration that does not fit would
-at least have started, loaded and failed; a duplicate would have rerun). Analytical trials cost no GPU time,
-so a study run only with the analytical runner saves none either: the accounting says so.
+memory, timeout, no throughput — or was stopped early by a pruner after it started); ``gpu_hours_spent`` is
+the sum of their wall times × the cluster's GPUs. A trial pruned before launch — by the memory filter, as
+illegal, or as a duplicate — spent none. Analytical trials cost no GPU time.
 
 Example::
 
@@ -15,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,18 +37,10 @@ class BudgetAccounting:
     failed_launched: int = 0
     gpus: int | None = None
     gpu_hours_spent: float = 0.0
-    gpu_hours_per_launch: float | None = None
-    """median GPU-hours of a launched trial (``None`` when nothing was launched)"""
 
     @property
     def n_pruned_before_launch(self) -> int:
         return sum(self.pruned_before_launch.values())
-
-    @property
-    def gpu_hours_saved(self) -> float | None:
-        if self.gpu_hours_per_launch is None:
-            return None
-        return self.n_pruned_before_launch * self.gpu_hours_per_launch
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,10 +52,6 @@ class BudgetAccounting:
             "pruned_other": self.pruned_other,
             "gpus": self.gpus,
             "gpu_hours_spent": round(self.gpu_hours_spent, 4),
-            "gpu_hours_per_launch": None
-            if self.gpu_hours_per_launch is None
-            else round(self.gpu_hours_per_launch, 4),
-            "gpu_hours_saved": None if self.gpu_hours_saved is None else round(self.gpu_hours_saved, 4),
         }
 
     def lines(self) -> list[str]:
@@ -76,20 +62,6 @@ class BudgetAccounting:
             f"{self.analytical} analytical (no GPU), {self.n_pruned_before_launch} pruned before launch ({pre})"
             + (f", {self.pruned_other} stopped while running" if self.pruned_other else "")
         ]
-        if self.gpus is None:
-            out.append("GPU-hours: unknown (the study does not record its cluster size)")
-        elif not self.launched:
-            out.append(
-                "GPU-hours: 0 spent (nothing launched on the cluster); the filter's saving is only counted "
-                "against launched trials"
-            )
-        else:
-            saved = self.gpu_hours_saved or 0.0
-            out.append(
-                f"GPU-hours: {self.gpu_hours_spent:.2f} spent by {self.launched} launched trials on {self.gpus} "
-                f"GPUs; ≈{saved:.2f} saved by the {self.n_pruned_before_launch} prunes before launch (at the "
-                f"median launched trial's {self.gpu_hours_per_launch:.3f})"
-            )
         return out
 
 
@@ -142,7 +114,6 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
         if gpus and seconds is not None:
             hours.append(seconds / 3600.0 * gpus)
     acc.gpu_hours_spent = sum(hours)
-    acc.gpu_hours_per_launch = statistics.median(hours) if hours else None
     return acc
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..redaction import redact
 from ..spec.study import AXES
+from .gpu_hours import gpu_hours_account
 from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, gain, gpu_hours_saved, record_of
 
 
@@ -125,6 +126,9 @@ def study_summary(rec: StudyRecord) -> str:
             + ", ".join(f"{k} {v}" for k, v in pruned.most_common())
             + f"; GPU-hours not spent thanks to the memory filter: {hours:.2f}."
         )
+    acct = gpu_hours_account(rec)
+    if acct.launched:
+        lines.append("- **GPU-hours**" + acct.line().removeprefix("GPU-hours") + ".")
     failed = Counter(str(t.attr("failure_reason") or "unknown") for t in rec.trials if t.state == "FAIL")
     if failed:
         lines.append("- **Failed**: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()) + ".")

@@ -139,13 +139,15 @@ def space_hash(spec: StudySpec) -> str:
 
     Covers the candidate values of every axis and the whole model, cluster (GPU figures included) and workload,
     the objectives, memory margin, baseline, axes and sweep order: each of them changes which configuration a
-    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget or
-    seed keeps the hash.
+    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget,
+    seed or early-stopping thresholds keeps the hash.
     """
     data = spec.to_dict()
     # the trial budget and the sweep's share of it only say where the sweep stops: a longer sweep extends a
-    # shorter one (see search.sweep), so changing them keeps every position's meaning
-    search = {k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "sweep_trials")}
+    # shorter one (see search.sweep), so changing them keeps every position's meaning; early-stopping thresholds only decide when a job stops
+    search = {
+        k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "sweep_trials", "early_stop")
+    }
     doc = {
         "candidates": Space(spec).candidates,
         "model": data["model"],

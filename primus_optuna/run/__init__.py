@@ -8,6 +8,7 @@ never cli, nor record (one exception: ``objective`` reads a storage's file path 
 
 from .analytical import AnalyticalRunner
 from .base import (
+    EarlyStopped,
     LaunchFailure,
     Measurement,
     NoThroughput,
@@ -19,13 +20,17 @@ from .base import (
 )
 from .command import CommandRunner
 from .factory import make_runner
+from .follow import LiveIteration, LogFollower
 from .logparse import ParsedLog, parse_log
 from .profile import ProfileRunner
 
 __all__ = [
     "AnalyticalRunner",
     "CommandRunner",
+    "EarlyStopped",
     "LaunchFailure",
+    "LiveIteration",
+    "LogFollower",
     "Measurement",
     "NoThroughput",
     "OutOfMemory",

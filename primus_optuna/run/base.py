@@ -7,13 +7,17 @@ Every runner — the analytical estimate, the single-device profile, a real laun
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import PrimusError
 from ..space import TrainingConfig
 from ..spec import StudySpec
+
+if TYPE_CHECKING:
+    from .follow import LiveIteration
 
 
 @dataclass
@@ -35,10 +39,14 @@ class RunFailure(PrimusError):
 
     reason: ClassVar[str] = "failed"
 
-    def __init__(self, message: str, *, log_path: str | None = None, log_tail: str = "") -> None:
+    def __init__(
+        self, message: str, *, log_path: str | None = None, log_tail: str = "", wall_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.log_path = log_path
         self.log_tail = log_tail
+        self.wall_s = wall_s
+        """how long the job ran before it failed (launching runners)"""
 
 
 class OutOfMemory(RunFailure):
@@ -57,6 +65,39 @@ class NoThroughput(RunFailure):
     reason = "no_throughput"
 
 
+class EarlyStopped(RunFailure):
+    """The job was stopped while running because it was slower than the best trial (the trial is PRUNED).
+
+    ``message`` is the prune reason (``slow: ...``); ``gpu_hours_saved`` the GPU-hours its remaining
+    iterations would have taken (``None`` when the log does not say how many were left).
+    """
+
+    reason = "slow"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        log_path: str | None = None,
+        log_tail: str = "",
+        wall_s: float | None = None,
+        gpu_hours_saved: float | None = None,
+        iterations: int = 0,
+        tokens_per_s_per_gpu: float | None = None,
+    ) -> None:
+        super().__init__(message, log_path=log_path, log_tail=log_tail, wall_s=wall_s)
+        self.gpu_hours_saved = gpu_hours_saved
+        self.iterations = iterations
+        self.tokens_per_s_per_gpu = tokens_per_s_per_gpu
+        """the median of the steady-state iterations it ran: a partial measurement"""
+
+
+IterationCallback = Callable[["LiveIteration", bool], "str | None"]
+"""Called by a launching runner for each steady-state iteration of a running job with ``(iteration, live)``;
+``live`` is False for iterations read after the job ended. A returned string (while live) stops the job and
+becomes the :class:`EarlyStopped` message."""
+
+
 @dataclass
 class RunContext:
     """Where and for what a run happens."""
@@ -66,6 +107,8 @@ class RunContext:
     """a directory of its own for this trial (logs, overlays); created by the caller"""
     trial_number: int | None = None
     study_name: str | None = None
+    on_iteration: IterationCallback | None = None
+    """set by the objective: receives live iterations (intermediate values) and may stop the job"""
 
 
 @runtime_checkable

@@ -13,6 +13,11 @@ group is killed, :class:`RunTimeout`; a non-zero exit → :class:`LaunchFailure`
 iteration (``iteration N/ N``) with a throughput (a crash at teardown, common with NCCL/gloo, keeps the
 measurement and records ``exit_code``); a clean exit without a throughput → :class:`NoThroughput`.
 
+While the job runs, when the objective set ``context.on_iteration``, the log is read every ``poll_s`` seconds
+(:class:`~primus_optuna.run.follow.LogFollower`) and each new steady-state iteration is passed to it; when it
+answers with a reason the process group is ended and :class:`EarlyStopped` carries the reason and the GPU-hours
+the remaining iterations would have taken.
+
 Example::
 
     runner = CommandRunner(spec, ["bash", "train.sh", "--tp", "{tp}", "--mbs", "{mbs}"], timeout_s=3600)
@@ -36,9 +41,18 @@ from typing import Any
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
 from ..spec import AXES, StudySpec
-from .base import LaunchFailure, Measurement, NoThroughput, OutOfMemory, RunContext, RunTimeout
+from .base import (
+    EarlyStopped,
+    LaunchFailure,
+    Measurement,
+    NoThroughput,
+    OutOfMemory,
+    RunContext,
+    RunTimeout,
+)
+from .follow import LiveIteration, LogFollower
 from .interrupt import Interrupted, stop_signal
-from .logparse import parse_log, tail
+from .logparse import parse_log, robust_mean, tail
 
 CONFIG_FIELDS: tuple[str, ...] = (
     *AXES,
@@ -60,6 +74,8 @@ STOP_GRACE_S = 30.0
 """how long an interrupted job's process group may take to exit after the forwarded signal before SIGKILL
 (torchrun forwards SIGTERM to its workers, which may flush a checkpoint or NCCL teardown)"""
 POLL_S = 0.2
+"""how often a running job is checked for a stop signal and its log read for new iterations (when the
+objective follows it)"""
 LOG_NAME = "run.log"
 
 
@@ -175,6 +191,8 @@ class CommandRunner:
     kind = "command"
     repeats = 1
     """measurements per configuration (``runner.options.repeats``); the objective takes the median"""
+    launches_jobs = True
+    """its trials cost GPU time: the objective follows their logs and records GPU-hours"""
 
     def __init__(
         self,
@@ -213,6 +231,7 @@ class CommandRunner:
         self.prepare = prepare
         self.wrap = list(wrap)
         self.inherit_env = inherit_env
+        self.poll_s = POLL_S
 
     def build(self, config: TrainingConfig, context: RunContext) -> tuple[Launch, Path]:
         """Validate the configuration, run the preset hook, render argv/env (no process is started)."""
@@ -235,7 +254,6 @@ class CommandRunner:
         env = {**os.environ, **launch.env} if self.inherit_env else dict(launch.env)
         env["PRIMUS_OPTUNA_TRIAL"] = "" if context.trial_number is None else str(context.trial_number)
         t0 = time.monotonic()
-        timed_out = False
         with open(log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(
@@ -252,19 +270,22 @@ class CommandRunner:
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
             try:
-                rc, timed_out = _wait(proc, self.timeout_s)
+                rc, timed_out, stopped = self._watch(proc, log_path, context, t0)
             except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: the job must not outlive us (busy GPUs)
                 signum = getattr(exc, "signum", signal.SIGINT)
                 if not isinstance(exc, Interrupted):
                     _stop_group(proc, signum)
                 raise Interrupted(signum, log_path=str(log_path)) from None
+            except BaseException:  # the callback failed (e.g. the storage): never leave the job running
+                _kill_group(proc)
+                raise
         wall = time.monotonic() - t0
         text = log_path.read_text(errors="replace")
         for extra in launch.extra_logs:
             if extra.is_file():
                 text += "\n" + extra.read_text(errors="replace")
         log_tail = tail(text)
-        where = {"log_path": str(log_path), "log_tail": log_tail}
+        where: dict[str, Any] = {"log_path": str(log_path), "log_tail": log_tail, "wall_s": round(wall, 3)}
         spec = self.spec
         parsed = parse_log(
             text,
@@ -275,6 +296,15 @@ class CommandRunner:
         )
         if parsed.oom:
             raise OutOfMemory(f"out of memory: {parsed.oom_line}", **where)
+        if stopped is not None:
+            reason, seen = stopped
+            raise EarlyStopped(
+                reason,
+                **where,
+                gpu_hours_saved=self._hours_left(seen),
+                iterations=seen[-1].iteration,
+                tokens_per_s_per_gpu=robust_mean([it.tokens_per_s_per_gpu for it in seen]),
+            )
         if timed_out:
             raise RunTimeout(f"killed after the {self.timeout_s:g} s timeout (process group)", **where)
         if rc != 0 and not (parsed.completed and parsed.tokens_per_s_per_gpu):
@@ -299,24 +329,57 @@ class CommandRunner:
             },
         )
 
-
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, bool]:
-    """Wait for the job: ``(exit code, timed out)``. Polls the process-wide stop flag (a signal received while
-    another thread runs the main loop) and forwards it to the job's process group."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic()))), False
-        except subprocess.TimeoutExpired:
-            signum = stop_signal()
-            if signum is not None:
-                _stop_group(proc, signum)
-                raise Interrupted(signum) from None
+    def _watch(
+        self, proc: subprocess.Popen[bytes], log_path: Path, context: RunContext, t0: float
+    ) -> tuple[int, bool, tuple[str, list[LiveIteration]] | None]:
+        """Wait for the job, feeding new log iterations to ``context.on_iteration``; kill its process group
+        on the timeout or when the callback asks to stop. Returns (exit code, timed out, (reason, iterations
+        seen) when stopped)."""
+        follower = None
+        if context.on_iteration is not None:
+            spec = self.spec
+            follower = LogFollower(
+                log_path,
+                seq_length=spec.workload.seq_length,
+                world_size=spec.world,
+                global_batch_size=spec.workload.global_batch_size,
+                warmup_iters=self.warmup_iters,
+            )
+        seen: list[LiveIteration] = []
+        deadline = t0 + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                rc = proc.wait(timeout=max(0.0, min(self.poll_s, left)))
+                break
+            except subprocess.TimeoutExpired:
+                signum = stop_signal()  # a signal received while another thread runs the main loop
+                if signum is not None:
+                    _stop_group(proc, signum)
+                    raise Interrupted(signum) from None
+            except Interrupted as exc:  # the signal handler raised in this (main) thread
+                _stop_group(proc, exc.signum)
+                raise
+            if follower is not None:
+                for it in follower.poll():
+                    seen.append(it)
+                    verdict = context.on_iteration(it, True)  # type: ignore[misc]
+                    if verdict:
+                        return _kill_group(proc), False, (verdict, seen)
             if time.monotonic() >= deadline:
-                return _kill_group(proc), True
-        except Interrupted as exc:  # the signal handler raised in this (main) thread
-            _stop_group(proc, exc.signum)
-            raise
+                return _kill_group(proc), True, None
+        if follower is not None:  # what the job logged between the last poll and its exit
+            for it in follower.poll():
+                context.on_iteration(it, False)  # type: ignore[misc]
+        return rc, False, None
+
+    def _hours_left(self, seen: list[LiveIteration]) -> float | None:
+        """GPU-hours the stopped job's remaining iterations would have taken (median step time so far)."""
+        last = seen[-1]
+        steps = [it.step_time_s for it in seen if it.step_time_s]
+        if last.target is None or not steps:
+            return None
+        return max(0, last.target - last.iteration) * robust_mean(steps) * self.spec.world / 3600.0
 
 
 def _stop_group(proc: subprocess.Popen[bytes], signum: int) -> None:

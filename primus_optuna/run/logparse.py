@@ -130,6 +130,11 @@ def _parse_line(line: str) -> IterationRecord | None:
     return rec
 
 
+def parse_line(raw: str) -> IterationRecord | None:
+    """One log line as an :class:`IterationRecord` (``None`` when it reports no iteration timing)."""
+    return _parse_line(_ANSI.sub("", raw))
+
+
 def _memory(line: str) -> float | None:
     for pat in _MEM_GIB:
         if m := pat.search(line):

@@ -37,10 +37,12 @@ from ..search.fallback import measured_pairs
 from ..search.pruner import CALIBRATION_ATTR, MemoryPrefilterPruner, prune_if_infeasible
 from ..search.sampler import trial_config
 from ..search.suggest import suggest_config
+from ..search.warm_start import warm_start_memory, warm_start_pairs
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
-from .base import RunContext, RunFailure, Runner
+from .base import EarlyStopped, RunContext, RunFailure, Runner
+from .follow import LiveIteration
 
 INTERRUPTED = "interrupted"
 RETRY_ATTRS = ("phase", "proposer", "rationale", "config_key", "sweep_index", "sweep_axis", "sweep_value")
@@ -118,6 +120,7 @@ def make_objective(
         return redact(text, values=literal_secrets)
 
     fixed_runs = Path(runs_dir) if runs_dir is not None else None
+    launches = bool(getattr(runner, "launches_jobs", False))
 
     def objective(trial: optuna.Trial) -> Any:
         try:
@@ -168,14 +171,42 @@ def make_objective(
         context = RunContext(
             spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
         )
+        if launches and not multi:
+            context.on_iteration = _follower(trial)
         try:
             m, repeated = _measure(runner, config, context)
+        except EarlyStopped as exc:
+            stopped = {
+                "prune_reason": hide(str(exc)),
+                "iterations_run": exc.iterations,
+                **_hours(exc.wall_s, spec.world, "gpu_hours"),
+            }
+            if exc.gpu_hours_saved is not None:
+                stopped["gpu_hours_saved_early_stop"] = round(exc.gpu_hours_saved, 4)
+            if (
+                exc.tokens_per_s_per_gpu
+            ):  # a partial measurement: the fallback and the calibration learn from it
+                m_tps = exc.tokens_per_s_per_gpu
+                stopped |= {
+                    "source": "measured",
+                    "measured_partial": True,
+                    "measured_tokens_per_s_per_gpu": round(m_tps, 3),
+                    "estimate_error": round(est.tokens_per_s_per_gpu / m_tps - 1.0, 5),
+                }
+            set_attrs(trial, stopped)
+            if exc.tokens_per_s_per_gpu:
+                update_calibration(study, spec, space, (est, exc.tokens_per_s_per_gpu))
+            _attach_log(artifact_store, trial, exc.log_path, hide)
+            _notify(hooks, trial, {**attrs, **stopped})
+            raise optuna.TrialPruned(stopped["prune_reason"]) from None
         except RunFailure as exc:
             # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
             # stored, uploaded or re-raised (Optuna logs the exception) unredacted
             exc.args = tuple(hide(str(a)) for a in exc.args)
             exc.log_tail = hide(exc.log_tail or str(exc))
             failed = {"failure_reason": exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
+            if launches:
+                failed.update(_hours(exc.wall_s, spec.world, "gpu_hours"))
             if exc.reason == "oom" and mem.fits:
                 failed["memory_model_miss"] = True
             if exc.reason == "oom" and not getattr(runner, "measures_cluster_memory", True):
@@ -195,6 +226,8 @@ def make_objective(
             "breakdown_s": m.details.get("breakdown_s")
             or {k: round(v, 6) for k, v in est.breakdown_s.items()},
         }
+        if launches:
+            result.update(_hours(m.details.get("wall_s"), spec.world, "gpu_hours"))
         if m.source != "analytical":
             result["measured_tokens_per_s_per_gpu"] = round(m.tokens_per_s_per_gpu, 3)
             result["estimate_error"] = (
@@ -279,20 +312,23 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
 def update_calibration(
     study: optuna.Study, spec: StudySpec, space: Space, current: tuple[Any, float]
 ) -> None:
-    """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from every completed
-    measured trial plus the one finishing now; the fallback proposer and the report read it."""
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    pairs = [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
+    """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from the warm start's
+    imported pairs, every measured trial (complete, or stopped early: partial) and the one finishing now; the fallback and report read it."""
+    done = study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    )
+    prior = [(e, meas) for _, e, meas in warm_start_pairs(space, study)]
+    pairs = prior + [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
     study.set_user_attr("calibration", Calibration.fit(pairs).to_dict())
 
 
 def update_memory_calibration(
     study: optuna.Study, *, capacity: float, ratio: float | None = None, oom_bound: float | None = None
 ) -> None:
-    """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from every
-    completed trial with a measured peak, every out-of-memory trial (also one still being recorded by another
-    worker), and the trial finishing now."""
-    ratios, bounds = [], []
+    """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from the warm
+    start's imported evidence, every completed trial with a measured peak, every out-of-memory trial (also one
+    still being recorded by another worker), and the trial finishing now."""
+    ratios, bounds = warm_start_memory(study)
     for t in study.get_trials(deepcopy=False):
         est = t.user_attrs.get("memory_peak_gib")
         if not est:
@@ -304,6 +340,26 @@ def update_memory_calibration(
     ratios += [ratio] if ratio else []
     bounds += [oom_bound] if oom_bound else []
     study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
+
+
+def _follower(trial: optuna.Trial) -> Callable[[LiveIteration, bool], str | None]:
+    """The live-iteration callback of a launching run: report each iteration's tokens/s/GPU as an intermediate
+    value and, while the job runs, ask the study's pruner whether to stop it (its ``prune_reason``)."""
+
+    def on_iteration(it: LiveIteration, live: bool) -> str | None:
+        trial.report(it.tokens_per_s_per_gpu, it.iteration)
+        if live and trial.should_prune():
+            return _stored_attrs(trial).get("prune_reason") or (
+                f"slow: stopped by {type(trial.study.pruner).__name__} at iteration {it.iteration}"
+            )
+        return None
+
+    return on_iteration
+
+
+def _hours(wall_s: float | None, world: int, key: str) -> dict[str, float]:
+    """``{key: GPU-hours}`` of a job that ran ``wall_s`` seconds on the study's ``world`` GPUs."""
+    return {key: round(float(wall_s) * world / 3600.0, 4)} if wall_s is not None else {}
 
 
 def _stored_attrs(trial: optuna.Trial) -> dict[str, Any]:

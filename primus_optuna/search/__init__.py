@@ -6,6 +6,7 @@ Imports Optuna, physics, space and spec; DSPy and LiteLLM only in ``planner`` (l
 configured); never run, record or torch.
 """
 
+from .early_stop import ThroughputPruner, study_pruner
 from .learner import Observation, prior_observations
 from .pruner import MemoryPrefilterPruner, config_from_params, memory_attrs, memory_check, prune_if_infeasible
 from .sampler import PrimusSampler
@@ -17,11 +18,13 @@ __all__ = [
     "Observation",
     "PrimusSampler",
     "SweepDesign",
+    "ThroughputPruner",
     "config_from_params",
     "memory_attrs",
     "memory_check",
     "prior_observations",
     "prune_if_infeasible",
+    "study_pruner",
     "suggest_config",
     "sweep_design",
     "sweep_plan",

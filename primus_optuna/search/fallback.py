@@ -305,12 +305,16 @@ class ModelGuidedProposer:
 
     # --- the corrected model -----------------------------------------------------------------------------
     def learn(
-        self, trials: list[optuna.trial.FrozenTrial], memory_scale: float = 1.0
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        memory_scale: float = 1.0,
+        extra: Sequence[Observation] = (),
     ) -> tuple[Calibration, Posterior, _Table, np.ndarray, list[Observation]]:
-        """Fit the Calibration and the residual GP to the study's measurements (and the prior ones)."""
+        """Fit the Calibration and the residual GP to the study's measurements, the prior ones given at
+        construction and ``extra`` (a warm start's imported pairs, read from the study at each call)."""
         table = self._table(memory_scale)
-        obs = observations(self.space, trials) + self.prior
-        ests = [self._estimate(o.config) for o in obs]
+        obs = observations(self.space, trials) + self.prior + list(extra)
+        ests = [o.estimate if o.estimate is not None else self._estimate(o.config) for o in obs]
         cal = (
             Calibration.fit(list(zip(ests, [o.measured for o in obs], strict=True))) if obs else Calibration()
         )
@@ -343,10 +347,11 @@ class ModelGuidedProposer:
         k: int = 10,
         exclude: set[TrainingConfig] = frozenset(),  # type: ignore[assignment]
         memory_scale: float = 1.0,
+        prior: Sequence[Observation] = (),
     ) -> list[Ranked]:
         """The ``k`` untried feasible configurations with the highest expected tokens/s/GPU under the
         corrected model (what the planner sees as context)."""
-        _, post, table, prior_log, _ = self.learn(trials, memory_scale)
+        _, post, table, prior_log, _ = self.learn(trials, memory_scale, prior)
         mean, sd = post.predict()
         total = prior_log + mean
         order = np.argsort(-total, kind="stable")
@@ -377,13 +382,15 @@ class ModelGuidedProposer:
         exclude_keys: set[str] = frozenset(),  # type: ignore[assignment]
         skip: int = 0,
         memory_scale: float = 1.0,
+        prior: Sequence[Observation] = (),
     ) -> tuple[TrainingConfig, str] | None:
         """The next configuration and a one-line rationale, or ``None`` when every feasible one was tried.
 
         ``index`` seeds the exploration (the sampler passes its count of earlier free trials); ``exclude`` and
         ``exclude_keys`` (configuration keys claimed by running trials) are never proposed; ``skip`` leaves
         that many best-ranked picks to earlier trials still being sampled by other workers; ``memory_scale``
-        is the study's memory calibration (a configuration is feasible when its peak × scale fits)."""
+        is the study's memory calibration (a configuration is feasible when its peak × scale fits); ``prior``
+        are observations from elsewhere (a warm start's imported pairs) learned with the trials'."""
         rng = rng_for(self.seed, index)
         table = self._table(memory_scale)
         closed = np.zeros(len(table.rows), dtype=bool)
@@ -399,7 +406,7 @@ class ModelGuidedProposer:
         if self.mode == "random":
             row = table.rows[int(open_idx[int(rng.integers(len(open_idx)))])]
             return row.config, f"random: one of {len(open_idx)} untried feasible configurations"
-        cal, post, table, prior_log, obs = self.learn(trials, memory_scale)
+        cal, post, table, prior_log, obs = self.learn(trials, memory_scale, prior)
         mean, sd = post.predict(open_idx)
         total = prior_log[open_idx] + mean
         multi = self.spec.search.multi_objective

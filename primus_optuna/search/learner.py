@@ -63,17 +63,22 @@ TRIPLE_RATIO = 0.5
 
 @dataclass(frozen=True)
 class Observation:
-    """One (configuration, measured tokens/s/GPU) pair; ``prior`` marks one imported from another study."""
+    """One (configuration, measured tokens/s/GPU) pair; ``prior`` marks one imported from another study, whose
+    ``estimate`` (when given) is the model's figure the measurement is compared with (a warm start re-estimates
+    an earlier configuration under the new study, or keeps the earlier estimate when it is not legal here)."""
 
     config: TrainingConfig
     measured: float
     prior: bool = False
+    estimate: ThroughputEstimate | None = None
 
 
 def trial_measurement(t: optuna.trial.FrozenTrial) -> float | None:
     """The measured tokens/s/GPU of a completed trial: its value (the attr when present), ``None`` for an
-    analytical trial (the estimate itself) or one without a positive value."""
-    if t.state != optuna.trial.TrialState.COMPLETE:
+    analytical trial (the estimate itself) or one without a positive value. A job stopped early for being slow
+    (PRUNED with ``measured_partial``) counts with the median of the iterations it ran."""
+    partial = t.state == optuna.trial.TrialState.PRUNED and bool(t.user_attrs.get("measured_partial"))
+    if t.state != optuna.trial.TrialState.COMPLETE and not partial:
         return None
     if t.user_attrs.get("source") == "analytical":
         return None

@@ -50,6 +50,8 @@ from .learner import Observation
 from .pruner import memory_attrs, study_memory_calibration
 from .suggest import axis_distributions, complete_config
 from .sweep import SweepDesign, SweepPoint, sweep_design
+from .warm_start import PHASE as WARM_PHASE
+from .warm_start import next_offer, warm_start_observations
 
 log = logging.getLogger(__name__)
 RUNNING = optuna.trial.TrialState.RUNNING
@@ -223,13 +225,23 @@ class PrimusSampler(BaseSampler):
         """The configuration for a free trial: its sweep point, else a planner or fallback choice."""
         trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
         k = sum(1 for t in trials if t.number < trial.number and is_free(t))
-        plan = self.plan
+        # warm start: the earlier studies' best configurations right after the baseline; sweep points they
+        # measured already (legal here) are skipped
+        known: set[TrainingConfig] = set()
+        if k >= 1:
+            offer, taken, known = next_offer(self.space, study, trials, trial.number)
+            if offer is not None:
+                return Proposal(
+                    offer, WARM_PHASE, "warm-start", "best measured in an earlier study (warm start)"
+                )
+            k -= taken
+        plan = [(i, p) for i, p in enumerate(self.plan) if i == 0 or p.config not in known]
         if k < len(plan):
             if SWEEP_ATTR not in study._storage.get_study_user_attrs(study._study_id):
                 study._storage.set_study_user_attr(study._study_id, SWEEP_ATTR, self.design.summary())
-            p = plan[k]
+            i, p = plan[k]
             value = p.value if p.axis else p.config.key()
-            extra = {"sweep_index": k, "sweep_axis": p.axis or "baseline", "sweep_value": value}
+            extra = {"sweep_index": i, "sweep_axis": p.axis or "baseline", "sweep_value": value}
             return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
         others = [t for t in trials if t.number != trial.number]
         mem_cal = study_memory_calibration(study)
@@ -257,6 +269,7 @@ class PrimusSampler(BaseSampler):
             and (now - t.datetime_start).total_seconds() < PENDING_S  # a killed sampling is not pending
         )
         note = ""
+        warm = warm_start_observations(self.space, study)
         if self.planner is not None:
             out = self.planner.propose(
                 study,
@@ -266,7 +279,7 @@ class PrimusSampler(BaseSampler):
                 validate=lambda d: self.validate(d, exclude, mem_cal),
                 trial_number=trial.number,
                 ranking=self.fallback.ranking(
-                    others, k=self.planner_context, exclude=exclude, memory_scale=mem_cal.scale
+                    others, k=self.planner_context, exclude=exclude, memory_scale=mem_cal.scale, prior=warm
                 ),
             )
             if out.accepted:
@@ -282,7 +295,13 @@ class PrimusSampler(BaseSampler):
                 f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
             )
         found = self.fallback.propose(
-            others, index=k, exclude=exclude, exclude_keys=claimed, skip=pending, memory_scale=mem_cal.scale
+            others,
+            index=k,
+            exclude=exclude,
+            exclude_keys=claimed,
+            skip=pending,
+            memory_scale=mem_cal.scale,
+            prior=warm,
         )
         if found is None:
             log.info("every feasible configuration has been tried; stopping the study")

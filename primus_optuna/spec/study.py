@@ -191,6 +191,16 @@ class BaselineSpec(_Strict):
         return parse_recompute(v).value
 
 
+class EarlyStopSpec(_Strict):
+    """``search.early_stop``: when a launching runner stops a slow job (the rule:
+    :class:`~primus_optuna.search.early_stop.ThroughputPruner`). Not part of the space hash."""
+
+    enabled: bool = Field(default=True, description="stop slow launches (launching runners only)")
+    min_iters: int = Field(default=3, ge=2, description="steady-state iterations before a job is judged")
+    margin: float = Field(default=0.05, ge=0.0, lt=1.0, description="allowed shortfall against the best")
+    z: float = Field(default=2.0, ge=0.0, description="standard errors of the running median given as slack")
+
+
 class SearchSpec(_Strict):
     """``search``: objective, memory margin, baseline, axis restrictions and budget."""
 
@@ -204,6 +214,7 @@ class SearchSpec(_Strict):
     """trials the one-axis sweep may use (centre included); default: 15% of ``n_trials``"""
     seed: int = 0
     max_tp: int | None = Field(default=None, gt=0)
+    early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
 
     @field_validator("objective")
     @classmethod

@@ -32,7 +32,7 @@ def test_run_creates_resumes_and_summarises(tmp_path):
     assert "best configuration (trial" in out and "tokens/s/GPU" in out
     assert "gain over the baseline" in out
     assert "trials by phase: fallback 8, sweep 4" in out  # the sweep's default share: 4 of n_trials=30
-    assert "budget: 12 trials — 0 launched" in out and "GPU-hours: 0 spent" in out
+    assert "budget: 12 trials — 0 launched" in out and "GPU-hours: no job launched" in out
     assert f"primus-optuna report --storage {url} --study-name small-moe" in out
     assert f"primus-optuna dashboard --storage {url}" in out
     r2 = invoke("run", study, "--storage", url, "--n-trials", 6, "--seed", 3, "--no-progress")
@@ -163,3 +163,72 @@ def test_run_json_summary_and_timeout(tmp_path):
     r = invoke("run", study, "--storage", url, "--n-trials", 50, "--timeout", 0.001, "--no-progress")
     assert r.exit_code == 0, r.output
     assert len(optuna.load_study(study_name="small-moe", storage=url).trials) < 4 + 50
+
+
+def _early_stop_study(tmp_path):
+    from tests.helpers.runners import FAKE
+
+    slow = ",".join(["1000.0"] * 2 + ["500.0"] * 40)
+    data = small_moe_study()
+    data["runner"] = {
+        "kind": "command",
+        "options": {
+            "argv": [
+                sys.executable,
+                FAKE,
+                "steps",
+                "0.03",
+                str(tmp_path / "pid"),
+                f"{'1000.0,' * 7}1000.0;{slow}",
+            ],
+            "timeout_s": 60,
+        },
+    }
+    return _write(tmp_path, data)
+
+
+def test_launching_run_stops_slow_jobs_by_default_and_not_with_no_early_stop(tmp_path):
+    study = _early_stop_study(tmp_path)
+    url = f"sqlite:///{tmp_path / 'es.db'}"
+    r = invoke("run", study, "--storage", url, "--n-trials", 2, "--no-progress", "--no-llm")
+    assert r.exit_code == 0, r.output
+    trials = optuna.load_study(study_name="small-moe", storage=url).trials
+    assert [t.state for t in trials] == [State.COMPLETE, State.PRUNED]
+    assert trials[1].user_attrs["prune_reason"].startswith("slow: 500.0")
+    assert "pruned by reason: slow 1" in r.output
+    hours = [t.user_attrs["gpu_hours"] for t in trials]
+    saved = trials[1].user_attrs["gpu_hours_saved_early_stop"]
+    assert saved > 0 and f"GPU-hours: {sum(hours):.2f} spent on 2 launched jobs" in r.output
+    assert f"{saved:.2f} thanks to early stopping (1 slow job stopped)" in r.output
+    url2 = f"sqlite:///{tmp_path / 'full.db'}"
+    r = invoke(
+        "run", study, "--storage", url2, "--n-trials", 2, "--no-progress", "--no-llm", "--no-early-stop"
+    )
+    assert r.exit_code == 0, r.output
+    trials = optuna.load_study(study_name="small-moe", storage=url2).trials
+    assert [t.state for t in trials] == [State.COMPLETE, State.COMPLETE]
+    assert len(trials[1].intermediate_values) == 40  # still reported, for the dashboard
+    assert "0.00 thanks to early stopping (0 slow jobs stopped)" in r.output
+
+
+def test_warm_start_flag_imports_and_refuses_another_model_writing_nothing(tmp_path):
+    from tests.conftest import small_dense_study
+
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    r = invoke("run", _write(tmp_path, small_moe_study()), "--storage", old, "--n-trials", 2, "--no-progress")
+    assert r.exit_code == 0, r.output
+    new = tmp_path / "new.db"
+    dense = _write(tmp_path, small_dense_study())
+    r = invoke(
+        "run", dense, "--storage", f"sqlite:///{new}", "--warm-start", f"{old}:small-moe", "--no-progress"
+    )
+    assert r.exit_code == 2 and "tuned model 'mixtral-8x7b'" in r.output and "--force-warm-start" in r.output
+    assert not new.exists()
+    r = invoke(
+        "run", _write(tmp_path, small_moe_study()), "--storage", f"sqlite:///{new}", "--n-trials", 1,
+        "--warm-start", old, "--no-progress",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert (
+        f"warm start from {old}: 0 measured trials imported" in r.output
+    )  # analytical trials are not measured

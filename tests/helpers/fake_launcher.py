@@ -1,7 +1,7 @@
 """A stand-in for a training launcher: replays recorded log lines or misbehaves on purpose.
 
 usage: fake_launcher.py MODE [ARGS...]; MODE is replay FILE | oom | hang PIDFILE | crash | teardown | midway |
-silent | echo
+silent | echo | steps DELAY_S PIDFILE V1,V2,...[;W1,W2,...] | simulate STEP_S ITERS NOISE SEED TIME_SCALE
 """
 
 from __future__ import annotations
@@ -40,6 +40,41 @@ def main(argv: list[str]) -> int:
             )
         print("terminate called without an active exception", flush=True)
         return 134
+    if (
+        mode == "steps"
+    ):  # one iteration line per value (tokens/s/GPU), DELAY_S apart, with a child in the group
+        # V1,V2;W1,W2: one group per trial, chosen by PRIMUS_OPTUNA_TRIAL (the last group for later trials)
+        import os
+
+        groups = argv[3].split(";")
+        n = int(os.environ.get("PRIMUS_OPTUNA_TRIAL") or 0)
+        delay, pidfile = float(argv[1]), Path(argv[2])
+        values = [float(v) for v in groups[min(n, len(groups) - 1)].split(",")]
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pidfile.write_text(str(child.pid))
+        for i, v in enumerate(values, 1):
+            print(f" iteration {i}/ {len(values)} | tokens per GPU (tokens/s/GPU): {v:.1f} |", flush=True)
+            time.sleep(delay)
+        child.kill()
+        return 0
+    if (
+        mode == "simulate"
+    ):  # a job whose step time is STEP_S with relative noise NOISE, sleeping STEP_S×TIME_SCALE
+        import random
+
+        step, iters, noise, seed, scale = (
+            float(argv[1]),
+            int(argv[2]),
+            float(argv[3]),
+            int(argv[4]),
+            float(argv[5]),
+        )
+        rng = random.Random(seed)
+        for i in range(1, iters + 1):
+            t = step * (1.5 if i <= 2 else 1.0) * max(0.5, rng.gauss(1.0, noise))  # two slower warm-up steps
+            time.sleep(t * scale)
+            print(f" iteration {i}/ {iters} | elapsed time per iteration (ms): {t * 1000:.1f} |", flush=True)
+        return 0
     if mode == "silent":
         print("training finished, nothing logged", flush=True)
         return 0

@@ -22,9 +22,11 @@ from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
 from ...redaction import redact
 from ...search.fallback import corrected_tps
+from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
 from ..budget import account
+from ..gpu_hours import gpu_hours_account
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -97,23 +99,23 @@ def _summary(doc: Doc, rec: StudyRecord) -> None:
     else:
         why = "not tried yet" if b is None else b.outcome
         lines.append(f"**Gain over the baseline**: not measured (the baseline: {why}).")
-    analytical = rec.spec.runner.kind == "analytical"
-    spent = 0.0
-    for t in rec.trials:
-        if t.state in ("COMPLETE", "FAIL") and t.attr("source") not in (None, "analytical"):
-            st = as_number(t.attr("step_time_s"))
-            if st:
-                spent += st * rec.measure_steps * rec.spec.world / 3600.0
     lines.append(
         f"**Trials**: {launched} launched ({states['COMPLETE']} complete, {states['FAIL']} failed), "
         f"{states['PRUNED']} pruned ({len(mem)} by the memory filter) of {len(rec.trials)}."
     )
-    lines.append(
-        "**GPU-hours**: "
-        + ("none spent (analytical runner: nothing launched on GPUs)" if analytical else f"{spent:.2f} spent")
-        + f"; {saved:.2f} not spent on memory-pruned configurations "
-        "(estimated step time × steps × GPUs; see Memory filter)."
-    )
+    acct = gpu_hours_account(rec)
+    if acct.launched:
+        lines.append("**GPU-hours**" + acct.line().removeprefix("GPU-hours") + ".")
+    else:
+        lines.append(
+            "**GPU-hours**: none spent (nothing launched on GPUs)"
+            + (
+                f"; {saved:.2f} not spent on memory-pruned configurations (estimated; see Memory filter)"
+                if mem
+                else ""
+            )
+            + "."
+        )
     doc.bullets(lines)
 
 
@@ -155,6 +157,51 @@ def _setup(doc: Doc, rec: StudyRecord) -> None:
     doc.p("Package versions (report environment): " + ", ".join(f"{k} {v}" for k, v in versions().items()))
     doc.p("Reproduce (the study file is written next to this report as `study.yaml`):")
     doc.code(reproduce_command(rec))
+    _warm_start(doc, rec)
+
+
+def _warm_start(doc: Doc, rec: StudyRecord) -> None:
+    """What ``--warm-start`` imported and how much it moved the ranking (only for a warm-started study)."""
+    data = rec.user_attrs.get("warm_start")
+    if not data:
+        return
+    ws = WarmStart.from_dict(data)
+    doc.p("**Warm start** (study attr `warm_start`): " + redact(ws.summary()) + ".")
+    r = ws.ranking
+    if r:
+        doc.p(
+            f"With the imported evidence the expected best is `{r['top1']}` (rank {r['top1_was']} under the "
+            "uncalibrated model); the configurations offered first after the baseline: "
+            + (", ".join(f"`{TrainingConfig.from_params(p).key()}`" for p in ws.offers) or "none")
+            + "."
+        )
+
+
+def _gpu_hours(doc: Doc, rec: StudyRecord) -> None:
+    """GPU-hours spent and not spent, and the jobs stopped early (only when the study launched jobs)."""
+    acct = gpu_hours_account(rec)
+    if not acct.launched:
+        return
+    doc.p(f"**{acct.line()}.**")
+    stopped = [t for t in rec.trials if str(t.attr("prune_reason") or "").startswith("slow")]
+    if stopped:
+        doc.table(
+            ["trial", "config", "partial tok/s/GPU", "iterations", "GPU-h used", "GPU-h not spent", "reason"],
+            [
+                [
+                    t.number,
+                    _cfg(t.config),
+                    fmt_tok(as_number(t.attr("measured_tokens_per_s_per_gpu"))),
+                    t.attr("iterations_run") or "-",
+                    t.attr("gpu_hours") if t.attr("gpu_hours") is not None else "-",
+                    t.attr("gpu_hours_saved_early_stop")
+                    if t.attr("gpu_hours_saved_early_stop") is not None
+                    else "-",
+                    t.attr("prune_reason"),
+                ]
+                for t in stopped
+            ],
+        )
 
 
 def _legal_values(rec: StudyRecord) -> dict[str, list[Any]]:
@@ -390,6 +437,7 @@ def _estimates(doc: Doc, rec: StudyRecord) -> None:
 
 def _result(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Result")
+    _gpu_hours(doc, rec)
     best = rec.best
     if best is None:
         doc.p("No completed trial yet: no best configuration.")

@@ -1,0 +1,369 @@
+"""Warm start: seed a new study with what earlier studies measured.
+
+:func:`load_warm_start` reads the completed, measured trials of earlier studies (``STORAGE_URL[:STUDY_NAME]``)
+and re-estimates each configuration under the earlier study's spec (the model error it showed) and, when it is
+legal in the new study's space, under the new spec. Each becomes one (configuration, estimate, measurement) pair
+in the new study's terms: a legal configuration keeps its model error, ``measured × estimate_new /
+estimate_old`` against ``estimate_new``; one that is not legal in the new space keeps its earlier pair (its
+error per breakdown term and per axis value still informs the fit). Measured peaks and out-of-memory runs
+become memory-calibration evidence when the GPU is the same (the ratio is the memory model's error on that
+device). A study of another model is refused unless ``force``.
+
+:func:`apply_warm_start` stores the import in the study user attr ``warm_start`` and refits the study's
+``calibration`` (step time) and ``memory_calibration`` from the imported evidence plus the study's own; the
+sampler's fallback (per-axis-value corrections included) and the objective's refits read the imported pairs
+through :func:`warm_start_pairs` and :func:`warm_start_memory`; the earlier studies' best configurations that
+are legal here and fit are offered first after the baseline, and the sweep skips the points they measured
+(:func:`next_offer`).
+
+Earlier studies are opened from ``STORAGE_URL[:STUDY_NAME]`` by :mod:`primus_optuna.record.earlier`, whose
+:func:`~primus_optuna.record.earlier.warm_start` is the Python entry point.
+
+Example::
+
+    ws = load_warm_start(spec, [("mixtral-4n.db", optuna.load_study(...))])
+    summary = apply_warm_start(study, spec, ws)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+
+from ..errors import SpecError
+from ..physics.calibration import Calibration
+from ..physics.memory import estimate_memory
+from ..physics.memory_calibration import MemoryCalibration
+from ..physics.throughput import ThroughputEstimate, estimate_throughput
+from ..space import Space, TrainingConfig
+from ..spec import StudySpec
+from ..spec.study import AXES
+from .fallback import AxisValueFactors, corrected_tps
+from .learner import Observation
+from .pruner import CALIBRATION_ATTR, SPEC_ATTR, memory_attrs, stored_spec_data
+from .suggest import complete_config
+
+__all__ = [
+    "WARM_START_ATTR",
+    "WarmStart",
+    "apply_warm_start",
+    "earlier_spec",
+    "load_warm_start",
+    "next_offer",
+    "warm_start_memory",
+    "warm_start_pairs",
+]
+
+WARM_START_ATTR = "warm_start"
+PHASE = "warm_start"
+MAX_OFFERS = 3
+"""how many of the earlier best configurations are offered first"""
+
+Pair = tuple[TrainingConfig, ThroughputEstimate, float]
+
+
+@dataclass
+class ImportedPair:
+    """One earlier measurement in the new study's terms."""
+
+    source: str
+    params: dict[str, Any]
+    breakdown_s: dict[str, float]
+    estimate: float
+    measured: float
+    legal: bool
+    """legal in the new space (re-estimated under the new spec) or kept as the earlier pair"""
+
+    def to_pair(self, space: Space) -> Pair:
+        config = (
+            space.canonical(TrainingConfig.from_params(self.params))
+            if self.legal
+            else (TrainingConfig.from_params(self.params))
+        )
+        step = sum(self.breakdown_s.values())
+        return config, ThroughputEstimate(step, self.estimate, 0.0, dict(self.breakdown_s)), self.measured
+
+
+@dataclass
+class WarmStart:
+    """What the earlier studies contribute (JSON round-trip through the ``warm_start`` study attr)."""
+
+    sources: list[str] = field(default_factory=list)
+    pairs: list[ImportedPair] = field(default_factory=list)
+    memory_ratios: list[float] = field(default_factory=list)
+    oom_bounds: list[float] = field(default_factory=list)
+    offers: list[dict[str, Any]] = field(default_factory=list)
+    """params of the earlier best configurations legal here, best first"""
+    notes: list[str] = field(default_factory=list)
+    ranking: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": self.sources,
+            "pairs": [p.__dict__ for p in self.pairs],
+            "memory_ratios": self.memory_ratios,
+            "oom_bounds": self.oom_bounds,
+            "offers": self.offers,
+            "notes": self.notes,
+            "ranking": self.ranking,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> WarmStart:
+        if not data:
+            return cls()
+        return cls(
+            sources=list(data.get("sources", [])),
+            pairs=[ImportedPair(**p) for p in data.get("pairs", [])],
+            memory_ratios=[float(x) for x in data.get("memory_ratios", [])],
+            oom_bounds=[float(x) for x in data.get("oom_bounds", [])],
+            offers=list(data.get("offers", [])),
+            notes=list(data.get("notes", [])),
+            ranking=dict(data.get("ranking", {})),
+        )
+
+    def summary(self) -> str:
+        """One paragraph: what was imported and how much it moved the ranking."""
+        legal = sum(p.legal for p in self.pairs)
+        text = (
+            f"warm start from {', '.join(self.sources)}: {len(self.pairs)} measured trials imported ({legal} legal "
+            f"in this space, re-estimated under it), {len(self.memory_ratios)} measured peaks and "
+            f"{len(self.oom_bounds)} out-of-memory runs for the memory calibration"
+        )
+        r = self.ranking
+        if r:
+            text += (
+                f"; ranking of the {r['n']} feasible configurations: Spearman {r['spearman']:.2f} against the "
+                f"uncalibrated model, the new #1 was #{r['top1_was']}, {r['top10_overlap']}/10 of the top 10 "
+                "unchanged"
+            )
+        if self.offers:
+            text += f"; offered first after the baseline: {len(self.offers)} earlier best configurations"
+        return text + ("" if not self.notes else " (" + "; ".join(self.notes) + ")")
+
+
+def earlier_spec(source: str, study: optuna.Study) -> StudySpec:
+    """The study file an earlier primus-optuna study stored (its ``primus_spec`` attr)."""
+    data = stored_spec_data(study)
+    if data is None:
+        raise SpecError(
+            f"--warm-start {source!r}: study {study.study_name!r} was not created by primus-optuna (no {SPEC_ATTR})"
+        )
+    return StudySpec.from_dict(data, source=f"{source} ({SPEC_ATTR})")
+
+
+def _same_model(a: StudySpec, b: StudySpec) -> bool:
+    return a.model.model_dump(exclude={"name"}) == b.model.model_dump(exclude={"name"})
+
+
+def load_warm_start(
+    spec: StudySpec, earlier: Sequence[tuple[str, optuna.Study]], *, force: bool = False
+) -> WarmStart:
+    """Read the earlier studies (``(source, study)``, opened by
+    :func:`primus_optuna.record.earlier.open_earlier_study`) for the new study ``spec``; raises
+    :class:`SpecError` for a study of another model unless ``force``."""
+    space = Space(spec)
+    ws = WarmStart(sources=[source for source, _ in earlier])
+    ranked: list[tuple[float, TrainingConfig]] = []
+    for source, old_study in earlier:
+        old = earlier_spec(source, old_study)
+        if not _same_model(old, spec):
+            if not force:
+                raise SpecError(
+                    f"--warm-start {source!r}: that study tuned model {old.model.name!r}, this one tunes "
+                    f"{spec.model.name!r} (different architecture): its measurements would miscalibrate this "
+                    "study. Import from a study of the same model, or pass --force-warm-start (force=True)."
+                )
+            ws.notes.append(f"{source}: another model ({old.model.name}), imported because forced")
+        same_gpu = old.cluster.gpu.name == spec.cluster.gpu.name
+        if not same_gpu:
+            ws.notes.append(
+                f"{source}: another GPU ({old.cluster.gpu.name}), its memory evidence is not used"
+            )
+        old_space = Space(old)
+        for t in old_study.get_trials(deepcopy=False):
+            ua = t.user_attrs
+            try:
+                config = complete_config(old_space, t.params)
+            except SpecError:
+                config = None
+            if config is None:
+                continue
+            if same_gpu and t.state == optuna.trial.TrialState.FAIL and ua.get("failure_reason") == "oom":
+                if ua.get("oom_counts_for_memory", True):
+                    mem = estimate_memory(old, config)
+                    if mem.peak_gib > 0:
+                        ws.oom_bounds.append(mem.capacity_gib / mem.peak_gib)
+                continue
+            measured = ua.get("measured_tokens_per_s_per_gpu")
+            if t.state != optuna.trial.TrialState.COMPLETE or ua.get("source", "analytical") == "analytical":
+                continue
+            if not measured or float(measured) <= 0:
+                continue
+            measured = float(measured)
+            est_old = estimate_throughput(old, config)
+            if same_gpu and ua.get("measured_peak_memory_gib"):
+                peak = estimate_memory(old, config).peak_gib
+                if peak > 0:
+                    ws.memory_ratios.append(float(ua["measured_peak_memory_gib"]) / peak)
+            new = _legal_here(space, config)
+            tag = f"{source}#{t.number}"
+            if new is not None and est_old.tokens_per_s_per_gpu > 0:
+                est = estimate_throughput(spec, new)
+                m = measured * est.tokens_per_s_per_gpu / est_old.tokens_per_s_per_gpu
+                ws.pairs.append(
+                    ImportedPair(tag, new.to_params(), est.breakdown_s, est.tokens_per_s_per_gpu, m, True)
+                )
+                ranked.append((measured, new))
+            else:
+                ws.pairs.append(
+                    ImportedPair(
+                        tag,
+                        config.to_params(),
+                        est_old.breakdown_s,
+                        est_old.tokens_per_s_per_gpu,
+                        measured,
+                        False,
+                    )
+                )
+    mem_cal = MemoryCalibration.fit(ws.memory_ratios, ws.oom_bounds)
+    seen: set[TrainingConfig] = set()
+    for _, config in sorted(ranked, key=lambda x: (-x[0], x[1].key())):
+        if config in seen or len(ws.offers) >= MAX_OFFERS:
+            continue
+        seen.add(config)
+        if memory_attrs(estimate_memory(spec, config), mem_cal)[0]:
+            ws.offers.append(config.to_params())
+    ws.ranking = ranking_shift(spec, space, ws, mem_cal)
+    return ws
+
+
+def _legal_here(space: Space, config: TrainingConfig) -> TrainingConfig | None:
+    """``config`` canonical in ``space`` when it is legal there and within its axes, else ``None``."""
+    try:
+        c = space.canonical(config)
+    except SpecError:
+        return None
+    if space.check(c) or any(getattr(c, a) not in space.candidates[a] for a in AXES):
+        return None
+    return c
+
+
+def fit_from_pairs(space: Space, pairs: list[Pair]) -> tuple[Calibration, AxisValueFactors]:
+    """The step-time calibration and per-axis-value corrections of ``pairs`` (as the fallback fits them)."""
+    cal = Calibration.fit([(e, m) for _, e, m in pairs]) if pairs else Calibration()
+    factors = AxisValueFactors.fit(
+        space, [(c, math.log(m / max(corrected_tps(e, cal), 1e-9))) for c, e, m in pairs if m > 0]
+    )
+    return cal, factors
+
+
+def ranking_shift(spec: StudySpec, space: Space, ws: WarmStart, mem_cal: MemoryCalibration) -> dict[str, Any]:
+    """How the imported evidence reorders the feasible configurations: Spearman rank correlation between the
+    uncalibrated and the warm-started expected tokens/s/GPU, the warm-started #1's rank before, top-10 overlap."""
+    pairs = [p.to_pair(space) for p in ws.pairs]
+    if not pairs:
+        return {}
+    cal, factors = fit_from_pairs(space, pairs)
+    rows = []
+    for c in space.configs():
+        if memory_attrs(estimate_memory(spec, c), mem_cal)[0]:
+            est = estimate_throughput(spec, c)
+            rows.append(
+                (c, est.tokens_per_s_per_gpu, corrected_tps(est, cal) * math.exp(factors.log_factor(c)))
+            )
+    if len(rows) < 2:
+        return {}
+    before = np.array([r[1] for r in rows])
+    after = np.array([r[2] for r in rows])
+    rb = np.argsort(np.argsort(-before))
+    ra = np.argsort(np.argsort(-after))
+    spearman = float(np.corrcoef(rb, ra)[0, 1])
+    top_after = int(np.argmin(ra))
+    k = min(10, len(rows))
+    overlap = len(set(np.argsort(-before)[:k]) & set(np.argsort(-after)[:k]))
+    return {
+        "n": len(rows),
+        "spearman": round(spearman, 4),
+        "top1": rows[top_after][0].key(),
+        "top1_was": int(rb[top_after]) + 1,
+        "top10_overlap": overlap,
+        "calibration": cal.to_dict(),
+    }
+
+
+def warm_start_pairs(space: Space, study: optuna.Study) -> list[Pair]:
+    """The imported (configuration, estimate, measured) pairs of ``study`` (none without a warm start)."""
+    ws = study.user_attrs.get(WARM_START_ATTR)
+    return [ImportedPair(**p).to_pair(space) for p in ws.get("pairs", [])] if ws else []
+
+
+def warm_start_observations(space: Space, study: optuna.Study) -> list[Observation]:
+    """The imported pairs of ``study`` as prior :class:`~primus_optuna.search.learner.Observation` s (each
+    keeps the estimate it is compared with) for the fallback's learner."""
+    return [
+        Observation(config, measured, prior=True, estimate=est)
+        for config, est, measured in warm_start_pairs(space, study)
+        if measured > 0
+    ]
+
+
+def warm_start_memory(study: optuna.Study) -> tuple[list[float], list[float]]:
+    """The imported memory evidence of ``study``: (measured/estimated peak ratios, out-of-memory bounds)."""
+    ws = study.user_attrs.get(WARM_START_ATTR) or {}
+    return [float(x) for x in ws.get("memory_ratios", [])], [float(x) for x in ws.get("oom_bounds", [])]
+
+
+def apply_warm_start(study: optuna.Study, spec: StudySpec, ws: WarmStart) -> str:
+    """Store ``ws`` in ``study`` and refit its step-time and memory calibrations with it; returns the summary."""
+    from .fallback import measured_pairs
+
+    space = Space(spec)
+    study.set_user_attr(WARM_START_ATTR, ws.to_dict())
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    pairs = warm_start_pairs(space, study) + measured_pairs(spec, space, done)
+    if pairs:
+        study.set_user_attr("calibration", Calibration.fit([(e, m) for _, e, m in pairs]).to_dict())
+    ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
+    for t in study.get_trials(deepcopy=False):
+        est = t.user_attrs.get("memory_peak_gib")
+        if (
+            est
+            and t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("measured_peak_memory_gib")
+        ):
+            ratios.append(float(t.user_attrs["measured_peak_memory_gib"]) / float(est))
+    if ratios or bounds:
+        study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
+    return ws.summary()
+
+
+def next_offer(
+    space: Space, study: optuna.Study, trials: list[optuna.trial.FrozenTrial], number: int
+) -> tuple[TrainingConfig | None, int, set[TrainingConfig]]:
+    """For the free trial ``number`` past the baseline: the next earlier-best configuration not yet tried or
+    offered (``None`` when none is left), how many earlier free trials took an offer (the sweep index is
+    shifted by that many) and the configurations the earlier studies measured that are legal here (the sweep
+    skips them: their effect is known)."""
+    ws = study.user_attrs.get(WARM_START_ATTR)
+    if not ws:
+        return None, 0, set()
+    from .sampler import is_free, trial_config
+
+    known = {
+        space.canonical(TrainingConfig.from_params(p["params"]))
+        for p in ws.get("pairs", [])
+        if p.get("legal")
+    }
+    taken = sum(1 for t in trials if t.number < number and is_free(t) and t.user_attrs.get("phase") == PHASE)
+    used = {trial_config(space, t) for t in trials if t.number != number}
+    for params in ws.get("offers", []):
+        config = space.canonical(TrainingConfig.from_params(params))
+        if config not in used:
+            return config, taken, known
+    return None, taken, known
