@@ -176,7 +176,7 @@ def test_study_file_edited_so_the_space_changes_is_refused(tmp_path):
     s = data["search"]
     edits = {
         "axes": {**data, "search": {**s, "axes": {**s["axes"], "mbs": [1, 2, 4]}}},
-        "model": {**data, "model": {"catalog": "llama3.1-70b"}},
+        "model": {**data, "model": {"catalog": "llama3.1-8b", "num_layers": 24}},
         "sequence": {**data, "workload": {**data["workload"], "seq_length": 8192}},
         "baseline": {**data, "search": {**s, "baseline": {"tp": 4, "pp": 2, "mbs": 1}}},
         "sweep order": {**data, "search": {**s, "sweep_order": ["mbs", "tp"]}},
