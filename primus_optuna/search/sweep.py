@@ -262,7 +262,13 @@ def sweep_center(
     found = (nearest or _Nearest(space)).nearest(space.baseline if not legal else base, fits, score)
     if found is None:
         return base, "nothing in the space fits in memory; the baseline is kept"
-    why = "is illegal" if not legal else "does not fit in memory"
+    if legal:
+        why = "does not fit in memory"
+    elif space.check(base):
+        why = "is illegal"
+    else:
+        outside = [a for a in AXES if getattr(base, a) not in space.candidates[a]]
+        why = "uses values outside the study's axes (" + ", ".join(f"{a}={getattr(base, a)}" for a in outside) + ")"
     return found, (
         f"the study's baseline {why}; centred on the nearest configuration that fits: "
         f"moved {_moved(space.baseline, found)}"
