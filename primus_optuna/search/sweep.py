@@ -268,7 +268,11 @@ def sweep_center(
         why = "is illegal"
     else:
         outside = [a for a in AXES if getattr(base, a) not in space.candidates[a]]
-        why = "uses values outside the study's axes (" + ", ".join(f"{a}={getattr(base, a)}" for a in outside) + ")"
+        why = (
+            "uses values outside the study's axes ("
+            + ", ".join(f"{a}={getattr(base, a)}" for a in outside)
+            + ")"
+        )
     return found, (
         f"the study's baseline {why}; centred on the nearest configuration that fits: "
         f"moved {_moved(space.baseline, found)}"
