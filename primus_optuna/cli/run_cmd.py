@@ -83,7 +83,14 @@ def summarize(study: Any, storage_url: str) -> list[str]:
         lines += _noise_warning(done)
         if base is not None and base.values[0] > 0:
             gain = best.values[0] / base.values[0] - 1.0
-            lines.append(f"  gain over the baseline (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")
+            # the sweep's centre stands in for a baseline that is illegal or does not fit (its rationale says so)
+            moved = "centred on the nearest" in str(base.user_attrs.get("rationale", ""))
+            what = (
+                "the sweep centre (the study's baseline does not fit or is illegal)"
+                if moved
+                else "the baseline"
+            )
+            lines.append(f"  gain over {what} (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")
         else:
             lines.append("  gain over the baseline: " + _baseline_note(trials, best.values[0]))
         if multi:
@@ -371,10 +378,13 @@ def run(
     def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
         click.echo(text, err=as_json)
 
-    center, center_note = sweep_center(space)
+    from ..physics.memory import estimate_memory
+
+    center, center_note = sweep_center(space, fits=lambda c: estimate_memory(spec, c).fits)
     if center_note:
-        why = "; ".join(space.check(space.canonical(space.baseline)))
-        say(f"warning: {center_note} ({why}); the sweep starts from {center}")
+        base = space.canonical(space.baseline)
+        why = "; ".join(space.check(base)) or estimate_memory(spec, base).reason()
+        say(f"warning: {center_note} ({why}); the sweep starts from {center.key()}")
     first_new = len(st.trials)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
     say(

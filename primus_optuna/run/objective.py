@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import signal
 import tempfile
+from datetime import datetime
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,11 @@ def make_objective(
         try:
             return run_trial(trial)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: FAIL as interrupted, re-run first on resume
-            failed = {"failure_reason": INTERRUPTED, "interrupted_by": _signal_name(exc)}
+            failed: dict[str, Any] = {"failure_reason": INTERRUPTED, "interrupted_by": _signal_name(exc)}
+            started = getattr(exc, "log_path", None) is not None  # a job had been launched (its log exists)
+            if launches and started and trial.datetime_start is not None:
+                wall = (datetime.now() - trial.datetime_start).total_seconds()
+                failed.update(_hours(wall, spec.world, "gpu_hours"))  # what the stopped job used
             set_attrs(trial, failed)
             _attach_log(artifact_store, trial, getattr(exc, "log_path", None), hide)
             _notify(hooks, trial, {**_stored_attrs(trial), **failed})

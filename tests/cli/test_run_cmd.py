@@ -232,3 +232,22 @@ def test_warm_start_flag_imports_and_refuses_another_model_writing_nothing(tmp_p
     assert (
         f"warm start from {old}: 0 measured trials imported" in r.output
     )  # analytical trials are not measured
+
+
+def test_run_warns_when_the_baseline_does_not_fit_and_names_the_gain_over_the_sweep_centre(tmp_path):
+    data = {
+        "name": "unfit",
+        "model": {"catalog": "llama3.1-8b"},
+        "cluster": {"gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+        "workload": {"seq_length": 4096, "global_batch_size": 64, "precision": "bf16"},
+        "search": {
+            "n_trials": 3,
+            "baseline": {"tp": 1, "pp": 1, "mbs": 1, "recompute": "none"},
+            "axes": {"tp": [1, 2], "pp": [1], "mbs": [1], "recompute": ["none"], "cp": [1], "vpp": [1]},
+        },
+    }
+    r = invoke("run", _write(tmp_path, data), "--storage", f"sqlite:///{tmp_path / 'u.db'}", "--no-progress")
+    assert r.exit_code == 0, r.output
+    warning = next(line for line in r.output.splitlines() if line.startswith("warning: "))
+    assert "does not fit in memory" in warning and "GiB usable" in warning and "tp 1→2" in warning
+    assert "gain over the sweep centre (the study's baseline does not fit or is illegal) (trial 0" in r.output

@@ -40,6 +40,7 @@ def test_interrupt_stops_the_job_fails_the_trial_and_resume_reruns_it_first(tmp_
     (t0,) = trials(url, "scale")
     assert t0.state == State.FAIL and t0.user_attrs["failure_reason"] == "interrupted"
     assert t0.user_attrs["sweep_axis"] == "baseline"
+    assert t0.user_attrs["gpu_hours"] > 0  # the stopped job's GPU time is accounted for
 
     (ctl / "hold-all").unlink()
     rc, out, err = finish(cli([*args, "--n-trials", 2], cwd=tmp_path))
