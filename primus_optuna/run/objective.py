@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import signal
 import tempfile
-from datetime import datetime
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
