@@ -384,7 +384,7 @@ def run(
     if center_note:
         base = space.canonical(space.baseline)
         why = "; ".join(space.check(base)) or estimate_memory(spec, base).reason()
-        say(f"warning: {center_note} ({why}); the sweep starts from {center.key()}")
+        say(f"warning: {center_note} ({why}); the sweep starts from {center}")
     first_new = len(st.trials)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
     say(
