@@ -290,11 +290,21 @@ def _recompute_fp8(f: Facts, c: Any) -> str | None:
     return None
 
 
+def layers_per_chunk(layers: int, pp: int, vpp: int) -> int:
+    """The transformer layers of a virtual pipeline chunk, rounded up: ``full:N`` recomputes every layer (it is
+    ``full``) when ``N`` reaches it. With a layout or first/last-stage split that leaves chunks uneven, this is
+    the mean chunk rounded up, as the step-time and memory models count it (``layers / chunks``); the one
+    definition :meth:`Space.canonical` and rule ``recompute_layers`` share, so that the space never holds
+    both ``full:N`` and ``full`` for one physical configuration."""
+    chunks = pp * (vpp if pp > 1 else 1)
+    return -(-layers // chunks)
+
+
 def _recompute_layers(f: Facts, c: Any) -> str | None:
     r = parse_recompute(c.recompute)
     if not r.num_layers:
         return None
-    per_chunk = f.layers // (c.pp * c.vpp) if f.layers % (c.pp * c.vpp) == 0 else f.layers // c.pp
+    per_chunk = layers_per_chunk(f.layers, c.pp, c.vpp)
     if r.num_layers >= per_chunk:
         return (
             f"recompute={c.recompute} needs N < the {per_chunk} layers of each virtual pipeline chunk "

@@ -19,7 +19,7 @@ from ..errors import SpecError
 from ..spec.recompute import parse_recompute
 from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
 from .config import TrainingConfig
-from .rules import RULES, Facts, Rule
+from .rules import RULES, Facts, Rule, layers_per_chunk
 
 # Enumeration order: the axes that prune most come first.
 ENUM_ORDER: tuple[str, ...] = (
@@ -99,10 +99,8 @@ class Space:
         """
         changes: dict[str, Any] = {}
         n = parse_recompute(config.recompute).num_layers
-        if n:
-            vpp = 1 if config.pp == 1 else config.vpp
-            if n * config.pp * vpp >= self.facts.layers:
-                changes["recompute"] = "full"
+        if n and n >= layers_per_chunk(self.facts.layers, config.pp, config.vpp):
+            changes["recompute"] = "full"
         if config.pp == 1:
             changes.update(vpp=1, pp_schedule="1f1b")
         elif config.pp_schedule == "interleaved" and config.vpp == 1:

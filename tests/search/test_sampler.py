@@ -1,6 +1,7 @@
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import optuna
@@ -255,3 +256,28 @@ def test_a_killed_sampling_does_not_hold_back_the_fallback_forever(tmp_path):
     study.optimize(make_objective(spec), n_trials=2)
     picks = [t.user_attrs.get("rationale", "") for t in study.trials[-2:]]
     assert all("untried feasible configurations" in r for r in picks), picks  # both from the fallback
+
+
+def test_fallback_never_repeats_a_configuration_on_a_study_whose_layers_do_not_divide_evenly():
+    # DeepSeek-V3 (61 layers over 16 chunks): the space once held full:4 next to full for the same run; the
+    # fallback proposed full:4, suggest_config canonicalised it to the measured full, and the next trial
+    # proposed it again (4-23 of 30 trials repeated in scripts/bench_search.py, the search stalled)
+    from primus_optuna.physics.throughput import estimate_throughput
+    from primus_optuna.search.suggest import suggest_config
+
+    spec = StudySpec.from_yaml(ROOT / "studies/deepseek-v3-mi355x-fp8.yaml")
+    space = Space(spec)
+
+    def objective(trial):  # a plain objective: a cluster 0.7-1.3x the model, deterministic per configuration
+        config = suggest_config(trial, spec, space)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        wobble = 0.7 + 0.6 * (zlib.crc32(config.key().encode()) % 1000) / 1000
+        return estimate_throughput(spec, config).tokens_per_s_per_gpu * wobble
+
+    study = optuna.create_study(
+        direction="maximize", sampler=PrimusSampler(spec, seed=2), pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(objective, n_trials=20)
+    keys = [space.canonical(space.make(**t.params)).key() for t in study.trials]
+    assert len(keys) == 20 and len(set(keys)) == len(keys)

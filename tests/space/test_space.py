@@ -146,3 +146,18 @@ def test_empty_space_names_the_single_blocking_rule():
     msg = Space(spec).explain_empty()
     assert "every combination breaks mb_whole (global_batch_size=32 is not divisible by mbs" in msg
     assert "every combination breaks mb_whole (" in msg and "; " not in msg.split("breaks ", 1)[1]  # alone
+
+
+def test_full_n_covering_every_layer_of_a_chunk_is_full_when_layers_do_not_divide_evenly():
+    # DeepSeek-V3: 61 layers in the 16 chunks of its pipeline.layout (pp·vpp = 4·4 or 8·2), so 3.8 layers a
+    # chunk: full:4 recomputes every layer, is canonically `full`, and must not be a second configuration of
+    # the space (the fallback excluded the measured `full` and proposed `full:4`, the same run, again and again)
+    space = Space(StudySpec.from_yaml(FLAGSHIP.with_name("deepseek-v3-mi355x-fp8.yaml")))
+    c = space.make(tp=1, pp=4, vpp=4, ep=8, mbs=2, recompute="full:4", pp_schedule="interleaved")
+    assert space.canonical(c).recompute == "full"
+    assert any("N = all of them is recompute=full" in r for r in space.check(c))
+    assert space.check(c.replace(recompute="full:2")) == []  # 2 of ~4 layers: a real partial recompute
+    assert space.canonical(c.replace(recompute="full:2")).recompute == "full:2"
+    configs = space.configs()
+    assert all(space.canonical(x) == x for x in configs)
+    assert len({space.canonical(x) for x in configs}) == len(configs)
