@@ -85,10 +85,15 @@ def simulate(
     zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
 
     Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
+
+    Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is ``nv·m + k·m + i``
+    (one table of finish times for both). Same decisions, same floating-point operations in the same order as
+    the straightforward simulation kept in ``tests/physics/pipeline_reference.py`` (tested equal).
     """
     zb = schedule in ("zb1p", "zbv")
+    zbv = schedule == "zbv"
     asynchronous = schedule == "interleaved"  # overlap_p2p_comm
-    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    v = 2 if zbv else (vpp if asynchronous else 1)
     nv = n_virtual(schedule, pp, v)
     last = nv - 1
     st = [stage_of(schedule, pp, k) for k in range(nv)]
@@ -106,40 +111,44 @@ def simulate(
             sends[st[k]] += 1
         dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
     chunks = [[k for k in range(nv) if st[k] == s] for s in range(pp)]
-    # forward order per stage: a fixed list (1F1B, ZB-H1, interleaved) or per-chunk queues (ZB-V)
-    f_orders: list[list[list[tuple[int, int]]]] = []
+    nvm = nv * m
+    # forward / backward queues per stage, as flat pass numbers: a fixed list (1F1B, ZB-H1, interleaved) or
+    # per-chunk queues (ZB-V forwards; 1F1B, ZB-H1 and ZB-V backwards)
+    f_orders: list[list[list[int]]] = []
+    b_orders: list[list[list[int]]] = []
     for s in range(pp):
         ks = chunks[s]
-        if schedule == "zbv":
-            f_orders.append([[(k, i) for i in range(m)] for k in ks])
-        elif schedule == "interleaved":
+        if zbv:
+            f_orders.append([[k * m + i for i in range(m)] for k in ks])
+        elif asynchronous:
             order = []
             for g0 in range(0, m, pp):
                 size = min(pp, m - g0)
                 for k in ks:
-                    order.extend((k, g0 + j) for j in range(size))
+                    order.extend(k * m + g0 + j for j in range(size))
             f_orders.append([order])
         else:
-            f_orders.append([[(ks[0], i) for i in range(m)]])
-    b_orders: list[list[list[tuple[int, int]]]] = []
-    for s in range(pp):
-        ks = chunks[s]
-        if schedule == "interleaved":  # Megatron: same groups of p micro-batches, chunks in reverse
+            f_orders.append([[ks[0] * m + i for i in range(m)]])
+        if asynchronous:  # Megatron: same groups of p micro-batches, chunks in reverse
             order = []
             for g0 in range(0, m, pp):
                 size = min(pp, m - g0)
                 for k in reversed(ks):
-                    order.extend((k, g0 + j) for j in range(size))
+                    order.extend(nvm + k * m + g0 + j for j in range(size))
             b_orders.append([order])
         else:
-            b_orders.append([[(k, i) for i in range(m)] for k in ks])
-    # asynchronous transfers: arrival delay of chunk k's input from the previous chunk (F) / next chunk (B)
+            b_orders.append([[nvm + k * m + i for i in range(m)] for k in ks])
+    # per pass: its chunk, the pass it waits for (-1: none), the asynchronous transfer delay on that input
+    chunk_of = [p // m for p in range(nvm)] * 2
+    dep_of = [p - m if p >= m else -1 for p in range(nvm)] + [
+        p - nvm if p >= nvm + last * m else p + m for p in range(nvm, 2 * nvm)
+    ]
     delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
-    fin_f = [[-1.0] * m for _ in range(nv)]
-    fin_b = [[-1.0] * m for _ in range(nv)]
-    id_f = [[-1] * m for _ in range(nv)]
-    id_b = [[-1] * m for _ in range(nv)]
+    delay_of = [delay_f[p // m] for p in range(nvm)] + [delay_b[p // m] for p in range(nvm)]
+    dur_of = [dur_f[p // m] for p in range(nvm)] + [dur_b[p // m] for p in range(nvm)]
+    fin = [-1.0] * (2 * nvm)
+    ids = [-1] * (2 * nvm)
     # critical-path bookkeeping: per op its kind (0 F, 1 B, 2 W), chunk and binding predecessor
     op_kind: list[int] = []
     op_chunk: list[int] = []
@@ -150,15 +159,22 @@ def simulate(
     end_op = -1
     f_ptr = [[0] * len(q) for q in f_orders]
     b_ptr = [[0] * len(q) for q in b_orders]
+    f_len = [[len(q) for q in qs] for qs in f_orders]
+    b_len = [[len(q) for q in qs] for qs in b_orders]
     pend_w: list[list[int]] = [[] for _ in range(pp)]
     # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
     inflight = [[0] * len(q) for q in f_orders]
-    queue_of = {k: (qi if schedule == "zbv" else 0) for s in range(pp) for qi, k in enumerate(chunks[s])}
+    inflight_all = [0] * pp
+    queue_of = [0] * nv
+    if zbv:
+        for s in range(pp):
+            for qi, k in enumerate(chunks[s]):
+                queue_of[k] = qi
     caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
     # ZB-V: the first chunk may not take every slot (its backward needs the second chunk's to run first)
-    qcap = [[caps[s] - 1, caps[s]] if schedule == "zbv" else [caps[s]] for s in range(pp)]
+    qcap = [[caps[s] - 1, caps[s]] if zbv else [caps[s]] for s in range(pp)]
     f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
-    wmax = [pp - 1] * pp
+    wmax = pp - 1
     remaining = [len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)]
     # stages whose passes a stage waits for (the neighbours of its chunks)
     feeds = [{st[j] for k in chunks[s] for j in (k - 1, k + 1) if 0 <= j < nv} for s in range(pp)]
@@ -170,75 +186,223 @@ def simulate(
     waiting: list[int] = []
     makespan = 0.0
     inf = float("inf")
+    heappop, heappush = heapq.heappop, heapq.heappush
+    if not zbv:  # one forward and one backward queue per stage: the same loop, unrolled
+        f_q = [qs[0] for qs in f_orders]
+        b_q = [qs[0] for qs in b_orders]
+        f_at = [0] * pp
+        b_at = [0] * pp
+        n_f = [len(q) for q in f_q]
+        n_b = [len(q) for q in b_q]
+        while heap:
+            t, _, s, ver = heappop(heap)
+            if ver != version[s] or remaining[s] == 0:
+                continue
+            fs = free[s]
+            if fs > t:
+                t = fs
+            end = -1.0
+            pw = pend_w[s]
+            bq, fq, cap = b_q[s], f_q[s], caps[s]
+            while True:
+                if zb and len(pw) > wmax:
+                    k = pw.pop(0)
+                    d = dur_w[k]
+                    end = t + d
+                    busy[s] += d
+                    kind, dep_id, dep_t = 2, -1, -1.0
+                    break
+                rb = rf = inf
+                p_ = b_at[s]
+                if p_ < n_b[s]:
+                    op_b = bq[p_]
+                    dep = fin[dep_of[op_b]]
+                    if dep >= 0:
+                        dep += delay_of[op_b]
+                        if dep >= 0 and dep < rb:
+                            rb = dep
+                p_ = f_at[s]
+                if p_ < n_f[s] and inflight_all[s] < cap:
+                    op_f = fq[p_]
+                    j = dep_of[op_f]
+                    dep = 0.0 if j < 0 else fin[j]
+                    if dep >= 0:
+                        dep += delay_of[op_f]
+                        if dep >= 0 and dep < rf:
+                            rf = dep
+                run_b = rb <= t
+                run_f = rf <= t
+                if run_b and run_f and f_first:
+                    run_b = False
+                if run_b:
+                    op = op_b
+                    b_at[s] += 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = len(op_kind)
+                    busy[s] += d
+                    kind, dep_t = 1, rb
+                    dep_id = ids[dep_of[op]]
+                    k = chunk_of[op]
+                    inflight_all[s] -= 1
+                    if zb:
+                        pw.append(k)
+                    break
+                if run_f:
+                    op = op_f
+                    f_at[s] += 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = len(op_kind)
+                    busy[s] += d
+                    kind, dep_t = 0, rf
+                    j = dep_of[op]
+                    dep_id = ids[j] if j >= 0 else -1
+                    k = chunk_of[op]
+                    inflight_all[s] += 1
+                    break
+                if pw:
+                    k = pw.pop(0)
+                    d = dur_w[k]
+                    end = t + d
+                    busy[s] += d
+                    kind, dep_id, dep_t = 2, -1, -1.0
+                    break
+                nxt = rb if rb < rf else rf
+                if nxt < inf and (not heap or nxt <= heap[0][0]):
+                    t = nxt
+                    continue
+                break
+            if end < 0:  # blocked: wait for a dependency (or for another stage to produce one)
+                free[s] = t
+                waiting.append(s)
+                if nxt < inf:
+                    seq += 1
+                    heappush(heap, (nxt, seq, s, version[s]))
+                elif not heap:
+                    raise RuntimeError(
+                        f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
+                    )
+                continue
+            n_op = len(op_kind)
+            op_kind.append(kind)
+            op_chunk.append(k)
+            bound = dep_id >= 0 and dep_t > last_end[s]
+            op_pred.append(dep_id if bound else last_op[s])
+            if kind == 0:
+                op_delay.append(int(bound and delay_f[k] > 0))
+            elif kind == 1:
+                op_delay.append(int(bound and delay_b[k] > 0))
+            else:
+                op_delay.append(0)
+            last_op[s] = n_op
+            last_end[s] = end
+            free[s] = end
+            remaining[s] -= 1
+            if end > makespan:
+                makespan, end_op = end, n_op
+            if remaining[s]:
+                seq += 1
+                heappush(heap, (end, seq, s, version[s]))
+            if waiting:
+                still = []
+                for w_ in waiting:
+                    if w_ != s and s in feeds[w_]:
+                        version[w_] += 1
+                        seq += 1
+                        heappush(heap, (free[w_], seq, w_, version[w_]))
+                    elif w_ != s:
+                        still.append(w_)
+                waiting = still
+        heap = []
     while heap:
-        t, _, s, ver = heapq.heappop(heap)
+        t, _, s, ver = heappop(heap)
         if ver != version[s] or remaining[s] == 0:
             continue
-        t = max(t, free[s])
+        fs = free[s]
+        if fs > t:
+            t = fs
         end = -1.0
+        pw = pend_w[s]
+        b_qs, b_p, b_n = b_orders[s], b_ptr[s], b_len[s]
+        f_qs, f_p, f_n = f_orders[s], f_ptr[s], f_len[s]
+        infl, qc, cap = inflight[s], qcap[s], caps[s]
         while True:
-            best_b = best_f = -1
-            rb = rf = inf
-            for qi, q in enumerate(b_orders[s]):
-                p_ = b_ptr[s][qi]
-                if p_ < len(q):
-                    k, i = q[p_]
-                    dep = fin_f[k][i] if k == last else fin_b[k + 1][i]
-                    if dep >= 0:
-                        dep += delay_b[k]
-                    if dep >= 0 and fin_f[k][i] >= 0 and dep < rb:
-                        rb, best_b = dep, qi
-            if len(pend_w[s]) <= wmax[s]:
-                for qi, q in enumerate(f_orders[s]):
-                    p_ = f_ptr[s][qi]
-                    if p_ < len(q) and sum(inflight[s]) < caps[s] and inflight[s][qi] < qcap[s][qi]:
-                        k, i = q[p_]
-                        dep = 0.0 if k == 0 else fin_f[k - 1][i]
-                        if dep >= 0:
-                            dep += delay_f[k]
-                        if dep >= 0 and (dep < rf or (dep == rf and schedule == "zbv")):
-                            rf, best_f = dep, qi
-            if len(pend_w[s]) > wmax[s]:
-                k = pend_w[s].pop(0)
-                end = t + dur_w[k]
-                busy[s] += dur_w[k]
+            if zb and len(pw) > wmax:
+                k = pw.pop(0)
+                d = dur_w[k]
+                end = t + d
+                busy[s] += d
                 kind, dep_id, dep_t = 2, -1, -1.0
                 break
+            best_b = best_f = -1
+            rb = rf = inf
+            for qi in range(len(b_qs)):
+                p_ = b_p[qi]
+                if p_ < b_n[qi]:
+                    op = b_qs[qi][p_]
+                    dep = fin[dep_of[op]]
+                    if dep >= 0:
+                        dep += delay_of[op]
+                        if dep >= 0 and dep < rb:
+                            rb, best_b = dep, qi
+            if inflight_all[s] < cap:
+                for qi in range(len(f_qs)):
+                    p_ = f_p[qi]
+                    if p_ < f_n[qi] and infl[qi] < qc[qi]:
+                        op = f_qs[qi][p_]
+                        j = dep_of[op]
+                        dep = 0.0 if j < 0 else fin[j]
+                        if dep >= 0:
+                            dep += delay_of[op]
+                            if dep >= 0 and (dep < rf or (dep == rf and zbv)):
+                                rf, best_f = dep, qi
             run_b = best_b >= 0 and rb <= t
             run_f = best_f >= 0 and rf <= t
             if run_b and run_f and f_first:
                 run_b = False
             if run_b:
-                k, i = b_orders[s][best_b][b_ptr[s][best_b]]
-                b_ptr[s][best_b] += 1
-                end = t + dur_b[k]
-                fin_b[k][i] = end
-                id_b[k][i] = len(op_kind)
-                busy[s] += dur_b[k]
+                op = b_qs[best_b][b_p[best_b]]
+                b_p[best_b] += 1
+                d = dur_of[op]
+                end = t + d
+                fin[op] = end
+                ids[op] = len(op_kind)
+                busy[s] += d
                 kind, dep_t = 1, rb
-                dep_id = id_f[k][i] if k == last else id_b[k + 1][i]
-                inflight[s][queue_of[k]] -= 1
+                dep_id = ids[dep_of[op]]
+                k = chunk_of[op]
+                q_ = queue_of[k]
+                infl[q_] -= 1
+                inflight_all[s] -= 1
                 if zb:
-                    pend_w[s].append(k)
+                    pw.append(k)
                 break
             if run_f:
-                k, i = f_orders[s][best_f][f_ptr[s][best_f]]
-                f_ptr[s][best_f] += 1
-                end = t + dur_f[k]
-                fin_f[k][i] = end
-                id_f[k][i] = len(op_kind)
-                busy[s] += dur_f[k]
+                op = f_qs[best_f][f_p[best_f]]
+                f_p[best_f] += 1
+                d = dur_of[op]
+                end = t + d
+                fin[op] = end
+                ids[op] = len(op_kind)
+                busy[s] += d
                 kind, dep_t = 0, rf
-                dep_id = id_f[k - 1][i] if k > 0 else -1
-                inflight[s][best_f] += 1
+                j = dep_of[op]
+                dep_id = ids[j] if j >= 0 else -1
+                k = chunk_of[op]
+                infl[best_f] += 1
+                inflight_all[s] += 1
                 break
-            if pend_w[s]:
-                k = pend_w[s].pop(0)
-                end = t + dur_w[k]
-                busy[s] += dur_w[k]
+            if pw:
+                k = pw.pop(0)
+                d = dur_w[k]
+                end = t + d
+                busy[s] += d
                 kind, dep_id, dep_t = 2, -1, -1.0
                 break
-            nxt = min(rb, rf)
+            nxt = rb if rb < rf else rf
             if nxt < inf and (not heap or nxt <= heap[0][0]):
                 t = nxt
                 continue
@@ -248,10 +412,11 @@ def simulate(
             waiting.append(s)
             if nxt < inf:
                 seq += 1
-                heapq.heappush(heap, (nxt, seq, s, version[s]))
+                heappush(heap, (nxt, seq, s, version[s]))
             elif not heap:
                 raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
             continue
+        n_op = len(op_kind)
         op_kind.append(kind)
         op_chunk.append(k)
         bound = dep_id >= 0 and dep_t > last_end[s]
@@ -262,21 +427,21 @@ def simulate(
             op_delay.append(int(bound and delay_b[k] > 0))
         else:
             op_delay.append(0)
-        last_op[s], last_end[s] = len(op_kind) - 1, end
+        last_op[s], last_end[s] = n_op, end
         free[s] = end
         remaining[s] -= 1
         if end > makespan:
-            makespan, end_op = end, len(op_kind) - 1
+            makespan, end_op = end, n_op
         if remaining[s]:
             seq += 1
-            heapq.heappush(heap, (end, seq, s, version[s]))
+            heappush(heap, (end, seq, s, version[s]))
         if waiting:
             still = []
             for w_ in waiting:
                 if w_ != s and s in feeds[w_]:
                     version[w_] += 1
                     seq += 1
-                    heapq.heappush(heap, (free[w_], seq, w_, version[w_]))
+                    heappush(heap, (free[w_], seq, w_, version[w_]))
                 elif w_ != s:
                     still.append(w_)
             waiting = still
