@@ -197,6 +197,7 @@ class _Context:
         self.static: dict[
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
         ] = {}
+        self.static_sums: dict[tuple[Any, ...], list[tuple[float, float, float]]] = {}
 
     def shape(self, tp: int, cp: int, ep: int, mbs: int) -> LayerShape:
         key = (tp, cp, ep, mbs)
@@ -427,3 +428,31 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     return MemoryEstimate(
         stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib, recompute=config.recompute
     )
+
+
+def peak_memory_gib(spec: StudySpec, config: Any) -> tuple[float, float]:
+    """``(peak_gib, usable_gib)`` of :func:`estimate_memory` without building the per-stage breakdown: the
+    same arithmetic in the same order (so the same floats), for ranking whole spaces (:func:`plan_space`)."""
+    ctx = _context(spec)
+    tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
+    schedule = config.pp_schedule if pp > 1 else "1f1b"
+    vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
+    dp = config.dp or max(1, ctx.world // (tp * cp * pp))
+    m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
+    extra_chunk = bool(getattr(config, "ep_overlap", False))
+    acts = ctx.stage_activations(tp, cp, mbs, config.recompute, pp, vpp, schedule, m, extra_chunk)
+    deepep = config.moe_dispatcher == "deepep"
+    key = (tp, pp, ep, cp, vpp, schedule, deepep)
+    sums = ctx.static_sums.get(key)
+    if sums is None:
+        sums = ctx.static_sums[key] = [
+            (weights + grads + optim, comm, disp)
+            for weights, grads, optim, comm, disp, *_ in _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
+        ]
+    peak = float("-inf")
+    for (base, comm, disp), act in zip(sums, acts, strict=True):
+        allocated = base + act
+        total = allocated + comm + disp + (CONTEXT_GIB + FRAGMENTATION * allocated)
+        if total > peak:
+            peak = total
+    return peak, ctx.usable_gib

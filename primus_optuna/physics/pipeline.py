@@ -517,21 +517,32 @@ def pipeline_timing(
     if unit <= 0:
         return PipelineTiming(0.0, 0.0, 0.0, 0)
     ms = min(m, M_CAP_PER_STAGE * pp)
-
-    def q(x: float) -> int:
-        return int(round(x / unit * _RES))
-
-    coef, sends = _normalised(schedule, pp, vpp, ms, q(f), q(b), q(w), q(c), q(f_last), q(b_last), q(w_last))
+    r = _RES
+    # durations quantised to 1/_RES of the unit (the simulation's cache key)
+    coef, sends = _normalised(
+        schedule,
+        pp,
+        vpp,
+        ms,
+        int(round(f / unit * r)),
+        int(round(b / unit * r)),
+        int(round(w / unit * r)),
+        int(round(c / unit * r)),
+        int(round(f_last / unit * r)),
+        int(round(b_last / unit * r)),
+        int(round(w_last / unit * r)),
+    )
     # the simulated critical path re-evaluated with the exact durations (so the result is monotone in them);
     # the bubble beyond the busiest stage's work stays as simulated for more micro-batches (steady state)
-    span = sum(a * x for a, x in zip(coef, (f, b, w, c, f_last, b_last, w_last), strict=True))
+    a0, a1, a2, a3, a4, a5, a6 = coef
+    span = 0 + a0 * f + a1 * b + a2 * w + a3 * c + a4 * f_last + a5 * b_last + a6 * w_last
     # the busiest stage's exact work: its chunks (one of them may hold the output layer) plus its sends
     per_mb = (nv // pp) * (f + b + w) + f_last + b_last + w_last + sends * c
     bubble = max(0.0, span - ms * per_mb)
     busy = m * per_mb
     transfers = 0.0
     if schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
-        transfers = min(bubble, coef[3] * c)
+        transfers = min(bubble, a3 * c)
     return PipelineTiming(busy + bubble, busy, bubble - transfers, sends, transfers)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
-from .memory import MemoryEstimate, estimate_memory
+from .memory import MemoryEstimate, estimate_memory, peak_memory_gib
 from .throughput import ThroughputEstimate, estimate_throughput
 
 
@@ -97,6 +97,17 @@ def pareto_front(entries: list[PlanEntry]) -> list[PlanEntry]:
     return out
 
 
+def _pareto_of_ranked(ranked: list[PlanEntry]) -> list[PlanEntry]:
+    """:func:`pareto_front` of entries already sorted by its key (skips the sort; same result)."""
+    out: list[PlanEntry] = []
+    best_mem = float("inf")
+    for e in ranked:
+        if e.peak_gib < best_mem:
+            out.append(e)
+            best_mem = e.peak_gib
+    return out
+
+
 def no_fit_message(
     spec: StudySpec, space: Space | None = None, configs: list[TrainingConfig] | None = None
 ) -> str | None:
@@ -139,13 +150,18 @@ def plan_space(
     """Estimate every legal configuration, drop those that do not fit, rank the rest (best first)."""
     space = space or Space(spec)
     configs = space.configs()
-    feasible: list[PlanEntry] = []
+    entries: list[PlanEntry] = []
+    keys: list[tuple[float, float]] = []
     for c in configs:
-        mem = estimate_memory(spec, c)
-        if not mem.fits:
+        peak, usable = peak_memory_gib(spec, c)  # = estimate_memory(spec, c).peak_gib, without the breakdown
+        if not peak <= usable:
             continue
-        feasible.append(PlanEntry(c, estimate_throughput(spec, c, calibration), mem.peak_gib, True))
-    feasible.sort(key=lambda e: (-e.tokens_per_s_per_gpu, e.peak_gib))
+        est = estimate_throughput(spec, c, calibration)
+        entries.append(PlanEntry(c, est, peak, True))
+        keys.append((-est.tokens_per_s_per_gpu, peak))
+    # best first; ties keep the space's order (a stable sort on the same key as pareto_front's)
+    order = sorted(range(len(entries)), key=keys.__getitem__)
+    feasible = [entries[i] for i in order]
     base_cfg = space.canonical(space.baseline)
     baseline: PlanEntry | None = None
     rank: int | None = None
@@ -161,7 +177,8 @@ def plan_space(
             )
     trank = None
     if baseline is not None:
-        trank = 1 + sum(e.tokens_per_s_per_gpu > baseline.tokens_per_s_per_gpu for e in feasible)
+        base_tps = baseline.tokens_per_s_per_gpu
+        trank = 1 + sum(1 for k in keys if -k[0] > base_tps)
     return PlanResult(
         legal_configs=len(configs),
         feasible_configs=len(feasible),
@@ -169,6 +186,6 @@ def plan_space(
         baseline=baseline,
         baseline_rank=rank,
         baseline_throughput_rank=trank,
-        pareto=pareto_front(feasible),
+        pareto=_pareto_of_ranked(feasible),
         ranked=feasible,
     )
