@@ -18,7 +18,7 @@ from typing import Any
 from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
-from .memory import MemoryEstimate, estimate_memory, peak_memory_gib
+from .memory import MemoryEstimate, estimate_memory, peak_memory_all
 from .throughput import ThroughputEstimate, estimate_throughput
 
 
@@ -152,8 +152,8 @@ def plan_space(
     configs = space.configs()
     entries: list[PlanEntry] = []
     keys: list[tuple[float, float]] = []
-    for c in configs:
-        peak, usable = peak_memory_gib(spec, c)  # = estimate_memory(spec, c).peak_gib, without the breakdown
+    peaks, usable = peak_memory_all(spec, configs)  # = estimate_memory(spec, c).peak_gib, without breakdowns
+    for c, peak in zip(configs, peaks, strict=True):
         if not peak <= usable:
             continue
         est = estimate_throughput(spec, c, calibration)
