@@ -190,10 +190,15 @@ def simulate(
     if not zbv:  # one forward and one backward queue per stage: the same loop, unrolled
         f_q = [qs[0] for qs in f_orders]
         b_q = [qs[0] for qs in b_orders]
+        f_qdep = [[dep_of[op] for op in q] for q in f_q]
+        b_qdep = [[dep_of[op] for op in q] for q in b_q]
         f_at = [0] * pp
         b_at = [0] * pp
         n_f = [len(q) for q in f_q]
         n_b = [len(q) for q in b_q]
+        kind_append, chunk_append, pred_append = op_kind.append, op_chunk.append, op_pred.append
+        delay_append = op_delay.append
+        n_op = 0
         while heap:
             t, _, s, ver = heappop(heap)
             if ver != version[s] or remaining[s] == 0:
@@ -201,9 +206,7 @@ def simulate(
             fs = free[s]
             if fs > t:
                 t = fs
-            end = -1.0
             pw = pend_w[s]
-            bq, fq, cap = b_q[s], f_q[s], caps[s]
             while True:
                 if zb and len(pw) > wmax:
                     k = pw.pop(0)
@@ -213,52 +216,51 @@ def simulate(
                     kind, dep_id, dep_t = 2, -1, -1.0
                     break
                 rb = rf = inf
-                p_ = b_at[s]
-                if p_ < n_b[s]:
-                    op_b = bq[p_]
-                    dep = fin[dep_of[op_b]]
+                bp = b_at[s]
+                if bp < n_b[s]:
+                    dep = fin[b_qdep[s][bp]]
                     if dep >= 0:
-                        dep += delay_of[op_b]
-                        if dep >= 0 and dep < rb:
+                        if asynchronous:
+                            dep += delay_of[b_q[s][bp]]
+                            if dep >= 0:
+                                rb = dep
+                        else:
                             rb = dep
-                p_ = f_at[s]
-                if p_ < n_f[s] and inflight_all[s] < cap:
-                    op_f = fq[p_]
-                    j = dep_of[op_f]
+                fp = f_at[s]
+                if fp < n_f[s] and inflight_all[s] < caps[s]:
+                    j = f_qdep[s][fp]
                     dep = 0.0 if j < 0 else fin[j]
                     if dep >= 0:
-                        dep += delay_of[op_f]
-                        if dep >= 0 and dep < rf:
+                        if asynchronous:
+                            dep += delay_of[f_q[s][fp]]
+                            if dep >= 0:
+                                rf = dep
+                        else:
                             rf = dep
-                run_b = rb <= t
-                run_f = rf <= t
-                if run_b and run_f and f_first:
-                    run_b = False
-                if run_b:
-                    op = op_b
-                    b_at[s] += 1
+                if rb <= t and not (f_first and rf <= t):
+                    op = b_q[s][bp]
+                    b_at[s] = bp + 1
                     d = dur_of[op]
                     end = t + d
                     fin[op] = end
-                    ids[op] = len(op_kind)
+                    ids[op] = n_op
                     busy[s] += d
                     kind, dep_t = 1, rb
-                    dep_id = ids[dep_of[op]]
+                    dep_id = ids[b_qdep[s][bp]]
                     k = chunk_of[op]
                     inflight_all[s] -= 1
                     if zb:
                         pw.append(k)
                     break
-                if run_f:
-                    op = op_f
-                    f_at[s] += 1
+                if rf <= t:
+                    op = f_q[s][fp]
+                    f_at[s] = fp + 1
                     d = dur_of[op]
                     end = t + d
                     fin[op] = end
-                    ids[op] = len(op_kind)
+                    ids[op] = n_op
                     busy[s] += d
                     kind, dep_t = 0, rf
-                    j = dep_of[op]
                     dep_id = ids[j] if j >= 0 else -1
                     k = chunk_of[op]
                     inflight_all[s] += 1
@@ -274,8 +276,7 @@ def simulate(
                 if nxt < inf and (not heap or nxt <= heap[0][0]):
                     t = nxt
                     continue
-                break
-            if end < 0:  # blocked: wait for a dependency (or for another stage to produce one)
+                # blocked: wait for a dependency (or for another stage to produce one)
                 free[s] = t
                 waiting.append(s)
                 if nxt < inf:
@@ -285,24 +286,28 @@ def simulate(
                     raise RuntimeError(
                         f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
                     )
+                end = -1.0
+                break
+            if end < 0:
                 continue
-            n_op = len(op_kind)
-            op_kind.append(kind)
-            op_chunk.append(k)
+            kind_append(kind)
+            chunk_append(k)
             bound = dep_id >= 0 and dep_t > last_end[s]
-            op_pred.append(dep_id if bound else last_op[s])
-            if kind == 0:
-                op_delay.append(int(bound and delay_f[k] > 0))
-            elif kind == 1:
-                op_delay.append(int(bound and delay_b[k] > 0))
-            else:
-                op_delay.append(0)
+            pred_append(dep_id if bound else last_op[s])
+            if asynchronous:
+                if kind == 0:
+                    delay_append(int(bound and delay_f[k] > 0))
+                elif kind == 1:
+                    delay_append(int(bound and delay_b[k] > 0))
+                else:
+                    delay_append(0)
             last_op[s] = n_op
             last_end[s] = end
             free[s] = end
-            remaining[s] -= 1
             if end > makespan:
                 makespan, end_op = end, n_op
+            n_op += 1
+            remaining[s] -= 1
             if remaining[s]:
                 seq += 1
                 heappush(heap, (end, seq, s, version[s]))
@@ -316,6 +321,8 @@ def simulate(
                     elif w_ != s:
                         still.append(w_)
                 waiting = still
+        if not asynchronous:  # no asynchronous transfer binds any pass
+            op_delay.extend([0] * n_op)
         heap = []
     while heap:
         t, _, s, ver = heappop(heap)
