@@ -139,14 +139,12 @@ def simulate(
         else:
             b_orders.append([[nvm + k * m + i for i in range(m)] for k in ks])
     # per pass: its chunk, the pass it waits for (-1: none), the asynchronous transfer delay on that input
-    chunk_of = [p // m for p in range(nvm)] * 2
-    dep_of = [p - m if p >= m else -1 for p in range(nvm)] + [
-        p - nvm if p >= nvm + last * m else p + m for p in range(nvm, 2 * nvm)
-    ]
+    chunk_of = [k for k in range(nv) for _ in range(m)] * 2
+    dep_of = [-1] * m + list(range(nvm - m)) + list(range(nvm + m, 2 * nvm)) + list(range(last * m, nvm))
     delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
-    delay_of = [delay_f[p // m] for p in range(nvm)] + [delay_b[p // m] for p in range(nvm)]
-    dur_of = [dur_f[p // m] for p in range(nvm)] + [dur_b[p // m] for p in range(nvm)]
+    delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
+    dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
     # critical-path bookkeeping: per op its kind (0 F, 1 B, 2 W), chunk and binding predecessor
@@ -188,17 +186,21 @@ def simulate(
     inf = float("inf")
     heappop, heappush = heapq.heappop, heapq.heappush
     if not zbv:  # one forward and one backward queue per stage: the same loop, unrolled
+        # two extra finish-time slots: one never set (a queue's end: never ready), one at 0 (the first chunk's
+        # forward input), so a queue head's ready time is one lookup
+        never, zero = 2 * nvm, 2 * nvm + 1
+        fin.extend((-1.0, 0.0))
+        ids.extend((-1, -1))
         f_q = [qs[0] for qs in f_orders]
         b_q = [qs[0] for qs in b_orders]
-        f_qdep = [[dep_of[op] for op in q] for q in f_q]
-        b_qdep = [[dep_of[op] for op in q] for q in b_q]
+        f_qdep = [[dep_of[op] if dep_of[op] >= 0 else zero for op in q] + [never] for q in f_q]
+        b_qdep = [[dep_of[op] for op in q] + [never] for q in b_q]
         f_at = [0] * pp
         b_at = [0] * pp
-        n_f = [len(q) for q in f_q]
-        n_b = [len(q) for q in b_q]
-        kind_append, chunk_append, pred_append = op_kind.append, op_chunk.append, op_pred.append
-        delay_append = op_delay.append
+        recs: list[tuple[int, int, int, int]] = []  # per op: kind, chunk, binding predecessor, transfer-bound
+        rec_append = recs.append
         n_op = 0
+        dly = 0
         while heap:
             t, _, s, ver = heappop(heap)
             if ver != version[s] or remaining[s] == 0:
@@ -215,28 +217,26 @@ def simulate(
                     busy[s] += d
                     kind, dep_id, dep_t = 2, -1, -1.0
                     break
-                rb = rf = inf
                 bp = b_at[s]
-                if bp < n_b[s]:
-                    dep = fin[b_qdep[s][bp]]
-                    if dep >= 0:
-                        if asynchronous:
-                            dep += delay_of[b_q[s][bp]]
-                            if dep >= 0:
-                                rb = dep
-                        else:
-                            rb = dep
-                fp = f_at[s]
-                if fp < n_f[s] and inflight_all[s] < caps[s]:
+                rb = fin[b_qdep[s][bp]]
+                if rb < 0:
+                    rb = inf
+                elif asynchronous:
+                    rb += delay_of[b_q[s][bp]]
+                    if rb < 0:
+                        rb = inf
+                if inflight_all[s] < caps[s]:
+                    fp = f_at[s]
                     j = f_qdep[s][fp]
-                    dep = 0.0 if j < 0 else fin[j]
-                    if dep >= 0:
-                        if asynchronous:
-                            dep += delay_of[f_q[s][fp]]
-                            if dep >= 0:
-                                rf = dep
-                        else:
-                            rf = dep
+                    rf = fin[j]
+                    if rf < 0:
+                        rf = inf
+                    elif asynchronous:
+                        rf += delay_of[f_q[s][fp]]
+                        if rf < 0:
+                            rf = inf
+                else:
+                    rf = inf
                 if rb <= t and not (f_first and rf <= t):
                     op = b_q[s][bp]
                     b_at[s] = bp + 1
@@ -261,7 +261,7 @@ def simulate(
                     ids[op] = n_op
                     busy[s] += d
                     kind, dep_t = 0, rf
-                    dep_id = ids[j] if j >= 0 else -1
+                    dep_id = ids[j]
                     k = chunk_of[op]
                     inflight_all[s] += 1
                     break
@@ -290,17 +290,10 @@ def simulate(
                 break
             if end < 0:
                 continue
-            kind_append(kind)
-            chunk_append(k)
             bound = dep_id >= 0 and dep_t > last_end[s]
-            pred_append(dep_id if bound else last_op[s])
-            if asynchronous:
-                if kind == 0:
-                    delay_append(int(bound and delay_f[k] > 0))
-                elif kind == 1:
-                    delay_append(int(bound and delay_b[k] > 0))
-                else:
-                    delay_append(0)
+            if asynchronous:  # a W pass is never bound (no dependency)
+                dly = int(bound and (delay_f if kind == 0 else delay_b)[k] > 0)
+            rec_append((kind, k, dep_id if bound else last_op[s], dly))
             last_op[s] = n_op
             last_end[s] = end
             free[s] = end
@@ -321,8 +314,11 @@ def simulate(
                     elif w_ != s:
                         still.append(w_)
                 waiting = still
-        if not asynchronous:  # no asynchronous transfer binds any pass
-            op_delay.extend([0] * n_op)
+        for kind, k, pred, dly in recs:
+            op_kind.append(kind)
+            op_chunk.append(k)
+            op_pred.append(pred)
+            op_delay.append(dly)
         heap = []
     while heap:
         t, _, s, ver = heappop(heap)
