@@ -68,48 +68,42 @@ def _cap(schedule: str, pp: int, vpp: int, m: int, s: int) -> int:
     return min(pp - s, m)
 
 
-def simulate(
-    schedule: str,
-    pp: int,
-    vpp: int,
-    m: int,
-    f: float,
-    b: float,
-    w: float,
-    c: float,
-    f_last: float = 0.0,
-    b_last: float = 0.0,
-    w_last: float = 0.0,
-) -> tuple[float, list[float], list[int]]:
-    """Run the schedule; per-chunk durations ``f, b, w`` (``w`` is fused into B unless the schedule is
-    zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a simulation needs that depends only on (schedule, p, v, m), built once per shape (read-only)."""
 
-    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
+    nv: int
+    last: int
+    nvm: int
+    st: list[int]
+    chunks: list[list[int]]
+    f_orders: list[list[list[int]]]
+    b_orders: list[list[list[int]]]
+    f_len: list[list[int]]
+    b_len: list[list[int]]
+    chunk_of: list[int]
+    dep_of: list[int]
+    queue_of: list[int]
+    caps: list[int]
+    qcap: list[list[int]]
+    feeds: list[set[int]]
+    remaining: tuple[int, ...]
+    f_q: list[list[int]]
+    b_q: list[list[int]]
+    f_qdep: list[list[int]]
+    b_qdep: list[list[int]]
 
-    Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is ``nv·m + k·m + i``
-    (one table of finish times for both). Same decisions, same floating-point operations in the same order as
-    the straightforward simulation kept in ``tests/physics/pipeline_reference.py`` (tested equal).
-    """
+
+@lru_cache(maxsize=256)
+def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
+    """Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is
+    ``nv·m + k·m + i`` (one table of finish times for both)."""
     zb = schedule in ("zb1p", "zbv")
     zbv = schedule == "zbv"
-    asynchronous = schedule == "interleaved"  # overlap_p2p_comm
-    v = 2 if zbv else (vpp if asynchronous else 1)
+    asynchronous = schedule == "interleaved"
     nv = n_virtual(schedule, pp, v)
     last = nv - 1
     st = [stage_of(schedule, pp, k) for k in range(nv)]
-    dur_f, dur_b, dur_w = [0.0] * nv, [0.0] * nv, [0.0] * nv
-    sends = [0] * pp
-    for k in range(nv):
-        fk, bk, wk = (f + f_last, b + b_last, w + w_last) if k == last else (f, b, w)
-        if not zb:
-            bk, wk = bk + wk, 0.0
-        if not asynchronous and k < last and st[k + 1] != st[k]:
-            fk += c
-            sends[st[k]] += 1
-        if not asynchronous and k > 0 and st[k - 1] != st[k]:
-            bk += c
-            sends[st[k]] += 1
-        dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
     chunks = [[k for k in range(nv) if st[k] == s] for s in range(pp)]
     nvm = nv * m
     # forward / backward queues per stage, as flat pass numbers: a fixed list (1F1B, ZB-H1, interleaved) or
@@ -138,9 +132,91 @@ def simulate(
             b_orders.append([order])
         else:
             b_orders.append([[nvm + k * m + i for i in range(m)] for k in ks])
-    # per pass: its chunk, the pass it waits for (-1: none), the asynchronous transfer delay on that input
+    # per pass: its chunk and the pass it waits for (-1: none)
     chunk_of = [k for k in range(nv) for _ in range(m)] * 2
     dep_of = [-1] * m + list(range(nvm - m)) + list(range(nvm + m, 2 * nvm)) + list(range(last * m, nvm))
+    queue_of = [0] * nv
+    if zbv:
+        for s in range(pp):
+            for qi, k in enumerate(chunks[s]):
+                queue_of[k] = qi
+    caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
+    # ZB-V: the first chunk may not take every slot (its backward needs the second chunk's to run first)
+    qcap = [[caps[s] - 1, caps[s]] if zbv else [caps[s]] for s in range(pp)]
+    # stages whose passes a stage waits for (the neighbours of its chunks)
+    feeds = [{st[j] for k in chunks[s] for j in (k - 1, k + 1) if 0 <= j < nv} for s in range(pp)]
+    # single-queue schedules: a queue head's ready time is one lookup, with two extra finish-time slots, one
+    # never set (a queue's end: never ready) and one at 0 (the first chunk's forward input)
+    never, zero = 2 * nvm, 2 * nvm + 1
+    f_q = [qs[0] for qs in f_orders]
+    b_q = [qs[0] for qs in b_orders]
+    return _Shape(
+        nv=nv,
+        last=last,
+        nvm=nvm,
+        st=st,
+        chunks=chunks,
+        f_orders=f_orders,
+        b_orders=b_orders,
+        f_len=[[len(q) for q in qs] for qs in f_orders],
+        b_len=[[len(q) for q in qs] for qs in b_orders],
+        chunk_of=chunk_of,
+        dep_of=dep_of,
+        queue_of=queue_of,
+        caps=caps,
+        qcap=qcap,
+        feeds=feeds,
+        remaining=tuple(len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)),
+        f_q=f_q,
+        b_q=b_q,
+        f_qdep=[[dep_of[op] if dep_of[op] >= 0 else zero for op in q] + [never] for q in f_q],
+        b_qdep=[[dep_of[op] for op in q] + [never] for q in b_q],
+    )
+
+
+def simulate(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    f: float,
+    b: float,
+    w: float,
+    c: float,
+    f_last: float = 0.0,
+    b_last: float = 0.0,
+    w_last: float = 0.0,
+) -> tuple[float, list[float], list[int]]:
+    """Run the schedule; per-chunk durations ``f, b, w`` (``w`` is fused into B unless the schedule is
+    zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
+
+    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
+
+    Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is ``nv·m + k·m + i``
+    (one table of finish times for both). Same decisions, same floating-point operations in the same order as
+    the straightforward simulation kept in ``tests/physics/pipeline_reference.py`` (tested equal).
+    """
+    zb = schedule in ("zb1p", "zbv")
+    zbv = schedule == "zbv"
+    asynchronous = schedule == "interleaved"  # overlap_p2p_comm
+    v = 2 if zbv else (vpp if asynchronous else 1)
+    sh = _shape(schedule, pp, v, m)
+    nv, last, st, nvm = sh.nv, sh.last, sh.st, sh.nvm
+    f_orders, b_orders, chunk_of, dep_of = sh.f_orders, sh.b_orders, sh.chunk_of, sh.dep_of
+    dur_f, dur_b, dur_w = [0.0] * nv, [0.0] * nv, [0.0] * nv
+    sends = [0] * pp
+    for k in range(nv):
+        fk, bk, wk = (f + f_last, b + b_last, w + w_last) if k == last else (f, b, w)
+        if not zb:
+            bk, wk = bk + wk, 0.0
+        if not asynchronous and k < last and st[k + 1] != st[k]:
+            fk += c
+            sends[st[k]] += 1
+        if not asynchronous and k > 0 and st[k - 1] != st[k]:
+            bk += c
+            sends[st[k]] += 1
+        dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
+    # per pass: the asynchronous transfer delay on its input, its duration
     delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
     delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
@@ -157,25 +233,15 @@ def simulate(
     end_op = -1
     f_ptr = [[0] * len(q) for q in f_orders]
     b_ptr = [[0] * len(q) for q in b_orders]
-    f_len = [[len(q) for q in qs] for qs in f_orders]
-    b_len = [[len(q) for q in qs] for qs in b_orders]
+    f_len, b_len = sh.f_len, sh.b_len
     pend_w: list[list[int]] = [[] for _ in range(pp)]
     # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
     inflight = [[0] * len(q) for q in f_orders]
     inflight_all = [0] * pp
-    queue_of = [0] * nv
-    if zbv:
-        for s in range(pp):
-            for qi, k in enumerate(chunks[s]):
-                queue_of[k] = qi
-    caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
-    # ZB-V: the first chunk may not take every slot (its backward needs the second chunk's to run first)
-    qcap = [[caps[s] - 1, caps[s]] if zbv else [caps[s]] for s in range(pp)]
+    queue_of, caps, qcap, feeds = sh.queue_of, sh.caps, sh.qcap, sh.feeds
     f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
     wmax = pp - 1
-    remaining = [len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)]
-    # stages whose passes a stage waits for (the neighbours of its chunks)
-    feeds = [{st[j] for k in chunks[s] for j in (k - 1, k + 1) if 0 <= j < nv} for s in range(pp)]
+    remaining = list(sh.remaining)
     busy = [0.0] * pp
     free = [0.0] * pp
     version = [0] * pp
@@ -188,13 +254,9 @@ def simulate(
     if not zbv:  # one forward and one backward queue per stage: the same loop, unrolled
         # two extra finish-time slots: one never set (a queue's end: never ready), one at 0 (the first chunk's
         # forward input), so a queue head's ready time is one lookup
-        never, zero = 2 * nvm, 2 * nvm + 1
-        fin.extend((-1.0, 0.0))
+        fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
         ids.extend((-1, -1))
-        f_q = [qs[0] for qs in f_orders]
-        b_q = [qs[0] for qs in b_orders]
-        f_qdep = [[dep_of[op] if dep_of[op] >= 0 else zero for op in q] + [never] for q in f_q]
-        b_qdep = [[dep_of[op] for op in q] + [never] for q in b_q]
+        f_q, b_q, f_qdep, b_qdep = sh.f_q, sh.b_q, sh.f_qdep, sh.b_qdep
         f_at = [0] * pp
         b_at = [0] * pp
         recs: list[tuple[int, int, int, int]] = []  # per op: kind, chunk, binding predecessor, transfer-bound
