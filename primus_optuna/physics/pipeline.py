@@ -87,6 +87,8 @@ class _Shape:
     caps: list[int]
     qcap: list[list[int]]
     feeds: list[set[int]]
+    wakes: list[frozenset[int]]
+    """per stage: the stages that wait for its passes (``s in feeds[w]``)"""
     remaining: tuple[int, ...]
     f_q: list[list[int]]
     b_q: list[list[int]]
@@ -166,6 +168,7 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
         caps=caps,
         qcap=qcap,
         feeds=feeds,
+        wakes=[frozenset(w for w in range(pp) if s in feeds[w]) for s in range(pp)],
         remaining=tuple(len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)),
         f_q=f_q,
         b_q=b_q,
@@ -223,11 +226,10 @@ def simulate(
     dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
-    # critical-path bookkeeping: per op its kind (0 F, 1 B, 2 W), chunk and binding predecessor
-    op_kind: list[int] = []
-    op_chunk: list[int] = []
-    op_pred: list[int] = []
-    op_delay: list[int] = []  # 1 when the binding predecessor is an asynchronous transfer
+    # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
+    # predecessor is an asynchronous transfer
+    recs: list[tuple[int, int, int, int]] = []
+    rec_append = recs.append
     last_op = [-1] * pp
     last_end = [0.0] * pp
     end_op = -1
@@ -238,7 +240,7 @@ def simulate(
     # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
     inflight = [[0] * len(q) for q in f_orders]
     inflight_all = [0] * pp
-    queue_of, caps, qcap, feeds = sh.queue_of, sh.caps, sh.qcap, sh.feeds
+    queue_of, caps, qcap, feeds, wakes = sh.queue_of, sh.caps, sh.qcap, sh.feeds, sh.wakes
     f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
     wmax = pp - 1
     remaining = list(sh.remaining)
@@ -259,8 +261,6 @@ def simulate(
         f_q, b_q, f_qdep, b_qdep = sh.f_q, sh.b_q, sh.f_qdep, sh.b_qdep
         f_at = [0] * pp
         b_at = [0] * pp
-        recs: list[tuple[int, int, int, int]] = []  # per op: kind, chunk, binding predecessor, transfer-bound
-        rec_append = recs.append
         n_op = 0
         dly = 0
         while heap:
@@ -270,10 +270,9 @@ def simulate(
             fs = free[s]
             if fs > t:
                 t = fs
-            pw = pend_w[s]
             while True:
-                if zb and len(pw) > wmax:
-                    k = pw.pop(0)
+                if zb and len(pend_w[s]) > wmax:
+                    k = pend_w[s].pop(0)
                     d = dur_w[k]
                     end = t + d
                     busy[s] += d
@@ -312,7 +311,7 @@ def simulate(
                     k = chunk_of[op]
                     inflight_all[s] -= 1
                     if zb:
-                        pw.append(k)
+                        pend_w[s].append(k)
                     break
                 if rf <= t:
                     op = f_q[s][fp]
@@ -327,8 +326,8 @@ def simulate(
                     k = chunk_of[op]
                     inflight_all[s] += 1
                     break
-                if pw:
-                    k = pw.pop(0)
+                if zb and pend_w[s]:
+                    k = pend_w[s].pop(0)
                     d = dur_w[k]
                     end = t + d
                     busy[s] += d
@@ -366,7 +365,8 @@ def simulate(
             if remaining[s]:
                 seq += 1
                 heappush(heap, (end, seq, s, version[s]))
-            if waiting:
+            # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
+            if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
                 still = []
                 for w_ in waiting:
                     if w_ != s and s in feeds[w_]:
@@ -376,11 +376,6 @@ def simulate(
                     elif w_ != s:
                         still.append(w_)
                 waiting = still
-        for kind, k, pred, dly in recs:
-            op_kind.append(kind)
-            op_chunk.append(k)
-            op_pred.append(pred)
-            op_delay.append(dly)
         heap = []
     while heap:
         t, _, s, ver = heappop(heap)
@@ -434,7 +429,7 @@ def simulate(
                 d = dur_of[op]
                 end = t + d
                 fin[op] = end
-                ids[op] = len(op_kind)
+                ids[op] = len(recs)
                 busy[s] += d
                 kind, dep_t = 1, rb
                 dep_id = ids[dep_of[op]]
@@ -451,7 +446,7 @@ def simulate(
                 d = dur_of[op]
                 end = t + d
                 fin[op] = end
-                ids[op] = len(op_kind)
+                ids[op] = len(recs)
                 busy[s] += d
                 kind, dep_t = 0, rf
                 j = dep_of[op]
@@ -481,17 +476,15 @@ def simulate(
             elif not heap:
                 raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
             continue
-        n_op = len(op_kind)
-        op_kind.append(kind)
-        op_chunk.append(k)
+        n_op = len(recs)
         bound = dep_id >= 0 and dep_t > last_end[s]
-        op_pred.append(dep_id if bound else last_op[s])
         if kind == 0:
-            op_delay.append(int(bound and delay_f[k] > 0))
+            dly = int(bound and delay_f[k] > 0)
         elif kind == 1:
-            op_delay.append(int(bound and delay_b[k] > 0))
+            dly = int(bound and delay_b[k] > 0)
         else:
-            op_delay.append(0)
+            dly = 0
+        rec_append((kind, k, dep_id if bound else last_op[s], dly))
         last_op[s], last_end[s] = n_op, end
         free[s] = end
         remaining[s] -= 1
@@ -516,9 +509,9 @@ def simulate(
     coef = [0] * 7
     op = end_op
     while op >= 0:
-        kind, k = op_kind[op], op_chunk[op]
+        kind, k, pred, dly = recs[op]
         is_last = k == last
-        coef[3] += op_delay[op]
+        coef[3] += dly
         if kind == 0:
             coef[0] += 1
             coef[4] += is_last
@@ -533,7 +526,7 @@ def simulate(
         else:
             coef[2] += 1
             coef[6] += is_last
-        op = op_pred[op]
+        op = pred
     CRITICAL[0] = tuple(coef)
     return makespan, busy, sends
 
