@@ -253,7 +253,7 @@ def simulate(
     makespan = 0.0
     inf = float("inf")
     heappop, heappush = heapq.heappop, heapq.heappush
-    if not zbv:  # one forward and one backward queue per stage: the same loop, unrolled
+    if asynchronous:  # interleaved: one forward and one backward queue per stage, transfers asynchronous
         # two extra finish-time slots: one never set (a queue's end: never ready), one at 0 (the first chunk's
         # forward input), so a queue head's ready time is one lookup
         fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
@@ -262,7 +262,109 @@ def simulate(
         f_at = [0] * pp
         b_at = [0] * pp
         n_op = 0
-        dly = 0
+        while heap:
+            t, _, s, ver = heappop(heap)
+            if ver != version[s] or remaining[s] == 0:
+                continue
+            fs = free[s]
+            if fs > t:
+                t = fs
+            while True:
+                bp = b_at[s]
+                rb = fin[b_qdep[s][bp]]
+                if rb < 0:
+                    rb = inf
+                else:
+                    rb += delay_of[b_q[s][bp]]
+                    if rb < 0:
+                        rb = inf
+                if inflight_all[s] < caps[s]:
+                    fp = f_at[s]
+                    j = f_qdep[s][fp]
+                    rf = fin[j]
+                    if rf < 0:
+                        rf = inf
+                    else:
+                        rf += delay_of[f_q[s][fp]]
+                        if rf < 0:
+                            rf = inf
+                else:
+                    rf = inf
+                if rf <= t:  # Megatron's steady state: a ready forward first
+                    op = f_q[s][fp]
+                    f_at[s] = fp + 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = n_op
+                    busy[s] += d
+                    dep_id = ids[j]
+                    k = chunk_of[op]
+                    inflight_all[s] += 1
+                    bound = dep_id >= 0 and rf > last_end[s]
+                    rec_append((0, k, dep_id if bound else last_op[s], int(bound and delay_f[k] > 0)))
+                    break
+                if rb <= t:
+                    op = b_q[s][bp]
+                    b_at[s] = bp + 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = n_op
+                    busy[s] += d
+                    dep_id = ids[b_qdep[s][bp]]
+                    k = chunk_of[op]
+                    inflight_all[s] -= 1
+                    bound = dep_id >= 0 and rb > last_end[s]
+                    rec_append((1, k, dep_id if bound else last_op[s], int(bound and delay_b[k] > 0)))
+                    break
+                nxt = rb if rb < rf else rf
+                if nxt < inf and (not heap or nxt <= heap[0][0]):
+                    t = nxt
+                    continue
+                # blocked: wait for a dependency (or for another stage to produce one)
+                free[s] = t
+                waiting.append(s)
+                if nxt < inf:
+                    seq += 1
+                    heappush(heap, (nxt, seq, s, version[s]))
+                elif not heap:
+                    raise RuntimeError(
+                        f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
+                    )
+                end = -1.0
+                break
+            if end < 0:
+                continue
+            last_op[s] = n_op
+            last_end[s] = end
+            free[s] = end
+            if end > makespan:
+                makespan, end_op = end, n_op
+            n_op += 1
+            remaining[s] -= 1
+            if remaining[s]:
+                seq += 1
+                heappush(heap, (end, seq, s, version[s]))
+            # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
+            if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
+                still = []
+                for w_ in waiting:
+                    if w_ != s and s in feeds[w_]:
+                        version[w_] += 1
+                        seq += 1
+                        heappush(heap, (free[w_], seq, w_, version[w_]))
+                    elif w_ != s:
+                        still.append(w_)
+                waiting = still
+        heap = []
+    elif not zbv:  # 1F1B and ZB-H1: one forward and one backward queue per stage, blocking sends
+        fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
+        ids.extend((-1, -1))
+        f_q, b_q, f_qdep, b_qdep = sh.f_q, sh.b_q, sh.f_qdep, sh.b_qdep
+        f_at = [0] * pp
+        b_at = [0] * pp
+        n_op = 0
         while heap:
             t, _, s, ver = heappop(heap)
             if ver != version[s] or remaining[s] == 0:
@@ -282,23 +384,15 @@ def simulate(
                 rb = fin[b_qdep[s][bp]]
                 if rb < 0:
                     rb = inf
-                elif asynchronous:
-                    rb += delay_of[b_q[s][bp]]
-                    if rb < 0:
-                        rb = inf
                 if inflight_all[s] < caps[s]:
                     fp = f_at[s]
                     j = f_qdep[s][fp]
                     rf = fin[j]
                     if rf < 0:
                         rf = inf
-                    elif asynchronous:
-                        rf += delay_of[f_q[s][fp]]
-                        if rf < 0:
-                            rf = inf
                 else:
                     rf = inf
-                if rb <= t and not (f_first and rf <= t):
+                if rb <= t:  # a ready backward first
                     op = b_q[s][bp]
                     b_at[s] = bp + 1
                     d = dur_of[op]
@@ -352,9 +446,7 @@ def simulate(
             if end < 0:
                 continue
             bound = dep_id >= 0 and dep_t > last_end[s]
-            if asynchronous:  # a W pass is never bound (no dependency)
-                dly = int(bound and (delay_f if kind == 0 else delay_b)[k] > 0)
-            rec_append((kind, k, dep_id if bound else last_op[s], dly))
+            rec_append((kind, k, dep_id if bound else last_op[s], 0))  # sends block: no transfer binds
             last_op[s] = n_op
             last_end[s] = end
             free[s] = end
