@@ -170,12 +170,17 @@ class Space:
         cands = [self.candidates[a] for a in ENUM_ORDER]
         facts, world, gbs = self.facts, self.facts.world, self.facts.gbs
         p = _Partial()
-        vals: dict[str, Any] = {}
+        # the leaf's constructor arguments, in TrainingConfig's field order (AXES, then dp, num_microbatches)
+        slot = [AXES.index(a) for a in ENUM_ORDER]
+        args: list[Any] = [None] * (len(AXES) + 2)
+        i_tp, i_cp, i_pp, i_mbs = (AXES.index(a) for a in ("tp", "cp", "pp", "mbs"))
+        # dp and num_microbatches as TrainingConfig.derive computes them, once the axes they read are fixed
+        derive_at = max(ENUM_ORDER.index(a) for a in ("tp", "cp", "pp", "mbs"))
         out: list[TrainingConfig] = []
         last = len(ENUM_ORDER) - 1
 
         def rec(k: int) -> None:
-            axis, rules = ENUM_ORDER[k], fns[k]
+            axis, rules, i = ENUM_ORDER[k], fns[k], slot[k]
             for v in cands[k]:
                 setattr(p, axis, v)
                 broken = False
@@ -185,15 +190,17 @@ class Space:
                         break
                 if broken:
                     continue
-                vals[axis] = v
+                args[i] = v
+                if k == derive_at:
+                    inner = args[i_tp] * args[i_cp] * args[i_pp]
+                    dp = world // inner if world % inner == 0 else 0
+                    mb = args[i_mbs] * dp
+                    args[-2] = dp
+                    args[-1] = gbs // mb if dp and gbs % mb == 0 else 0
                 if k < last:
                     rec(k + 1)
                 else:
-                    inner = vals["tp"] * vals["cp"] * vals["pp"]
-                    dp = world // inner if world % inner == 0 else 0
-                    mb = vals["mbs"] * dp
-                    nmb = gbs // mb if dp and gbs % mb == 0 else 0
-                    out.append(TrainingConfig(**vals, dp=dp, num_microbatches=nmb))
+                    out.append(TrainingConfig(*args))
 
         rec(0)
         return out

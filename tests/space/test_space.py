@@ -146,3 +146,18 @@ def test_empty_space_names_the_single_blocking_rule():
     msg = Space(spec).explain_empty()
     assert "every combination breaks mb_whole (global_batch_size=32 is not divisible by mbs" in msg
     assert "every combination breaks mb_whole (" in msg and "; " not in msg.split("breaks ", 1)[1]  # alone
+
+
+def test_enumeration_builds_configurations_positionally_in_field_order() -> None:
+    # Space._enumerate_list passes the axes positionally: TrainingConfig's fields must be AXES, then the
+    # derived dp and num_microbatches, and the leaves must equal TrainingConfig(...).derive(...)
+    import dataclasses
+
+    from primus_optuna.spec.study import AXES
+
+    assert tuple(f.name for f in dataclasses.fields(TrainingConfig)) == (*AXES, "dp", "num_microbatches")
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    space = Space(spec)
+    for c in space.configs()[::997]:
+        again = TrainingConfig.from_params(c.to_params()).derive(space.facts.world, space.facts.gbs)
+        assert c == again and (c.dp, c.num_microbatches) == (again.dp, again.num_microbatches)
