@@ -8,6 +8,8 @@ figures as JSON, ``--against FILE`` compares with a saved run and exits 1 on any
 
 python scripts/check_plan_identity.py --save /tmp/before.json
 python scripts/check_plan_identity.py --against /tmp/before.json
+python scripts/check_plan_identity.py --sims studies/*.yaml   # every simulation of these plans, against the
+                                                               # verbatim reference simulation (exact equality)
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 
 from primus_optuna.physics.memory import estimate_memory
@@ -76,12 +79,59 @@ def figures(path: str) -> dict[str, object]:
     }
 
 
+def check_sims(paths: list[str]) -> bool:
+    """Plan each study recording every pipeline simulation it asks for, then run each through
+    :func:`pipeline.simulate` and the verbatim pre-optimisation reference: makespan, busy times, sends and
+    critical-path coefficients must be equal."""
+    from primus_optuna.physics import pipeline
+    from tests.physics.pipeline_reference import simulate_reference
+
+    keys: set[tuple] = set()
+    memo = pipeline._normalised
+
+    def record(*key: object) -> tuple:
+        keys.add(key)
+        return memo(*key)
+
+    pipeline._normalised = record  # type: ignore[assignment]
+    try:
+        for path in paths:
+            spec = StudySpec.from_yaml(ROOT / path)
+            plan_space(spec, Space(spec))
+    finally:
+        pipeline._normalised = memo
+    bad = 0
+    t_ref = t_new = 0.0
+    r = pipeline._RES
+    for key in sorted(keys):
+        args = (*key[:4], *(x / r for x in key[4:]))
+        t0 = time.process_time()
+        ref = simulate_reference(*args)
+        t1 = time.process_time()
+        makespan, busy, sends = pipeline.simulate(*args)
+        t2 = time.process_time()
+        t_ref, t_new = t_ref + t1 - t0, t_new + t2 - t1
+        if (makespan, busy, sends, pipeline.CRITICAL[0]) != ref:
+            bad += 1
+            print(f"DIFFERENT simulation {key}")
+    print(
+        f"simulations: {len(keys)} of {len(paths)} studies, {len(keys) - bad} equal to the reference; "
+        f"CPU s reference {t_ref:.2f}, simulate {t_new:.2f}"
+    )
+    return bad == 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("studies", nargs="*", default=list(STUDIES))
     ap.add_argument("--save")
     ap.add_argument("--against")
+    ap.add_argument(
+        "--sims", action="store_true", help="check every pipeline simulation of the plans instead"
+    )
     args = ap.parse_args()
+    if args.sims:
+        sys.exit(0 if check_sims(args.studies) else 1)
     out = {}
     for path in args.studies:
         out[path] = figures(path)
