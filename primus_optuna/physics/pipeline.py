@@ -90,10 +90,14 @@ class _Shape:
     wakes: list[frozenset[int]]
     """per stage: the stages that wait for its passes (``s in feeds[w]``)"""
     remaining: tuple[int, ...]
-    f_q: list[list[int]]
-    b_q: list[list[int]]
-    f_qdep: list[list[int]]
-    b_qdep: list[list[int]]
+    f_op: list[int]
+    """single-queue schedules: every stage's forward queue end to end (flat pass numbers), each followed by a
+    sentinel; ``f_dep`` the finish-time slot each waits for, ``f_start`` where each stage's queue starts"""
+    f_dep: list[int]
+    f_start: list[int]
+    b_op: list[int]
+    b_dep: list[int]
+    b_start: list[int]
 
 
 @lru_cache(maxsize=256)
@@ -150,8 +154,24 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
     # single-queue schedules: a queue head's ready time is one lookup, with two extra finish-time slots, one
     # never set (a queue's end: never ready) and one at 0 (the first chunk's forward input)
     never, zero = 2 * nvm, 2 * nvm + 1
-    f_q = [qs[0] for qs in f_orders]
-    b_q = [qs[0] for qs in b_orders]
+    f_op: list[int] = []
+    f_dep: list[int] = []
+    f_start: list[int] = []
+    b_op: list[int] = []
+    b_dep: list[int] = []
+    b_start: list[int] = []
+    if not zbv:
+        for s in range(pp):
+            f_start.append(len(f_op))
+            f_op.extend(f_orders[s][0])
+            f_op.append(-1)
+            f_dep.extend(dep_of[op] if dep_of[op] >= 0 else zero for op in f_orders[s][0])
+            f_dep.append(never)
+            b_start.append(len(b_op))
+            b_op.extend(b_orders[s][0])
+            b_op.append(-1)
+            b_dep.extend(dep_of[op] for op in b_orders[s][0])
+            b_dep.append(never)
     return _Shape(
         nv=nv,
         last=last,
@@ -170,10 +190,12 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
         feeds=feeds,
         wakes=[frozenset(w for w in range(pp) if s in feeds[w]) for s in range(pp)],
         remaining=tuple(len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)),
-        f_q=f_q,
-        b_q=b_q,
-        f_qdep=[[dep_of[op] if dep_of[op] >= 0 else zero for op in q] + [never] for q in f_q],
-        b_qdep=[[dep_of[op] for op in q] + [never] for q in b_q],
+        f_op=f_op,
+        f_dep=f_dep,
+        f_start=f_start,
+        b_op=b_op,
+        b_dep=b_dep,
+        b_start=b_start,
     )
 
 
@@ -258,9 +280,9 @@ def simulate(
         # forward input), so a queue head's ready time is one lookup
         fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
         ids.extend((-1, -1))
-        f_q, b_q, f_qdep, b_qdep = sh.f_q, sh.b_q, sh.f_qdep, sh.b_qdep
-        f_at = [0] * pp
-        b_at = [0] * pp
+        f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
+        f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
+        b_at = list(sh.b_start)
         n_op = 0
         while heap:
             t, _, s, ver = heappop(heap)
@@ -271,27 +293,27 @@ def simulate(
                 t = fs
             while True:
                 bp = b_at[s]
-                rb = fin[b_qdep[s][bp]]
+                rb = fin[b_dep[bp]]
                 if rb < 0:
                     rb = inf
                 else:
-                    rb += delay_of[b_q[s][bp]]
+                    rb += delay_of[b_op[bp]]
                     if rb < 0:
                         rb = inf
                 if inflight_all[s] < caps[s]:
                     fp = f_at[s]
-                    j = f_qdep[s][fp]
+                    j = f_dep[fp]
                     rf = fin[j]
                     if rf < 0:
                         rf = inf
                     else:
-                        rf += delay_of[f_q[s][fp]]
+                        rf += delay_of[f_op[fp]]
                         if rf < 0:
                             rf = inf
                 else:
                     rf = inf
                 if rf <= t:  # Megatron's steady state: a ready forward first
-                    op = f_q[s][fp]
+                    op = f_op[fp]
                     f_at[s] = fp + 1
                     d = dur_of[op]
                     end = t + d
@@ -305,14 +327,14 @@ def simulate(
                     rec_append((0, k, dep_id if bound else last_op[s], int(bound and delay_f[k] > 0)))
                     break
                 if rb <= t:
-                    op = b_q[s][bp]
+                    op = b_op[bp]
                     b_at[s] = bp + 1
                     d = dur_of[op]
                     end = t + d
                     fin[op] = end
                     ids[op] = n_op
                     busy[s] += d
-                    dep_id = ids[b_qdep[s][bp]]
+                    dep_id = ids[b_dep[bp]]
                     k = chunk_of[op]
                     inflight_all[s] -= 1
                     bound = dep_id >= 0 and rb > last_end[s]
@@ -361,9 +383,9 @@ def simulate(
     elif not zbv:  # 1F1B and ZB-H1: one forward and one backward queue per stage, blocking sends
         fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
         ids.extend((-1, -1))
-        f_q, b_q, f_qdep, b_qdep = sh.f_q, sh.b_q, sh.f_qdep, sh.b_qdep
-        f_at = [0] * pp
-        b_at = [0] * pp
+        f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
+        f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
+        b_at = list(sh.b_start)
         n_op = 0
         while heap:
             t, _, s, ver = heappop(heap)
@@ -381,19 +403,19 @@ def simulate(
                     kind, dep_id, dep_t = 2, -1, -1.0
                     break
                 bp = b_at[s]
-                rb = fin[b_qdep[s][bp]]
+                rb = fin[b_dep[bp]]
                 if rb < 0:
                     rb = inf
                 if inflight_all[s] < caps[s]:
                     fp = f_at[s]
-                    j = f_qdep[s][fp]
+                    j = f_dep[fp]
                     rf = fin[j]
                     if rf < 0:
                         rf = inf
                 else:
                     rf = inf
                 if rb <= t:  # a ready backward first
-                    op = b_q[s][bp]
+                    op = b_op[bp]
                     b_at[s] = bp + 1
                     d = dur_of[op]
                     end = t + d
@@ -401,14 +423,14 @@ def simulate(
                     ids[op] = n_op
                     busy[s] += d
                     kind, dep_t = 1, rb
-                    dep_id = ids[b_qdep[s][bp]]
+                    dep_id = ids[b_dep[bp]]
                     k = chunk_of[op]
                     inflight_all[s] -= 1
                     if zb:
                         pend_w[s].append(k)
                     break
                 if rf <= t:
-                    op = f_q[s][fp]
+                    op = f_op[fp]
                     f_at[s] = fp + 1
                     d = dur_of[op]
                     end = t + d
