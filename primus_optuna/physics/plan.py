@@ -22,7 +22,7 @@ from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
 from .memory import MemoryEstimate, estimate_memory, peak_memory_all
-from .throughput import ThroughputEstimate, estimate_throughput
+from .throughput import ThroughputEstimate, estimate_throughput, estimate_throughput_all
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,15 +174,11 @@ def _plan_space(
 ) -> PlanResult:
     space = space or Space(spec)
     configs = space.configs()
-    entries: list[PlanEntry] = []
-    keys: list[tuple[float, float]] = []
     peaks, usable = peak_memory_all(spec, configs)  # = estimate_memory(spec, c).peak_gib, without breakdowns
-    for c, peak in zip(configs, peaks, strict=True):
-        if not peak <= usable:
-            continue
-        est = estimate_throughput(spec, c, calibration)
-        entries.append(PlanEntry(c, est, peak, True))
-        keys.append((-est.tokens_per_s_per_gpu, peak))
+    fit = [i for i, peak in enumerate(peaks) if peak <= usable]
+    ests = estimate_throughput_all(spec, [configs[i] for i in fit], calibration)
+    entries = [PlanEntry(configs[i], est, peaks[i], True) for i, est in zip(fit, ests, strict=True)]
+    keys = [(-est.tokens_per_s_per_gpu, peaks[i]) for i, est in zip(fit, ests, strict=True)]
     # best first; ties keep the space's order (a stable sort on the same key as pareto_front's)
     order = sorted(range(len(entries)), key=keys.__getitem__)
     feasible = [entries[i] for i in order]
