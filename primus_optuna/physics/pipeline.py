@@ -292,14 +292,6 @@ def simulate(
             if fs > t:
                 t = fs
             while True:
-                bp = b_at[s]
-                rb = fin[b_dep[bp]]
-                if rb < 0:
-                    rb = inf
-                else:
-                    rb += delay_of[b_op[bp]]
-                    if rb < 0:
-                        rb = inf
                 if inflight_all[s] < caps[s]:
                     fp = f_at[s]
                     j = f_dep[fp]
@@ -312,7 +304,9 @@ def simulate(
                             rf = inf
                 else:
                     rf = inf
-                if rf <= t:  # Megatron's steady state: a ready forward first
+                if (
+                    rf <= t
+                ):  # Megatron's steady state: a ready forward first (the backward head is not needed)
                     op = f_op[fp]
                     f_at[s] = fp + 1
                     d = dur_of[op]
@@ -326,6 +320,14 @@ def simulate(
                     bound = dep_id >= 0 and rf > last_end[s]
                     rec_append((0, k, dep_id if bound else last_op[s], int(bound and delay_f[k] > 0)))
                     break
+                bp = b_at[s]
+                rb = fin[b_dep[bp]]
+                if rb < 0:
+                    rb = inf
+                else:
+                    rb += delay_of[b_op[bp]]
+                    if rb < 0:
+                        rb = inf
                 if rb <= t:
                     op = b_op[bp]
                     b_at[s] = bp + 1
@@ -406,15 +408,7 @@ def simulate(
                 rb = fin[b_dep[bp]]
                 if rb < 0:
                     rb = inf
-                if inflight_all[s] < caps[s]:
-                    fp = f_at[s]
-                    j = f_dep[fp]
-                    rf = fin[j]
-                    if rf < 0:
-                        rf = inf
-                else:
-                    rf = inf
-                if rb <= t:  # a ready backward first
+                elif rb <= t:  # a ready backward first (the forward head is not needed)
                     op = b_op[bp]
                     b_at[s] = bp + 1
                     d = dur_of[op]
@@ -429,6 +423,14 @@ def simulate(
                     if zb:
                         pend_w[s].append(k)
                     break
+                if inflight_all[s] < caps[s]:
+                    fp = f_at[s]
+                    j = f_dep[fp]
+                    rf = fin[j]
+                    if rf < 0:
+                        rf = inf
+                else:
+                    rf = inf
                 if rf <= t:
                     op = f_op[fp]
                     f_at[s] = fp + 1
