@@ -37,6 +37,7 @@ What is counted (breakdown keys, GiB per GPU):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import add
 from typing import Any
 
 from ..spec.hardware import GIB
@@ -197,6 +198,7 @@ class _Context:
         self.static: dict[
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
         ] = {}
+        self.static_sums: dict[tuple[Any, ...], tuple[list[float], float, float]] = {}
 
     def shape(self, tp: int, cp: int, ep: int, mbs: int) -> LayerShape:
         key = (tp, cp, ep, mbs)
@@ -427,3 +429,56 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     return MemoryEstimate(
         stages=stages, capacity_gib=ctx.capacity_gib, usable_gib=ctx.usable_gib, recompute=config.recompute
     )
+
+
+def _static_sums(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, vpp: int, schedule: str, deepep: bool
+) -> tuple[list[float], float, float]:
+    """(weights + gradients + optimizer per stage, comm buffers, dispatcher buffers), memoised."""
+    key = (tp, pp, ep, cp, vpp, schedule, deepep)
+    sums = ctx.static_sums.get(key)
+    if sums is None:
+        rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
+        comm, disp = rows[0][3], rows[0][4]  # the same on every stage
+        sums = ctx.static_sums[key] = ([w + g + o for w, g, o, *_ in rows], comm, disp)
+    return sums
+
+
+def peak_memory_gib(spec: StudySpec, config: Any) -> tuple[float, float]:
+    """``(peak_gib, usable_gib)``: :func:`estimate_memory`'s peak without the per-stage breakdown (the same
+    float: see :func:`peak_memory_all`)."""
+    peaks, usable = peak_memory_all(spec, [config])
+    return peaks[0], usable
+
+
+def peak_memory_all(spec: StudySpec, configs: list[Any]) -> tuple[list[float], float]:
+    """The peak GiB of every configuration (as :func:`estimate_memory` gives it) and the usable GiB, for
+    ranking whole spaces (:func:`~primus_optuna.physics.plan.plan_space`).
+
+    A stage's total, ``allocated + comm + disp + (CONTEXT_GIB + FRAGMENTATION · allocated)`` with ``comm`` and
+    ``disp`` the same on every stage, is non-decreasing in ``allocated`` (each step is a correctly rounded
+    addition, or multiplication by a positive constant), so the stage with the most allocated memory has the
+    peak total, to the last bit: one total per configuration instead of one per stage."""
+    ctx = _context(spec)
+    world, gbs = ctx.world, spec.workload.global_batch_size
+    stage_acts, static_sums = ctx.stage_acts, ctx.static_sums
+    peaks: list[float] = []
+    for config in configs:
+        tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
+        schedule = config.pp_schedule if pp > 1 else "1f1b"
+        vpp = config.vpp if schedule in ("interleaved", "zbv") else 1
+        dp = config.dp or max(1, world // (tp * cp * pp))
+        m = config.num_microbatches or max(1, gbs // (mbs * dp))
+        extra_chunk = bool(getattr(config, "ep_overlap", False))
+        recompute = config.recompute
+        acts = stage_acts.get((tp, cp, mbs, recompute, pp, vpp, schedule, m, extra_chunk))
+        if acts is None:
+            acts = ctx.stage_activations(tp, cp, mbs, recompute, pp, vpp, schedule, m, extra_chunk)
+        deepep = config.moe_dispatcher == "deepep"
+        sums = static_sums.get((tp, pp, ep, cp, vpp, schedule, deepep))
+        if sums is None:
+            sums = _static_sums(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
+        bases, comm, disp = sums
+        allocated = max(map(add, bases, acts))  # weights + grads + optim + act, busiest stage
+        peaks.append(allocated + comm + disp + (CONTEXT_GIB + FRAGMENTATION * allocated))
+    return peaks, ctx.usable_gib

@@ -68,6 +68,137 @@ def _cap(schedule: str, pp: int, vpp: int, m: int, s: int) -> int:
     return min(pp - s, m)
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a simulation needs that depends only on (schedule, p, v, m), built once per shape (read-only)."""
+
+    nv: int
+    last: int
+    nvm: int
+    st: list[int]
+    chunks: list[list[int]]
+    f_orders: list[list[list[int]]]
+    b_orders: list[list[list[int]]]
+    f_len: list[list[int]]
+    b_len: list[list[int]]
+    chunk_of: list[int]
+    dep_of: list[int]
+    queue_of: list[int]
+    caps: list[int]
+    qcap: list[list[int]]
+    feeds: list[set[int]]
+    wakes: list[frozenset[int]]
+    """per stage: the stages that wait for its passes (``s in feeds[w]``)"""
+    remaining: tuple[int, ...]
+    f_op: list[int]
+    """single-queue schedules: every stage's forward queue end to end (flat pass numbers), each followed by a
+    sentinel; ``f_dep`` the finish-time slot each waits for, ``f_start`` where each stage's queue starts"""
+    f_dep: list[int]
+    f_start: list[int]
+    b_op: list[int]
+    b_dep: list[int]
+    b_start: list[int]
+
+
+@lru_cache(maxsize=256)
+def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
+    """Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is
+    ``nv·m + k·m + i`` (one table of finish times for both)."""
+    zb = schedule in ("zb1p", "zbv")
+    zbv = schedule == "zbv"
+    asynchronous = schedule == "interleaved"
+    nv = n_virtual(schedule, pp, v)
+    last = nv - 1
+    st = [stage_of(schedule, pp, k) for k in range(nv)]
+    chunks = [[k for k in range(nv) if st[k] == s] for s in range(pp)]
+    nvm = nv * m
+    # forward / backward queues per stage, as flat pass numbers: a fixed list (1F1B, ZB-H1, interleaved) or
+    # per-chunk queues (ZB-V forwards; 1F1B, ZB-H1 and ZB-V backwards)
+    f_orders: list[list[list[int]]] = []
+    b_orders: list[list[list[int]]] = []
+    for s in range(pp):
+        ks = chunks[s]
+        if zbv:
+            f_orders.append([[k * m + i for i in range(m)] for k in ks])
+        elif asynchronous:
+            order = []
+            for g0 in range(0, m, pp):
+                size = min(pp, m - g0)
+                for k in ks:
+                    order.extend(k * m + g0 + j for j in range(size))
+            f_orders.append([order])
+        else:
+            f_orders.append([[ks[0] * m + i for i in range(m)]])
+        if asynchronous:  # Megatron: same groups of p micro-batches, chunks in reverse
+            order = []
+            for g0 in range(0, m, pp):
+                size = min(pp, m - g0)
+                for k in reversed(ks):
+                    order.extend(nvm + k * m + g0 + j for j in range(size))
+            b_orders.append([order])
+        else:
+            b_orders.append([[nvm + k * m + i for i in range(m)] for k in ks])
+    # per pass: its chunk and the pass it waits for (-1: none)
+    chunk_of = [k for k in range(nv) for _ in range(m)] * 2
+    dep_of = [-1] * m + list(range(nvm - m)) + list(range(nvm + m, 2 * nvm)) + list(range(last * m, nvm))
+    queue_of = [0] * nv
+    if zbv:
+        for s in range(pp):
+            for qi, k in enumerate(chunks[s]):
+                queue_of[k] = qi
+    caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
+    # ZB-V: the first chunk may not take every slot (its backward needs the second chunk's to run first)
+    qcap = [[caps[s] - 1, caps[s]] if zbv else [caps[s]] for s in range(pp)]
+    # stages whose passes a stage waits for (the neighbours of its chunks)
+    feeds = [{st[j] for k in chunks[s] for j in (k - 1, k + 1) if 0 <= j < nv} for s in range(pp)]
+    # single-queue schedules: a queue head's ready time is one lookup, with two extra finish-time slots, one
+    # never set (a queue's end: never ready) and one at 0 (the first chunk's forward input)
+    never, zero = 2 * nvm, 2 * nvm + 1
+    f_op: list[int] = []
+    f_dep: list[int] = []
+    f_start: list[int] = []
+    b_op: list[int] = []
+    b_dep: list[int] = []
+    b_start: list[int] = []
+    if not zbv:
+        for s in range(pp):
+            f_start.append(len(f_op))
+            f_op.extend(f_orders[s][0])
+            f_op.append(-1)
+            f_dep.extend(dep_of[op] if dep_of[op] >= 0 else zero for op in f_orders[s][0])
+            f_dep.append(never)
+            b_start.append(len(b_op))
+            b_op.extend(b_orders[s][0])
+            b_op.append(-1)
+            b_dep.extend(dep_of[op] for op in b_orders[s][0])
+            b_dep.append(never)
+    return _Shape(
+        nv=nv,
+        last=last,
+        nvm=nvm,
+        st=st,
+        chunks=chunks,
+        f_orders=f_orders,
+        b_orders=b_orders,
+        f_len=[[len(q) for q in qs] for qs in f_orders],
+        b_len=[[len(q) for q in qs] for qs in b_orders],
+        chunk_of=chunk_of,
+        dep_of=dep_of,
+        queue_of=queue_of,
+        caps=caps,
+        qcap=qcap,
+        feeds=feeds,
+        wakes=[frozenset(w for w in range(pp) if s in feeds[w]) for s in range(pp)],
+        remaining=tuple(len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)),
+        f_op=f_op,
+        f_dep=f_dep,
+        f_start=f_start,
+        b_op=b_op,
+        b_dep=b_dep,
+        b_start=b_start,
+    )
+
+
 def simulate(
     schedule: str,
     pp: int,
@@ -85,13 +216,18 @@ def simulate(
     zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
 
     Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
+
+    Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is ``nv·m + k·m + i``
+    (one table of finish times for both). Same decisions, same floating-point operations in the same order as
+    the straightforward simulation kept in ``tests/physics/pipeline_reference.py`` (tested equal).
     """
     zb = schedule in ("zb1p", "zbv")
+    zbv = schedule == "zbv"
     asynchronous = schedule == "interleaved"  # overlap_p2p_comm
-    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
-    nv = n_virtual(schedule, pp, v)
-    last = nv - 1
-    st = [stage_of(schedule, pp, k) for k in range(nv)]
+    v = 2 if zbv else (vpp if asynchronous else 1)
+    sh = _shape(schedule, pp, v, m)
+    nv, last, st, nvm = sh.nv, sh.last, sh.st, sh.nvm
+    f_orders, b_orders, chunk_of, dep_of = sh.f_orders, sh.b_orders, sh.chunk_of, sh.dep_of
     dur_f, dur_b, dur_w = [0.0] * nv, [0.0] * nv, [0.0] * nv
     sends = [0] * pp
     for k in range(nv):
@@ -105,63 +241,31 @@ def simulate(
             bk += c
             sends[st[k]] += 1
         dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
-    chunks = [[k for k in range(nv) if st[k] == s] for s in range(pp)]
-    # forward order per stage: a fixed list (1F1B, ZB-H1, interleaved) or per-chunk queues (ZB-V)
-    f_orders: list[list[list[tuple[int, int]]]] = []
-    for s in range(pp):
-        ks = chunks[s]
-        if schedule == "zbv":
-            f_orders.append([[(k, i) for i in range(m)] for k in ks])
-        elif schedule == "interleaved":
-            order = []
-            for g0 in range(0, m, pp):
-                size = min(pp, m - g0)
-                for k in ks:
-                    order.extend((k, g0 + j) for j in range(size))
-            f_orders.append([order])
-        else:
-            f_orders.append([[(ks[0], i) for i in range(m)]])
-    b_orders: list[list[list[tuple[int, int]]]] = []
-    for s in range(pp):
-        ks = chunks[s]
-        if schedule == "interleaved":  # Megatron: same groups of p micro-batches, chunks in reverse
-            order = []
-            for g0 in range(0, m, pp):
-                size = min(pp, m - g0)
-                for k in reversed(ks):
-                    order.extend((k, g0 + j) for j in range(size))
-            b_orders.append([order])
-        else:
-            b_orders.append([[(k, i) for i in range(m)] for k in ks])
-    # asynchronous transfers: arrival delay of chunk k's input from the previous chunk (F) / next chunk (B)
+    # per pass: the asynchronous transfer delay on its input, its duration
     delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
-    fin_f = [[-1.0] * m for _ in range(nv)]
-    fin_b = [[-1.0] * m for _ in range(nv)]
-    id_f = [[-1] * m for _ in range(nv)]
-    id_b = [[-1] * m for _ in range(nv)]
-    # critical-path bookkeeping: per op its kind (0 F, 1 B, 2 W), chunk and binding predecessor
-    op_kind: list[int] = []
-    op_chunk: list[int] = []
-    op_pred: list[int] = []
-    op_delay: list[int] = []  # 1 when the binding predecessor is an asynchronous transfer
+    delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
+    dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
+    fin = [-1.0] * (2 * nvm)
+    ids = [-1] * (2 * nvm)
+    # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
+    # predecessor is an asynchronous transfer
+    recs: list[tuple[int, int, int, int]] = []
+    rec_append = recs.append
     last_op = [-1] * pp
     last_end = [0.0] * pp
     end_op = -1
     f_ptr = [[0] * len(q) for q in f_orders]
     b_ptr = [[0] * len(q) for q in b_orders]
+    f_len, b_len = sh.f_len, sh.b_len
     pend_w: list[list[int]] = [[] for _ in range(pp)]
     # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
     inflight = [[0] * len(q) for q in f_orders]
-    queue_of = {k: (qi if schedule == "zbv" else 0) for s in range(pp) for qi, k in enumerate(chunks[s])}
-    caps = [_cap(schedule, pp, v, m, s) for s in range(pp)]
-    # ZB-V: the first chunk may not take every slot (its backward needs the second chunk's to run first)
-    qcap = [[caps[s] - 1, caps[s]] if schedule == "zbv" else [caps[s]] for s in range(pp)]
+    inflight_all = [0] * pp
+    queue_of, caps, qcap, feeds, wakes = sh.queue_of, sh.caps, sh.qcap, sh.feeds, sh.wakes
     f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
-    wmax = [pp - 1] * pp
-    remaining = [len(chunks[s]) * m * (3 if zb else 2) for s in range(pp)]
-    # stages whose passes a stage waits for (the neighbours of its chunks)
-    feeds = [{st[j] for k in chunks[s] for j in (k - 1, k + 1) if 0 <= j < nv} for s in range(pp)]
+    wmax = pp - 1
+    remaining = list(sh.remaining)
     busy = [0.0] * pp
     free = [0.0] * pp
     version = [0] * pp
@@ -170,75 +274,311 @@ def simulate(
     waiting: list[int] = []
     makespan = 0.0
     inf = float("inf")
+    heappop, heappush = heapq.heappop, heapq.heappush
+    if asynchronous:  # interleaved: one forward and one backward queue per stage, transfers asynchronous
+        # two extra finish-time slots: one never set (a queue's end: never ready), one at 0 (the first chunk's
+        # forward input), so a queue head's ready time is one lookup
+        fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
+        ids.extend((-1, -1))
+        f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
+        f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
+        b_at = list(sh.b_start)
+        n_op = 0
+        while heap:
+            t, _, s, ver = heappop(heap)
+            if ver != version[s] or remaining[s] == 0:
+                continue
+            fs = free[s]
+            if fs > t:
+                t = fs
+            while True:
+                if inflight_all[s] < caps[s]:
+                    fp = f_at[s]
+                    j = f_dep[fp]
+                    rf = fin[j]
+                    if rf < 0:
+                        rf = inf
+                    else:
+                        rf += delay_of[f_op[fp]]
+                        if rf < 0:
+                            rf = inf
+                else:
+                    rf = inf
+                if (
+                    rf <= t
+                ):  # Megatron's steady state: a ready forward first (the backward head is not needed)
+                    op = f_op[fp]
+                    f_at[s] = fp + 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = n_op
+                    busy[s] += d
+                    dep_id = ids[j]
+                    k = chunk_of[op]
+                    inflight_all[s] += 1
+                    bound = dep_id >= 0 and rf > last_end[s]
+                    rec_append((0, k, dep_id if bound else last_op[s], int(bound and delay_f[k] > 0)))
+                    break
+                bp = b_at[s]
+                rb = fin[b_dep[bp]]
+                if rb < 0:
+                    rb = inf
+                else:
+                    rb += delay_of[b_op[bp]]
+                    if rb < 0:
+                        rb = inf
+                if rb <= t:
+                    op = b_op[bp]
+                    b_at[s] = bp + 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = n_op
+                    busy[s] += d
+                    dep_id = ids[b_dep[bp]]
+                    k = chunk_of[op]
+                    inflight_all[s] -= 1
+                    bound = dep_id >= 0 and rb > last_end[s]
+                    rec_append((1, k, dep_id if bound else last_op[s], int(bound and delay_b[k] > 0)))
+                    break
+                nxt = rb if rb < rf else rf
+                if nxt < inf and (not heap or nxt <= heap[0][0]):
+                    t = nxt
+                    continue
+                # blocked: wait for a dependency (or for another stage to produce one)
+                free[s] = t
+                waiting.append(s)
+                if nxt < inf:
+                    seq += 1
+                    heappush(heap, (nxt, seq, s, version[s]))
+                elif not heap:
+                    raise RuntimeError(
+                        f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
+                    )
+                end = -1.0
+                break
+            if end < 0:
+                continue
+            last_op[s] = n_op
+            last_end[s] = end
+            free[s] = end
+            if end > makespan:
+                makespan, end_op = end, n_op
+            n_op += 1
+            remaining[s] -= 1
+            if remaining[s]:
+                seq += 1
+                heappush(heap, (end, seq, s, version[s]))
+            # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
+            if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
+                still = []
+                for w_ in waiting:
+                    if w_ != s and s in feeds[w_]:
+                        version[w_] += 1
+                        seq += 1
+                        heappush(heap, (free[w_], seq, w_, version[w_]))
+                    elif w_ != s:
+                        still.append(w_)
+                waiting = still
+        heap = []
+    elif not zbv:  # 1F1B and ZB-H1: one forward and one backward queue per stage, blocking sends
+        fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
+        ids.extend((-1, -1))
+        f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
+        f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
+        b_at = list(sh.b_start)
+        n_op = 0
+        while heap:
+            t, _, s, ver = heappop(heap)
+            if ver != version[s] or remaining[s] == 0:
+                continue
+            fs = free[s]
+            if fs > t:
+                t = fs
+            while True:
+                if zb and len(pend_w[s]) > wmax:
+                    k = pend_w[s].pop(0)
+                    d = dur_w[k]
+                    end = t + d
+                    busy[s] += d
+                    kind, dep_id, dep_t = 2, -1, -1.0
+                    break
+                bp = b_at[s]
+                rb = fin[b_dep[bp]]
+                if rb < 0:
+                    rb = inf
+                elif rb <= t:  # a ready backward first (the forward head is not needed)
+                    op = b_op[bp]
+                    b_at[s] = bp + 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = n_op
+                    busy[s] += d
+                    kind, dep_t = 1, rb
+                    dep_id = ids[b_dep[bp]]
+                    k = chunk_of[op]
+                    inflight_all[s] -= 1
+                    if zb:
+                        pend_w[s].append(k)
+                    break
+                if inflight_all[s] < caps[s]:
+                    fp = f_at[s]
+                    j = f_dep[fp]
+                    rf = fin[j]
+                    if rf < 0:
+                        rf = inf
+                else:
+                    rf = inf
+                if rf <= t:
+                    op = f_op[fp]
+                    f_at[s] = fp + 1
+                    d = dur_of[op]
+                    end = t + d
+                    fin[op] = end
+                    ids[op] = n_op
+                    busy[s] += d
+                    kind, dep_t = 0, rf
+                    dep_id = ids[j]
+                    k = chunk_of[op]
+                    inflight_all[s] += 1
+                    break
+                if zb and pend_w[s]:
+                    k = pend_w[s].pop(0)
+                    d = dur_w[k]
+                    end = t + d
+                    busy[s] += d
+                    kind, dep_id, dep_t = 2, -1, -1.0
+                    break
+                nxt = rb if rb < rf else rf
+                if nxt < inf and (not heap or nxt <= heap[0][0]):
+                    t = nxt
+                    continue
+                # blocked: wait for a dependency (or for another stage to produce one)
+                free[s] = t
+                waiting.append(s)
+                if nxt < inf:
+                    seq += 1
+                    heappush(heap, (nxt, seq, s, version[s]))
+                elif not heap:
+                    raise RuntimeError(
+                        f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
+                    )
+                end = -1.0
+                break
+            if end < 0:
+                continue
+            bound = dep_id >= 0 and dep_t > last_end[s]
+            rec_append((kind, k, dep_id if bound else last_op[s], 0))  # sends block: no transfer binds
+            last_op[s] = n_op
+            last_end[s] = end
+            free[s] = end
+            if end > makespan:
+                makespan, end_op = end, n_op
+            n_op += 1
+            remaining[s] -= 1
+            if remaining[s]:
+                seq += 1
+                heappush(heap, (end, seq, s, version[s]))
+            # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
+            if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
+                still = []
+                for w_ in waiting:
+                    if w_ != s and s in feeds[w_]:
+                        version[w_] += 1
+                        seq += 1
+                        heappush(heap, (free[w_], seq, w_, version[w_]))
+                    elif w_ != s:
+                        still.append(w_)
+                waiting = still
+        heap = []
     while heap:
-        t, _, s, ver = heapq.heappop(heap)
+        t, _, s, ver = heappop(heap)
         if ver != version[s] or remaining[s] == 0:
             continue
-        t = max(t, free[s])
+        fs = free[s]
+        if fs > t:
+            t = fs
         end = -1.0
+        pw = pend_w[s]
+        b_qs, b_p, b_n = b_orders[s], b_ptr[s], b_len[s]
+        f_qs, f_p, f_n = f_orders[s], f_ptr[s], f_len[s]
+        infl, qc, cap = inflight[s], qcap[s], caps[s]
         while True:
-            best_b = best_f = -1
-            rb = rf = inf
-            for qi, q in enumerate(b_orders[s]):
-                p_ = b_ptr[s][qi]
-                if p_ < len(q):
-                    k, i = q[p_]
-                    dep = fin_f[k][i] if k == last else fin_b[k + 1][i]
-                    if dep >= 0:
-                        dep += delay_b[k]
-                    if dep >= 0 and fin_f[k][i] >= 0 and dep < rb:
-                        rb, best_b = dep, qi
-            if len(pend_w[s]) <= wmax[s]:
-                for qi, q in enumerate(f_orders[s]):
-                    p_ = f_ptr[s][qi]
-                    if p_ < len(q) and sum(inflight[s]) < caps[s] and inflight[s][qi] < qcap[s][qi]:
-                        k, i = q[p_]
-                        dep = 0.0 if k == 0 else fin_f[k - 1][i]
-                        if dep >= 0:
-                            dep += delay_f[k]
-                        if dep >= 0 and (dep < rf or (dep == rf and schedule == "zbv")):
-                            rf, best_f = dep, qi
-            if len(pend_w[s]) > wmax[s]:
-                k = pend_w[s].pop(0)
-                end = t + dur_w[k]
-                busy[s] += dur_w[k]
+            if zb and len(pw) > wmax:
+                k = pw.pop(0)
+                d = dur_w[k]
+                end = t + d
+                busy[s] += d
                 kind, dep_id, dep_t = 2, -1, -1.0
                 break
+            best_b = best_f = -1
+            rb = rf = inf
+            for qi in range(len(b_qs)):
+                p_ = b_p[qi]
+                if p_ < b_n[qi]:
+                    op = b_qs[qi][p_]
+                    dep = fin[dep_of[op]]
+                    if dep >= 0:
+                        dep += delay_of[op]
+                        if dep >= 0 and dep < rb:
+                            rb, best_b = dep, qi
+            if inflight_all[s] < cap:
+                for qi in range(len(f_qs)):
+                    p_ = f_p[qi]
+                    if p_ < f_n[qi] and infl[qi] < qc[qi]:
+                        op = f_qs[qi][p_]
+                        j = dep_of[op]
+                        dep = 0.0 if j < 0 else fin[j]
+                        if dep >= 0:
+                            dep += delay_of[op]
+                            if dep >= 0 and (dep < rf or (dep == rf and zbv)):
+                                rf, best_f = dep, qi
             run_b = best_b >= 0 and rb <= t
             run_f = best_f >= 0 and rf <= t
             if run_b and run_f and f_first:
                 run_b = False
             if run_b:
-                k, i = b_orders[s][best_b][b_ptr[s][best_b]]
-                b_ptr[s][best_b] += 1
-                end = t + dur_b[k]
-                fin_b[k][i] = end
-                id_b[k][i] = len(op_kind)
-                busy[s] += dur_b[k]
+                op = b_qs[best_b][b_p[best_b]]
+                b_p[best_b] += 1
+                d = dur_of[op]
+                end = t + d
+                fin[op] = end
+                ids[op] = len(recs)
+                busy[s] += d
                 kind, dep_t = 1, rb
-                dep_id = id_f[k][i] if k == last else id_b[k + 1][i]
-                inflight[s][queue_of[k]] -= 1
+                dep_id = ids[dep_of[op]]
+                k = chunk_of[op]
+                q_ = queue_of[k]
+                infl[q_] -= 1
+                inflight_all[s] -= 1
                 if zb:
-                    pend_w[s].append(k)
+                    pw.append(k)
                 break
             if run_f:
-                k, i = f_orders[s][best_f][f_ptr[s][best_f]]
-                f_ptr[s][best_f] += 1
-                end = t + dur_f[k]
-                fin_f[k][i] = end
-                id_f[k][i] = len(op_kind)
-                busy[s] += dur_f[k]
+                op = f_qs[best_f][f_p[best_f]]
+                f_p[best_f] += 1
+                d = dur_of[op]
+                end = t + d
+                fin[op] = end
+                ids[op] = len(recs)
+                busy[s] += d
                 kind, dep_t = 0, rf
-                dep_id = id_f[k - 1][i] if k > 0 else -1
-                inflight[s][best_f] += 1
+                j = dep_of[op]
+                dep_id = ids[j] if j >= 0 else -1
+                k = chunk_of[op]
+                infl[best_f] += 1
+                inflight_all[s] += 1
                 break
-            if pend_w[s]:
-                k = pend_w[s].pop(0)
-                end = t + dur_w[k]
-                busy[s] += dur_w[k]
+            if pw:
+                k = pw.pop(0)
+                d = dur_w[k]
+                end = t + d
+                busy[s] += d
                 kind, dep_id, dep_t = 2, -1, -1.0
                 break
-            nxt = min(rb, rf)
+            nxt = rb if rb < rf else rf
             if nxt < inf and (not heap or nxt <= heap[0][0]):
                 t = nxt
                 continue
@@ -248,35 +588,34 @@ def simulate(
             waiting.append(s)
             if nxt < inf:
                 seq += 1
-                heapq.heappush(heap, (nxt, seq, s, version[s]))
+                heappush(heap, (nxt, seq, s, version[s]))
             elif not heap:
                 raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
             continue
-        op_kind.append(kind)
-        op_chunk.append(k)
+        n_op = len(recs)
         bound = dep_id >= 0 and dep_t > last_end[s]
-        op_pred.append(dep_id if bound else last_op[s])
         if kind == 0:
-            op_delay.append(int(bound and delay_f[k] > 0))
+            dly = int(bound and delay_f[k] > 0)
         elif kind == 1:
-            op_delay.append(int(bound and delay_b[k] > 0))
+            dly = int(bound and delay_b[k] > 0)
         else:
-            op_delay.append(0)
-        last_op[s], last_end[s] = len(op_kind) - 1, end
+            dly = 0
+        rec_append((kind, k, dep_id if bound else last_op[s], dly))
+        last_op[s], last_end[s] = n_op, end
         free[s] = end
         remaining[s] -= 1
         if end > makespan:
-            makespan, end_op = end, len(op_kind) - 1
+            makespan, end_op = end, n_op
         if remaining[s]:
             seq += 1
-            heapq.heappush(heap, (end, seq, s, version[s]))
+            heappush(heap, (end, seq, s, version[s]))
         if waiting:
             still = []
             for w_ in waiting:
                 if w_ != s and s in feeds[w_]:
                     version[w_] += 1
                     seq += 1
-                    heapq.heappush(heap, (free[w_], seq, w_, version[w_]))
+                    heappush(heap, (free[w_], seq, w_, version[w_]))
                 elif w_ != s:
                     still.append(w_)
             waiting = still
@@ -286,9 +625,9 @@ def simulate(
     coef = [0] * 7
     op = end_op
     while op >= 0:
-        kind, k = op_kind[op], op_chunk[op]
+        kind, k, pred, dly = recs[op]
         is_last = k == last
-        coef[3] += op_delay[op]
+        coef[3] += dly
         if kind == 0:
             coef[0] += 1
             coef[4] += is_last
@@ -303,7 +642,7 @@ def simulate(
         else:
             coef[2] += 1
             coef[6] += is_last
-        op = op_pred[op]
+        op = pred
     CRITICAL[0] = tuple(coef)
     return makespan, busy, sends
 
@@ -352,21 +691,32 @@ def pipeline_timing(
     if unit <= 0:
         return PipelineTiming(0.0, 0.0, 0.0, 0)
     ms = min(m, M_CAP_PER_STAGE * pp)
-
-    def q(x: float) -> int:
-        return int(round(x / unit * _RES))
-
-    coef, sends = _normalised(schedule, pp, vpp, ms, q(f), q(b), q(w), q(c), q(f_last), q(b_last), q(w_last))
+    r = _RES
+    # durations quantised to 1/_RES of the unit (the simulation's cache key)
+    coef, sends = _normalised(
+        schedule,
+        pp,
+        vpp,
+        ms,
+        int(round(f / unit * r)),
+        int(round(b / unit * r)),
+        int(round(w / unit * r)),
+        int(round(c / unit * r)),
+        int(round(f_last / unit * r)),
+        int(round(b_last / unit * r)),
+        int(round(w_last / unit * r)),
+    )
     # the simulated critical path re-evaluated with the exact durations (so the result is monotone in them);
     # the bubble beyond the busiest stage's work stays as simulated for more micro-batches (steady state)
-    span = sum(a * x for a, x in zip(coef, (f, b, w, c, f_last, b_last, w_last), strict=True))
+    a0, a1, a2, a3, a4, a5, a6 = coef
+    span = 0 + a0 * f + a1 * b + a2 * w + a3 * c + a4 * f_last + a5 * b_last + a6 * w_last
     # the busiest stage's exact work: its chunks (one of them may hold the output layer) plus its sends
     per_mb = (nv // pp) * (f + b + w) + f_last + b_last + w_last + sends * c
     bubble = max(0.0, span - ms * per_mb)
     busy = m * per_mb
     transfers = 0.0
     if schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
-        transfers = min(bubble, coef[3] * c)
+        transfers = min(bubble, a3 * c)
     return PipelineTiming(busy + bubble, busy, bubble - transfers, sends, transfers)
 
 

@@ -159,6 +159,14 @@ class _Context:
         self.params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
+        # memo tables of estimate_throughput: per layout, per (layout, recompute), per p2p message, per (layout, dp)
+        self.layouts: dict[tuple[Any, ...], _LayoutTerms] = {}
+        self.recs: dict[tuple[Any, ...], float] = {}
+        self.p2p: dict[tuple[int, ...], float] = {}
+        self.dp_terms: dict[tuple[Any, ...], tuple[float, float, float, float, float]] = {}
+        self.gaf = w.gradient_accumulation_fusion
+        self.is_moe = m.is_moe
+        self.overlap_grad_reduce = w.overlap_grad_reduce
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
@@ -484,25 +492,41 @@ def estimate_throughput(
     sets the steady state; lighter stages only shorten the bubble, which this overestimates). A split the
     layout does not allow is estimated with ``ceil(L / (pp·v))`` layers per chunk.
     """
+    return _estimate(_context(spec), config, calibration)
+
+
+def estimate_throughput_all(
+    spec: StudySpec, configs: list[Any], calibration: Calibration | None = None
+) -> list[ThroughputEstimate]:
+    """:func:`estimate_throughput` of each configuration (the same estimates; for ranking whole spaces)."""
     ctx = _context(spec)
+    return [_estimate(ctx, c, calibration) for c in configs]
+
+
+def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> ThroughputEstimate:
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
     schedule = config.pp_schedule if pp > 1 else "1f1b"
-    if schedule in ("zb1p", "zbv") and not ctx.spec.workload.gradient_accumulation_fusion:
+    if schedule in ("zb1p", "zbv") and not ctx.gaf:
         schedule = "1f1b"  # Primus: zero-bubble needs gradient_accumulation_fusion, else plain 1F1B runs
     vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, ctx.gbs // (mbs * dp))
-    k, topo = ctx.k, ctx.topo
+    k = ctx.k
     md = ctx.model
-    dispatcher = config.moe_dispatcher if md.is_moe else "alltoall"
+    is_moe = ctx.is_moe
+    dispatcher = config.moe_dispatcher if is_moe else "alltoall"
     zb = schedule in ("zb1p", "zbv")
-    lay, mx = _busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    lkey = (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    lo = ctx.layouts.get(lkey)
+    if lo is None:
+        lo = ctx.layouts[lkey] = _layout_terms(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    lay, mx = lo.lay, lo.mx
     recompute = "none" if zb else config.recompute
 
     # one layer, one micro-batch: passes
-    lin = lay.attn_lin + lay.mlp_lin
+    lin = lo.lin  # lay.attn_lin + lay.mlp_lin
     ep_f, ep_b = lay.ep_f, lay.ep_b
-    if md.is_moe and getattr(config, "ep_overlap", False):
+    if is_moe and getattr(config, "ep_overlap", False):
         # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
         # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
         # vice versa, never more than that compute, and the hidden part still costs the interference fraction
@@ -512,21 +536,30 @@ def estimate_throughput(
         keep = 1.0 - k.overlap_interference
         ep_f -= steady * keep * min(ep_f, comp_b)
         ep_b -= steady * keep * min(ep_b, comp_f)
-    f_layer = lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f + ep_f
+    # lin + core_f + other_f + host_f + tp_f + cp_f + ep_f (the sum up to cp_f is memoised per layout)
+    f_layer = lo.f_base + ep_f
     # uneven layouts: every chunk timed as the busiest stage's average chunk (the stage that decides the
     # steady state); MTP layers add their own output layer and loss to the last chunk
-    n_stage = mx.decoder + mx.mtp
-    per_chunk = n_stage / mx.chunks
-    rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, per_chunk or 1.0)
-    rec += _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, mx)
+    n_stage = lo.n_stage  # mx.decoder + mx.mtp
+    per_chunk = lo.per_chunk  # n_stage / mx.chunks
+    rkey = (lkey, recompute)
+    rec = ctx.recs.get(rkey)
+    if rec is None:
+        rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, per_chunk or 1.0)
+        rec += _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, mx)
+        ctx.recs[rkey] = rec
     tp_b = lay.tp_b_zb if zb else lay.tp_b
-    b_layer = lin + lay.core_b + 2 * lay.other_f + lay.host_b + tp_b + lay.cp_b + ep_b + rec
+    # lin + core_b + 2·other_f + host_b + tp_b + cp_b + ep_b + rec (memoised up to cp_b)
+    b_layer = (lo.b_base_zb if zb else lo.b_base) + ep_b + rec
     w_layer = lin
-    lf, lb, lw = (x * (1 + (md.mtp_num_layers or 0)) for x in ctx.logits_times(tp, cp, mbs))
+    lf, lb, lw = lo.logits  # the output layer's (F, B, W), once more per MTP layer
 
     # pipeline
-    msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
-    c = topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
+    ckey = (tp, cp, mbs, pp, dp)
+    c = ctx.p2p.get(ckey)
+    if c is None:
+        msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
+        c = ctx.p2p[ckey] = ctx.topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
     if zb:
         timing = pipeline_timing(
             schedule, pp, vpp, m, per_chunk * f_layer, per_chunk * b_layer, per_chunk * w_layer, c, lf, lb, lw
@@ -547,46 +580,99 @@ def estimate_throughput(
         )
 
     # data parallelism (per step, after the pipeline) and the optimizer
-    dense, expert = ctx.stage_params(tp, pp, ep, mx)
-    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
+    dkey = (lkey, dp)
+    dpt = ctx.dp_terms.get(dkey)
+    if dpt is None:
+        dense, expert = ctx.stage_params(tp, pp, ep, mx)
+        rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
+        optimizer = local * ADAM_BYTES_PER_PARAM / ctx.hbm + 30 * ctx.kernel_s
+        dpt = ctx.dp_terms[dkey] = (dense, expert, rs, ag, optimizer)
+    dense, expert, rs, ag, optimizer = dpt
     bwd_window = n_stage * (b_layer + w_layer)
     fwd_window = n_stage * f_layer
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
-    if ctx.spec.workload.overlap_grad_reduce and not zb:
+    if ctx.overlap_grad_reduce and not zb:
         # hidden under the last micro-batch's backward / first forward, less the interference fraction
         keep = 1.0 - k.overlap_interference
         dp_exposed = rs - keep * min((1 - k.dp_tail) * rs, bwd_window)
         dp_exposed += ag - keep * min((1 - k.dp_tail) * ag, fwd_window)
     else:  # Megatron's default: the reduce after the last backward, the gather before the first forward
         dp_exposed = rs + ag
-    optimizer = local * ADAM_BYTES_PER_PARAM / ctx.hbm + 30 * ctx.kernel_s
     grad_add = 0.0
-    if not ctx.spec.workload.gradient_accumulation_fusion:
+    if not ctx.gaf:
         # the wgrad GEMM writes a bf16 grad that a hook adds into the fp32 main grad, per micro-batch
         grad_add = m * (dense + expert) * (ACT + 4 + 4) / ctx.hbm
 
     # breakdown of the busiest stage: m micro-batches of its layers + output layer, sends, bubble
+    # (keys in the order of BREAKDOWN_TERMS)
     nm = m * n_stage
     bd = {
-        "compute_attention": nm * (3 * lay.attn_lin + lay.core_f + lay.core_b),
+        "compute_attention": nm * lo.attention,  # nm · (3·attn_lin + core_f + core_b)
         "compute_mlp": nm * 3 * lay.mlp_lin,
-        "compute_other": nm * (3 * lay.other_f + lay.host_f + lay.host_b) + m * (lf + lb + lw) + grad_add,
+        "compute_other": nm * lo.other + m * lo.logits_sum + grad_add,  # other: 3·other_f + host_f + host_b
         "recompute": nm * rec,
         "pipeline_bubble": timing.bubble,
         "tp_comm": nm * (lay.tp_f + tp_b),
-        "cp_comm": nm * (lay.cp_f + lay.cp_b),
+        "cp_comm": nm * lo.cp,  # cp_f + cp_b
         "ep_comm": nm * (ep_f + ep_b),
         "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
         "dp_comm": dp_exposed,
         "optimizer": optimizer,
     }
-    if calibration is not None and not calibration.is_identity:
+    calibrated = calibration is not None and not calibration.is_identity
+    if calibrated:
         bd = calibration.apply(bd)
     step = sum(bd.values())
+    if calibrated:
+        bd = {t: bd[t] for t in BREAKDOWN_TERMS}
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
-    return ThroughputEstimate(step, tps, mfu, {t: bd[t] for t in BREAKDOWN_TERMS})
+    return ThroughputEstimate(step, tps, mfu, bd)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayoutTerms:
+    """What :func:`estimate_throughput` needs of one layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher),
+    each sum written in the order the estimate adds it (so the floats are the same)."""
+
+    lay: _Layer
+    mx: StageMix
+    lin: float
+    f_base: float
+    b_base: float
+    b_base_zb: float
+    n_stage: int
+    per_chunk: float
+    logits: tuple[float, float, float]
+    logits_sum: float
+    attention: float
+    other: float
+    cp: float
+
+
+def _layout_terms(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> _LayoutTerms:
+    lay, mx = _busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+    lin = lay.attn_lin + lay.mlp_lin
+    n_stage = mx.decoder + mx.mtp
+    lf, lb, lw = (x * (1 + (ctx.model.mtp_num_layers or 0)) for x in ctx.logits_times(tp, cp, mbs))
+    return _LayoutTerms(
+        lay=lay,
+        mx=mx,
+        lin=lin,
+        f_base=lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f,
+        b_base=lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b,
+        b_base_zb=lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b_zb + lay.cp_b,
+        n_stage=n_stage,
+        per_chunk=n_stage / mx.chunks,
+        logits=(lf, lb, lw),
+        logits_sum=lf + lb + lw,
+        attention=3 * lay.attn_lin + lay.core_f + lay.core_b,
+        other=3 * lay.other_f + lay.host_f + lay.host_b,
+        cp=lay.cp_f + lay.cp_b,
+    )
 
 
 def _mla_shared_recompute_seconds(
@@ -676,6 +762,7 @@ def format_throughput(est: ThroughputEstimate, indent: str = "  ", header: bool 
 __all__ = [
     "ThroughputEstimate",
     "estimate_throughput",
+    "estimate_throughput_all",
     "format_throughput",
     "throughput_section",
 ]

@@ -148,33 +148,60 @@ class Space:
 
     @cached_property
     def _configs(self) -> list[TrainingConfig]:
-        return list(self._enumerate())
+        return self._enumerate_list()
 
     @cached_property
     def _config_set(self) -> frozenset[TrainingConfig]:
         return frozenset(self._configs)
 
     def _enumerate(self) -> Iterator[TrainingConfig]:
+        yield from self._enumerate_list()
+
+    def _enumerate_list(self) -> list[TrainingConfig]:
+        """Depth-first over :data:`ENUM_ORDER`, each rule applied at the level that fixes its last axis;
+        the leaves are built already derived (``dp``, ``num_microbatches``) as :meth:`TrainingConfig.derive`
+        computes them."""
         levels: list[list[Rule]] = [[] for _ in ENUM_ORDER]
         for rule in RULES:
             levels[max(ENUM_ORDER.index(a) for a in rule.axes)].append(rule)
+        fns = [tuple(rule.fn for rule in rules) for rules in levels]
         cands = [self.candidates[a] for a in ENUM_ORDER]
         facts, world, gbs = self.facts, self.facts.world, self.facts.gbs
         p = _Partial()
-        n = len(ENUM_ORDER)
+        # the leaf's constructor arguments, in TrainingConfig's field order (AXES, then dp, num_microbatches)
+        slot = [AXES.index(a) for a in ENUM_ORDER]
+        args: list[Any] = [None] * (len(AXES) + 2)
+        i_tp, i_cp, i_pp, i_mbs = (AXES.index(a) for a in ("tp", "cp", "pp", "mbs"))
+        # dp and num_microbatches as TrainingConfig.derive computes them, once the axes they read are fixed
+        derive_at = max(ENUM_ORDER.index(a) for a in ("tp", "cp", "pp", "mbs"))
+        out: list[TrainingConfig] = []
+        last = len(ENUM_ORDER) - 1
 
-        def rec(k: int) -> Iterator[TrainingConfig]:
-            axis, rules = ENUM_ORDER[k], levels[k]
+        def rec(k: int) -> None:
+            axis, rules, i = ENUM_ORDER[k], fns[k], slot[k]
             for v in cands[k]:
                 setattr(p, axis, v)
-                if any(rule.fn(facts, p) for rule in rules):
+                broken = False
+                for fn in rules:
+                    if fn(facts, p):
+                        broken = True
+                        break
+                if broken:
                     continue
-                if k + 1 < n:
-                    yield from rec(k + 1)
+                args[i] = v
+                if k == derive_at:
+                    inner = args[i_tp] * args[i_cp] * args[i_pp]
+                    dp = world // inner if world % inner == 0 else 0
+                    mb = args[i_mbs] * dp
+                    args[-2] = dp
+                    args[-1] = gbs // mb if dp and gbs % mb == 0 else 0
+                if k < last:
+                    rec(k + 1)
                 else:
-                    yield TrainingConfig(**{a: getattr(p, a) for a in AXES}).derive(world, gbs)
+                    out.append(TrainingConfig(*args))
 
-        yield from rec(0)
+        rec(0)
+        return out
 
     def product(self) -> Iterator[TrainingConfig]:
         """The raw Cartesian product of the candidate values (legal or not)."""

@@ -161,3 +161,18 @@ def test_full_n_covering_every_layer_of_a_chunk_is_full_when_layers_do_not_divid
     configs = space.configs()
     assert all(space.canonical(x) == x for x in configs)
     assert len({space.canonical(x) for x in configs}) == len(configs)
+
+
+def test_enumeration_builds_configurations_positionally_in_field_order() -> None:
+    # Space._enumerate_list passes the axes positionally: TrainingConfig's fields must be AXES, then the
+    # derived dp and num_microbatches, and the leaves must equal TrainingConfig(...).derive(...)
+    import dataclasses
+
+    from primus_optuna.spec.study import AXES
+
+    assert tuple(f.name for f in dataclasses.fields(TrainingConfig)) == (*AXES, "dp", "num_microbatches")
+    spec = StudySpec.from_yaml(FLAGSHIP)
+    space = Space(spec)
+    for c in space.configs()[::997]:
+        again = TrainingConfig.from_params(c.to_params()).derive(space.facts.world, space.facts.gbs)
+        assert c == again and (c.dp, c.num_microbatches) == (again.dp, again.num_microbatches)

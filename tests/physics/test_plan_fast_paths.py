@@ -1,0 +1,53 @@
+"""The fast paths of ``plan`` give the estimates of the per-configuration functions to the last bit: the peak
+memory of every configuration (:func:`peak_memory_all`), and the ranked throughput of :func:`plan_space`, on
+studies with uneven layouts, MTP, MLA, dense-first layers and the zero-bubble schedules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from primus_optuna.physics.memory import estimate_memory, peak_memory_all, peak_memory_gib
+from primus_optuna.physics.plan import pareto_front, plan_space
+from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.space import Space
+from primus_optuna.spec import StudySpec
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+
+
+def _sample(configs: list, n: int) -> list:
+    step = max(1, len(configs) // n)
+    return configs[::step]
+
+
+@pytest.mark.parametrize(
+    "name", ["deepseek-v3-mi355x-fp8", "llama3.1-70b-h100-bf16", "qwen3-30b-a3b-h200-bf16", "local-gpt-cpu"]
+)
+def test_peak_memory_all_is_estimate_memory_peak(name: str) -> None:
+    spec = StudySpec.from_yaml(STUDIES / f"{name}.yaml")
+    configs = _sample(Space(spec).configs(), 1500)
+    peaks, usable = peak_memory_all(spec, configs)
+    for c, peak in zip(configs, peaks, strict=True):
+        mem = estimate_memory(spec, c)
+        assert peak == mem.peak_gib, c
+        assert (peak <= usable) == mem.fits
+    assert peak_memory_gib(spec, configs[0]) == (peaks[0], usable)
+
+
+def test_plan_space_ranks_the_per_configuration_estimates() -> None:
+    spec = StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml")
+    space = Space(spec)
+    result = plan_space(spec, space, top=5)
+    fresh = StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml")
+    expected = []
+    for c in space.configs():
+        mem = estimate_memory(fresh, c)
+        if mem.fits:
+            expected.append((c, estimate_throughput(fresh, c).tokens_per_s_per_gpu, mem.peak_gib))
+    expected.sort(key=lambda x: (-x[1], x[2]))
+    assert [(e.config, e.tokens_per_s_per_gpu, e.peak_gib) for e in result.ranked] == expected
+    assert result.pareto == pareto_front(result.ranked)
+    ranked = result.ranked
+    assert ranked[0].throughput == estimate_throughput(fresh, ranked[0].config)
