@@ -243,7 +243,7 @@ def test_run_warns_when_the_baseline_does_not_fit_and_names_the_gain_over_the_sw
         "search": {
             "n_trials": 3,
             "baseline": {"tp": 1, "pp": 1, "mbs": 1, "recompute": "none"},
-            "axes": {"tp": [1, 2], "pp": [1], "mbs": [1], "recompute": ["none"], "cp": [1], "vpp": [1]},
+            "axes": {"tp": [1, 2, 4], "pp": [1], "mbs": [1, 2], "recompute": ["none"], "cp": [1], "vpp": [1]},
         },
     }
     r = invoke("run", _write(tmp_path, data), "--storage", f"sqlite:///{tmp_path / 'u.db'}", "--no-progress")
@@ -251,3 +251,8 @@ def test_run_warns_when_the_baseline_does_not_fit_and_names_the_gain_over_the_sw
     warning = next(line for line in r.output.splitlines() if line.startswith("warning: "))
     assert "does not fit in memory" in warning and "GiB usable" in warning and "tp 1→2" in warning
     assert "gain over the sweep centre (the study's baseline does not fit or is illegal) (trial 0" in r.output
+    from primus_optuna.record.report import build_report
+
+    md = build_report(f"sqlite:///{tmp_path / 'u.db'}", "unfit", tmp_path / "rep")["md"].read_text()
+    assert "**Gain over the sweep centre** (trial 0, " in md and "baseline was not run: the study's" in md
+    assert "**Trials**: 3 estimated by the analytical runner (nothing launched)" in md

@@ -97,12 +97,31 @@ def _summary(doc: Doc, rec: StudyRecord) -> None:
             f"{fmt_pct(gain(best.value, b.value))}."
         )
     else:
-        why = "not tried yet" if b is None else b.outcome
-        lines.append(f"**Gain over the baseline**: not measured (the baseline: {why}).")
-    lines.append(
-        f"**Trials**: {launched} launched ({states['COMPLETE']} complete, {states['FAIL']} failed), "
-        f"{states['PRUNED']} pruned ({len(mem)} by the memory filter) of {len(rec.trials)}."
-    )
+        centre = next((t for t in rec.complete if t.attr("sweep_axis") == "baseline"), None)
+        note = (rec.user_attrs.get("sweep") or {}).get("centre_note") or ""
+        if b is None and best is not None and centre is not None and centre.value:
+            # the sweep centre stood in for a baseline that is illegal or does not fit
+            kind = "measured" if centre.attr("source") not in (None, "analytical") else "estimated"
+            lines.append(
+                f"**Gain over the sweep centre** (trial {centre.number}, {fmt_tok(centre.value)} tokens/s/GPU "
+                f"{kind}; the study's baseline was not run" + (f": {note}" if note else "") + f"): "
+                f"{fmt_pct(gain(best.value, centre.value))}."
+            )
+        else:
+            why = "not tried yet" if b is None else b.outcome
+            lines.append(f"**Gain over the baseline**: not measured (the baseline: {why}).")
+    acc = account(((t.state, t.attrs, t.duration_s) for t in rec.trials), rec.spec.world)
+    pruned = f"{states['PRUNED']} pruned ({len(mem)} by the memory filter) of {len(rec.trials)}."
+    if acc.launched or not acc.analytical:
+        lines.append(
+            f"**Trials**: {launched} launched ({states['COMPLETE']} complete, {states['FAIL']} failed), "
+            + pruned
+        )
+    else:  # nothing ran on a GPU: the analytical runner's trials are estimates
+        lines.append(
+            f"**Trials**: {acc.analytical} estimated by the analytical runner (nothing launched), "
+            f"{states['FAIL']} failed, " + pruned
+        )
     acct = gpu_hours_account(rec)
     if acct.launched:
         lines.append("**GPU-hours**" + acct.line().removeprefix("GPU-hours") + ".")
