@@ -11,7 +11,9 @@ Each file's ``extends:`` chain is followed (paths relative to that file; later f
 Primus' ``${NAME:default}`` values take the environment variable or the default). The experiment's overrides
 win over the model file. They also give the study its **baseline** (``tensor_model_parallel_size`` …
 ``micro_batch_size``, recompute, DeepEP and zero-bubble switches) when ``search.baseline`` is not written, and
-``seq_length``/``global_batch_size``/precision when ``workload`` leaves them out. Other keys under ``model:``
+``seq_length``/``global_batch_size``/precision and the memory levers (``grad_reduce_in_bf16`` or bf16
+``main_grads_dtype``: 2-byte gradients; ``fp8_param_gather``; the precision-aware optimizer and its dtypes)
+when ``workload`` leaves them out. Other keys under ``model:``
 override the imported architecture (e.g. ``vocab_size`` when the YAML names only a tokenizer).
 
 Example::
