@@ -15,7 +15,9 @@ What is counted (breakdown keys, GiB per GPU):
   optimizer reduce-scatters into this buffer; it is not sharded.
 - ``optimizer_gib``: fp32 master weights (4) + Adam moments (4 + 4) = 12 bytes per parameter, divided by
   the distributed optimizer's shard group: dp·cp for dense parameters, the expert-data-parallel group
-  world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param).
+  world/(pp·ep) for expert parameters (Megatron ``docs/distrib_optimizer.md``: 6 + 12/d bytes/param). With
+  ``workload.precision_aware_optimizer`` the master weights and moments take the workload's
+  ``main_params_dtype``/``exp_avg_dtype``/``exp_avg_sq_dtype`` (:func:`optimizer_bytes_per_param`).
 - ``activations_gib``: what the micro-batches in flight keep for backward: chunk micro-batches in flight
   (:func:`~primus_optuna.physics.shapes.chunks_in_flight`) × the stage's average chunk under the
   configuration's recompute, per tensor as in shared/reference/megatron-memory.md and per layer kind
@@ -42,7 +44,7 @@ from typing import Any
 
 from ..spec.hardware import GIB
 from ..spec.recompute import Recompute, parse_recompute
-from ..spec.study import StudySpec
+from ..spec.study import StudySpec, WorkloadSpec
 from .layer_mix import (
     StageMix,
     even_fallback,
@@ -77,6 +79,39 @@ GRAD_BYTES_BF16 = 2
 """bf16 main grads (``grad_reduce_in_fp32: false``, as every published Megatron-Bridge recipe sets)."""
 OPTIMIZER_BYTES = 12
 """fp32 master copy + Adam exp_avg + exp_avg_sq."""
+STATE_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+"""Bytes per element of an optimizer state under Megatron's precision-aware optimizer: TransformerEngine's
+FusedAdam allocates each state in its dtype (``fp8`` is a uint8 Float8Tensor with one fp32 scale per tensor,
+negligible); Megatron ``megatron/core/optimizer/__init__.py`` passes ``exp_avg_dtype``/``exp_avg_sq_dtype``/
+``master_weight_dtype`` to it."""
+MASTER_REMAINDER_BYTES = 2
+"""TE FusedAdam ``store_param_remainders`` (Megatron ``OptimizerConfig`` default True, TE >= 2.1; no
+Megatron-LM argument turns it off): with bf16 parameters and fp32 master weights held by FusedAdam, only the
+16 trailing bits of each fp32 master are stored (int16); the bf16 parameter supplies the rest."""
+
+
+def optimizer_bytes_per_param(w: WorkloadSpec) -> int:
+    """Bytes of optimizer state per parameter before sharding: master weight + exp_avg + exp_avg_sq.
+
+    Without the precision-aware optimizer: 4 + 4 + 4. With it the moments take their dtypes, and the master
+    weight is ``main_params_dtype``; an fp32 master held by TE's FusedAdam over bf16 parameters is stored as
+    16-bit remainders. FusedAdam holds the master unless an FP8 recipe other than delayed scaling is used with
+    fp32 master weights (then Megatron keeps the fp32 master itself: ``use_precision_aware_optimizer_no_fp8_or_
+    ds_fp8`` in ``megatron/core/optimizer/optimizer_config.py``, ``shard_main_param`` in
+    ``distrib_optimizer.py``); the parameters are bf16 under bf16 precision and under FP8 without
+    ``fp8_param_gather``."""
+    if not w.precision_aware_optimizer:
+        return OPTIMIZER_BYTES
+    moments = STATE_DTYPE_BYTES[w.exp_avg_dtype] + STATE_DTYPE_BYTES[w.exp_avg_sq_dtype]
+    if w.main_params_dtype != "fp32":
+        return STATE_DTYPE_BYTES[w.main_params_dtype] + moments
+    fp8 = w.precision == "fp8"
+    te_holds_master = not fp8 or w.fp8_recipe == "delayed"
+    bf16_params = w.precision == "bf16" or (fp8 and not w.fp8_param_gather)
+    master = MASTER_REMAINDER_BYTES if te_holds_master and bf16_params else STATE_DTYPE_BYTES["fp32"]
+    return master + moments
+
+
 CCL_BASE_GIB = 0.25
 """NCCL/RCCL bootstrap, proxy and the global/embedding communicators."""
 CCL_GIB_PER_GROUP = 0.25
@@ -183,6 +218,7 @@ class _Context:
         self.fp8_param_gather = self.fp8 and w.fp8_param_gather
         self.grad_bytes = GRAD_BYTES if w.grad_reduce_in_fp32 else GRAD_BYTES_BF16
         self.dist_opt = w.distributed_optimizer
+        self.optimizer_bytes = optimizer_bytes_per_param(w)
         self.layernorm = m.normalization == "LayerNorm"
         self.is_moe = m.is_moe
         self.capacity_gib = spec.cluster.gpu.hbm_gib
@@ -383,7 +419,7 @@ def _static(
             (
                 (WEIGHT_BYTES * params + fp8_extra * gemm) / GIB,
                 ctx.grad_bytes * params / GIB,
-                OPTIMIZER_BYTES * (dense / dense_shard + expert / expert_shard) / GIB,
+                ctx.optimizer_bytes * (dense / dense_shard + expert / expert_shard) / GIB,
                 comm,
                 disp,
                 params,

@@ -15,7 +15,9 @@ Megatron/Primus names: ``tensor_model_parallel_size``, ``pipeline_model_parallel
 ``expert_model_parallel_size``, ``context_parallel_size``, ``num_virtual_stages_per_pipeline_rank``,
 ``micro_batch_size``, ``global_batch_size``, ``recompute_granularity/method/num_layers/modules`` (the
 ``recompute`` axis: none, selective[:modules], full = uniform 1, full:N = block N; Primus's
-``recompute_layer_ids`` is read back too), ``grad_reduce_in_bf16``, ``fp8_param_gather``,
+``recompute_layer_ids`` is read back too), ``grad_reduce_in_bf16``, ``fp8_param_gather``, the
+precision-aware optimizer's ``use_precision_aware_optimizer``/``main_params_dtype``/``main_grads_dtype``/
+``exp_avg_dtype``/``exp_avg_sq_dtype`` (workload settings: the study's importer reads them back),
 ``moe_token_dispatcher_type`` (DeepEP: ``flex`` + ``moe_enable_deepep`` and Primus-Turbo's
 ``use_turbo_deepep``), the zero-bubble switches of Primus (``patch_zero_bubble``, ``enable_zero_bubble``,
 ``zero_bubble_v_schedule``, ``zero_bubble_v_schedule_mem_setup``) and ``fp8: hybrid``.

@@ -34,6 +34,7 @@ from ..errors import SpecError
 from ..search.pruner import store_spec, stored_spec_data
 from ..space import Space
 from ..spec import StudySpec
+from ..spec.study import PRECISION_AWARE_FIELDS, WorkloadSpec
 
 HEARTBEAT_INTERVAL_S = 30
 GRACE_FACTOR = 3
@@ -152,10 +153,21 @@ def space_hash(spec: StudySpec) -> str:
         "candidates": Space(spec).candidates,
         "model": data["model"],
         "cluster": data["cluster"],
-        "workload": data["workload"],
+        "workload": hashed_workload(data["workload"]),
         "search": search,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields enter only when they
+    differ from Megatron's defaults, so study files written before they existed keep their hash (fp32
+    everywhere then, as now)."""
+    return {
+        k: v
+        for k, v in workload.items()
+        if k not in PRECISION_AWARE_FIELDS or v != WorkloadSpec.model_fields[k].default
+    }
 
 
 HASHED_SECTIONS = ("model", "cluster", "workload", "search")

@@ -13,6 +13,7 @@ from typing import Any
 from ..spec import StudySpec
 from ..spec.primus_import import baseline_from_megatron
 from ..spec.recompute import parse_recompute
+from ..spec.study import OPTIMIZER_DTYPE_FIELDS
 from .config import TrainingConfig
 
 
@@ -68,6 +69,12 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
     # (megatron/training/arguments.py); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
     out["grad_reduce_in_bf16"] = True if not w.grad_reduce_in_fp32 else None
     out["fp8_param_gather"] = True if precision == "fp8" and w.fp8_param_gather else None
+    # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py: --use-precision-aware-optimizer,
+    # --main-params-dtype, --main-grads-dtype, --exp-avg-dtype, --exp-avg-sq-dtype; fp32 defaults)
+    pao = w.precision_aware_optimizer
+    out["use_precision_aware_optimizer"] = True if pao else None
+    for name in OPTIMIZER_DTYPE_FIELDS:
+        out[name] = getattr(w, name) if pao else None
     return out
 
 

@@ -11,7 +11,9 @@ Each file's ``extends:`` chain is followed (paths relative to that file; later f
 Primus' ``${NAME:default}`` values take the environment variable or the default). The experiment's overrides
 win over the model file. They also give the study its **baseline** (``tensor_model_parallel_size`` …
 ``micro_batch_size``, recompute, DeepEP and zero-bubble switches) when ``search.baseline`` is not written, and
-``seq_length``/``global_batch_size``/precision when ``workload`` leaves them out. Other keys under ``model:``
+``seq_length``/``global_batch_size``/precision and the memory levers (``grad_reduce_in_bf16`` or bf16
+``main_grads_dtype``: 2-byte gradients; ``fp8_param_gather``; the precision-aware optimizer and its dtypes)
+when ``workload`` leaves them out. Other keys under ``model:``
 override the imported architecture (e.g. ``vocab_size`` when the YAML names only a tokenizer).
 
 Example::
@@ -32,6 +34,7 @@ import yaml
 
 from ..errors import SpecError
 from .recompute import recompute_from_megatron
+from .study import OPTIMIZER_DTYPE_FIELDS
 
 MODEL_KEYS: tuple[str, ...] = (
     "num_layers",
@@ -297,6 +300,19 @@ def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
         out["precision"] = "bf16"
     if "use_distributed_optimizer" in args and args["use_distributed_optimizer"] is not None:
         out["distributed_optimizer"] = _truthy(args["use_distributed_optimizer"])
+    if out.get("precision") == "fp8" and _truthy(args.get("fp8_param_gather", False)):
+        out["fp8_param_gather"] = True
+    # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py); its dtypes are legal only with
+    # it (OptimizerConfig.__post_init__), so they are read only when it is on
+    if _truthy(args.get("use_precision_aware_optimizer", False)):
+        out["precision_aware_optimizer"] = True
+        for name in OPTIMIZER_DTYPE_FIELDS:
+            if args.get(name) is not None:
+                out[name] = str(args[name]).strip().lower()
+    # bf16 gradients: --grad-reduce-in-bf16, or bf16 main grads, which make Megatron accumulate and reduce in
+    # bf16 (arguments.py: accumulate_allreduce_grads_in_fp32 is forced on only while main_grads_dtype is fp32)
+    if _truthy(args.get("grad_reduce_in_bf16", False)) or out.get("main_grads_dtype") == "bf16":
+        out["grad_reduce_in_fp32"] = False
     return out
 
 

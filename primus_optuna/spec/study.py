@@ -162,12 +162,55 @@ class WorkloadSpec(_Strict):
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = "delayed"
     """Transformer Engine FP8 recipe (Megatron ``--fp8-recipe``, default delayed scaling). Under delayed
     scaling Megatron rejects the ``moe_act`` and ``layernorm`` recompute modules."""
+    precision_aware_optimizer: bool = False
+    """Megatron-Core's ``--use-precision-aware-optimizer``: TransformerEngine's FusedAdam keeps the master
+    weights and Adam moments in the dtypes below (``megatron/core/optimizer/optimizer_config.py``). Megatron
+    requires the distributed optimizer and Adam (``megatron/core/optimizer/__init__.py``)."""
+    main_params_dtype: Literal["fp32", "fp16"] = "fp32"
+    """``--main-params-dtype``: the optimizer's master weights (precision-aware optimizer only)."""
+    main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
+    """``--main-grads-dtype``: bf16 main grads are the 2-byte gradient buffer, which this file spells
+    ``grad_reduce_in_fp32: false`` (set both; precision-aware optimizer only)."""
+    exp_avg_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = "fp32"
+    """``--exp-avg-dtype``: Adam's first moment as stored between steps (precision-aware optimizer only)."""
+    exp_avg_sq_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = "fp32"
+    """``--exp-avg-sq-dtype``: Adam's second moment as stored between steps (precision-aware optimizer
+    only)."""
 
     @model_validator(mode="after")
     def _fp8_options(self) -> WorkloadSpec:
         if self.fp8_param_gather and self.precision != "fp8":
             raise ValueError("fp8_param_gather needs precision fp8; remove it or set precision: fp8")
         return self
+
+    @model_validator(mode="after")
+    def _optimizer_dtypes(self) -> WorkloadSpec:
+        # Megatron: OptimizerConfig.__post_init__ asserts every dtype is fp32 without the precision-aware
+        # optimizer; get_megatron_optimizer raises without the distributed optimizer; arguments.py asserts
+        # fp32 main grads when gradients accumulate in fp32
+        lowered = [f"{k}: {getattr(self, k)}" for k in OPTIMIZER_DTYPE_FIELDS if getattr(self, k) != "fp32"]
+        if lowered and not self.precision_aware_optimizer:
+            raise ValueError(
+                f"{', '.join(lowered)} needs precision_aware_optimizer: true (Megatron keeps every optimizer "
+                "dtype fp32 without --use-precision-aware-optimizer); set it or use fp32"
+            )
+        if self.precision_aware_optimizer and not self.distributed_optimizer:
+            raise ValueError(
+                "precision_aware_optimizer needs distributed_optimizer: true (Megatron: "
+                "--use-precision-aware-optimizer only supported with distributed optimizer); set it or remove "
+                "precision_aware_optimizer"
+            )
+        if self.main_grads_dtype == "bf16" and self.grad_reduce_in_fp32:
+            raise ValueError(
+                "main_grads_dtype: bf16 needs grad_reduce_in_fp32: false (bf16 main grads are the 2-byte "
+                "gradient buffer; Megatron asserts fp32 main grads when accumulating in fp32)"
+            )
+        return self
+
+
+OPTIMIZER_DTYPE_FIELDS = ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+"""The precision-aware optimizer's dtypes (Megatron argument names, fp32 by default)."""
+PRECISION_AWARE_FIELDS = ("precision_aware_optimizer", *OPTIMIZER_DTYPE_FIELDS)
 
 
 class BaselineSpec(_Strict):

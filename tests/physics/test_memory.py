@@ -18,7 +18,7 @@ from primus_optuna.physics import memory as mem
 from primus_optuna.physics.shapes import output_params
 from primus_optuna.space import Space
 from primus_optuna.spec import GIB, StudySpec
-from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+from tests.conftest import FLAGSHIP, STUDIES, small_dense_study, small_moe_study
 from tests.helpers.models import gpt_model
 
 # --- Korthikanti et al. 2022, Fig. 1 (shared/reference/validation.md) -----------------------------------------
@@ -137,6 +137,91 @@ def test_distributed_optimizer_shards_dense_over_dp_cp_and_experts_over_edp() ->
     expect = 12 * (dense / (c.dp * c.cp) + expert / edp) / GIB
     assert st.breakdown["optimizer_gib"] == pytest.approx(expect)
     assert st.breakdown["gradients_gib"] == pytest.approx(4 * (dense + expert) / GIB)
+
+
+# Megatron-Core precision-aware optimizer: (workload, optimizer bytes per parameter = master + exp_avg +
+# exp_avg_sq). bf16 parameters with an fp32 master held by TE FusedAdam store 16-bit remainders (2 bytes);
+# MXFP8 with fp32 master: Megatron keeps the full fp32 master (4 bytes).
+PAO = {"precision_aware_optimizer": True}
+OPTIMIZER_BYTES_CASES = [
+    ({}, 12),
+    ({**PAO}, 2 + 4 + 4),
+    ({**PAO, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, 2 + 2 + 2),
+    ({**PAO, "precision": "fp16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, 4 + 2 + 2),
+    (
+        {
+            **PAO,
+            "precision": "fp8",
+            "fp8_recipe": "mxfp8",
+            "exp_avg_dtype": "bf16",
+            "exp_avg_sq_dtype": "bf16",
+        },
+        8,
+    ),
+    (
+        {
+            **PAO,
+            "precision": "fp8",
+            "fp8_recipe": "delayed",
+            "exp_avg_dtype": "fp16",
+            "exp_avg_sq_dtype": "fp16",
+        },
+        6,
+    ),
+    (
+        {
+            **PAO,
+            "precision": "fp8",
+            "fp8_recipe": "delayed",
+            "fp8_param_gather": True,
+            "exp_avg_dtype": "bf16",
+        },
+        4 + 2 + 4,
+    ),
+    ({**PAO, "main_params_dtype": "fp16", "exp_avg_dtype": "fp8", "exp_avg_sq_dtype": "fp8"}, 2 + 1 + 1),
+]
+
+
+@pytest.mark.parametrize(("over", "per_param"), OPTIMIZER_BYTES_CASES)
+def test_precision_aware_optimizer_bytes_per_parameter(over: dict, per_param: int) -> None:
+    data = small_moe_study()
+    spec = StudySpec.from_dict({**data, "workload": {**data["workload"], **over}})
+    assert mem.optimizer_bytes_per_param(spec.workload) == per_param
+    # closed form on the stage: per_param x (dense / dp·cp + expert / edp), as the fp32 test above
+    space = Space(spec)
+    c = space.canonical(space.make(tp=1, pp=2, ep=2, cp=2, mbs=1))
+    assert space.check(c) == []
+    st = estimate_memory(spec, c).stages[1]
+    lp = layer_params(LayerShape.from_config(spec, c))
+    n = spec.model.num_layers // 2
+    dense, expert = n * lp.dense + output_params(spec, 1, 2), n * lp.expert
+    expect = per_param * (dense / (c.dp * c.cp) + expert / (spec.world // 4)) / GIB
+    assert st.breakdown["optimizer_gib"] == pytest.approx(expect)
+
+
+def test_bf16_moments_take_a_third_off_the_optimizer_states_under_mxfp8() -> None:
+    """12 -> 8 bytes per parameter (fp32 master kept by Megatron under MXFP8, bf16 moments): the DeepSeek-V3
+    recipe's setting; nothing else in the estimate moves."""
+    data = small_moe_study()
+    w = {**data["workload"], "precision": "fp8", "fp8_recipe": "mxfp8", "grad_reduce_in_fp32": False}
+    base = StudySpec.from_dict({**data, "workload": w})
+    lean = StudySpec.from_dict(
+        {
+            **data,
+            "workload": {
+                **w,
+                **PAO,
+                "main_grads_dtype": "bf16",
+                "exp_avg_dtype": "bf16",
+                "exp_avg_sq_dtype": "bf16",
+            },
+        }
+    )
+    c = Space(base).baseline
+    for a, b in zip(estimate_memory(base, c).stages, estimate_memory(lean, c).stages, strict=True):
+        assert b.breakdown["optimizer_gib"] == pytest.approx(a.breakdown["optimizer_gib"] * 8 / 12)
+        for k in ("weights_gib", "gradients_gib", "activations_gib"):
+            assert b.breakdown[k] == pytest.approx(a.breakdown[k])
 
 
 def test_fp8_adds_two_bytes_per_gemm_parameter() -> None:
@@ -402,3 +487,20 @@ def test_layer_params_of_known_models() -> None:
         c = Space(spec).canonical(Space(spec).make(tp=1, pp=1, ep=1, cp=1))
         total = estimate_memory(spec, c).stages[0].params
         assert total / 1e9 == pytest.approx(billions, rel=0.03)
+
+
+def test_deepseek_v3_study_baseline_fits_with_the_recipes_bf16_moments() -> None:
+    """studies/deepseek-v3-mi355x-fp8.yaml keeps Megatron-Bridge's recipe, precision-aware optimizer included:
+    its baseline fits the 10% margin (~234 GiB of 259); with fp32 moments (12 bytes/parameter) it would not."""
+    spec = StudySpec.from_yaml(STUDIES / "deepseek-v3-mi355x-fp8.yaml")
+    assert spec.workload.precision_aware_optimizer and spec.workload.exp_avg_dtype == "bf16"
+    space = Space(spec)
+    c = space.canonical(space.baseline)
+    est = estimate_memory(spec, c)
+    assert est.fits and 225 < est.peak_gib < est.usable_gib, est.reason()
+    fp32 = {**spec.to_dict()["workload"], "precision_aware_optimizer": False, "main_grads_dtype": "fp32"}
+    fp32 |= {"exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32"}
+    heavy = estimate_memory(StudySpec.from_dict({**spec.to_dict(), "workload": fp32}), c)
+    assert not heavy.fits
+    peak = est.stages[est.peak_stage].breakdown["optimizer_gib"]
+    assert heavy.stages[est.peak_stage].breakdown["optimizer_gib"] == pytest.approx(peak * 12 / 8)

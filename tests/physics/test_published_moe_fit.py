@@ -4,9 +4,10 @@ whose layers split over the pipeline only with the embedding and loss counted in
 estimated to fit its GPU with its own layout and recompute settings. Left out: the Qwen3-235B-A22B H100
 GBS-2048 row (25.11), whose 94 layers over PP8xVP4 need an uneven split the row does not state.
 
-Some of these recipes also use memory features the model does not have: the precision-aware optimizer (bf16
-Adam moments; DeepSeek-V3 rows) and Muon (one momentum buffer; Kimi-K2, counted as Adam) lower the real peak,
-so there the estimate is an upper bound; full-iteration CUDA graphs with the MoE paged stash (GB200/GB300
+The DeepSeek-V3 rows state Megatron-Core's precision-aware optimizer (fp32 master, bf16 main grads and Adam
+moments): their workload sets it (``precision_aware_optimizer``, 8 optimizer bytes per parameter instead of 12).
+Some recipes also use memory features the model does not have: Muon (one momentum buffer; Kimi-K2, counted as
+Adam) lowers the real peak, so there the estimate is an upper bound; full-iteration CUDA graphs with the MoE paged stash (GB200/GB300
 mxfp8 rows) add graph pools and a paged buffer and offload expert activations, modelled neither way.
 Kimi-K2's layout is assumed (the recipe names it without giving it).
 
@@ -42,6 +43,12 @@ WORDED_LAYOUTS = {
     # without the MTP layer (61 = 4 + 14x4 + 1) is assumed
     "Kimi layout for PP4xVP4": "Et*4|(t*4|)*14tL",
 }
+
+PRECISION_AWARE = re.compile(
+    r"precision-aware optimizer \(fp32 master[,;] bf16 main_grads/exp_avg/exp_avg_sq\)"
+)
+"""How the rows state Megatron-Core's precision-aware optimizer (fp32 master weights, bf16 main grads and
+moments)."""
 
 CATALOG = {
     "DeepSeek-V3": "deepseek-v3",
@@ -101,6 +108,13 @@ def _spec(row: dict[str, str]) -> tuple[StudySpec, dict]:
     if workload["precision"] == "fp8":
         workload["fp8_recipe"] = _fp8_recipe(row)
         workload["fp8_param_gather"] = "fp8_param_gather=True" in flags
+    if PRECISION_AWARE.search(flags):
+        workload |= {
+            "precision_aware_optimizer": True,
+            "main_grads_dtype": "bf16",
+            "exp_avg_dtype": "bf16",
+            "exp_avg_sq_dtype": "bf16",
+        }
     data = {
         "name": "published",
         "model": {"catalog": model},

@@ -6,6 +6,7 @@ import pytest
 from primus_optuna import SpecError, StudySpec
 from primus_optuna.record.storage import (
     default_storage_url,
+    hashed_workload,
     make_storage,
     normalize_url,
     open_study,
@@ -13,6 +14,7 @@ from primus_optuna.record.storage import (
     storage_file,
 )
 from primus_optuna.redaction import redact_url
+from primus_optuna.spec.study import PRECISION_AWARE_FIELDS
 from tests.conftest import small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -61,6 +63,20 @@ def test_resume_keeps_trials_and_accepts_non_space_edits(tmp_path):
     again = open_study(edited, storage=url)
     assert not again.created and len(again.study.trials) == 1
     assert space_hash(edited) == space_hash(spec)
+
+
+def test_precision_aware_optimizer_enters_the_space_hash_only_when_set():
+    """It changes the memory estimate, so it changes the hash; left at fp32 it is absent from the hashed
+    document, so study files written before the fields existed keep their hash."""
+    data = small_moe_study()
+    pao = {"precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    lean = StudySpec.from_dict({**data, "workload": {**data["workload"], **pao}})
+    assert space_hash(lean) != space_hash(_spec())
+    off = StudySpec.from_dict({**data, "workload": {**data["workload"], "precision_aware_optimizer": True}})
+    assert space_hash(off) != space_hash(_spec()) != space_hash(lean) != space_hash(off)
+    hashed = hashed_workload(_spec().to_dict()["workload"])
+    assert not set(hashed) & set(PRECISION_AWARE_FIELDS) and "grad_reduce_in_fp32" in hashed
+    assert hashed_workload(lean.to_dict()["workload"])["exp_avg_dtype"] == "bf16"
 
 
 @pytest.mark.parametrize(

@@ -217,6 +217,10 @@ def test_megatron_argv_carries_mla_moe_fields_and_the_layout(tmp_path: Path) -> 
     assert pairs["--moe-layer-freq"] == "([0]*3+[1]*58)" and pairs["--mtp-num-layers"] == "1"
     assert pairs["--pipeline-model-parallel-layout"] == "Et*4|(t*4|)*14tmL"
     assert "--disable-bias-linear" in a
+    # the recipe's precision-aware optimizer (Megatron-Core argument names)
+    assert "--use-precision-aware-optimizer" in a and "--grad-reduce-in-bf16" in a
+    assert pairs["--main-params-dtype"] == "fp32" and pairs["--main-grads-dtype"] == "bf16"
+    assert pairs["--exp-avg-dtype"] == "bf16" and pairs["--exp-avg-sq-dtype"] == "bf16"
     oss = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
     runner = build_command_runner(oss, "megatron", {"megatron_path": "/opt/Megatron-LM"})
     argv, _ = runner.build(Space(oss).baseline, _ctx(oss, tmp_path, 1))
@@ -224,3 +228,56 @@ def test_megatron_argv_carries_mla_moe_fields_and_the_layout(tmp_path: Path) -> 
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
     assert pairs["--window-size"] == "128,0" and pairs["--window-attn-skip-freq"] == "2"
     assert pairs["--softmax-type"] == "learnable" and "--disable-bias-linear" not in a
+
+
+PAO_WORKLOADS = [
+    {},
+    {"grad_reduce_in_fp32": False, "fp8_param_gather": True},
+    {
+        "grad_reduce_in_fp32": False,
+        "precision_aware_optimizer": True,
+        "main_grads_dtype": "bf16",
+        "exp_avg_dtype": "bf16",
+        "exp_avg_sq_dtype": "bf16",
+    },
+    {
+        "precision_aware_optimizer": True,
+        "main_params_dtype": "fp16",
+        "exp_avg_dtype": "fp8",
+        "exp_avg_sq_dtype": "fp16",
+    },
+]
+
+
+@pytest.mark.parametrize("over", PAO_WORKLOADS)
+def test_optimizer_and_gradient_dtypes_round_trip_through_the_importer(
+    spec: StudySpec, over: dict, tmp_path: Path
+) -> None:
+    """The workload's memory levers (2-byte gradients, FP8 parameters, the precision-aware optimizer's dtypes)
+    written into a Primus overlay read back as the same workload; Megatron argv carries them too."""
+    data = spec.to_dict()
+    data["workload"] = {**data["workload"], **over}
+    lever_spec = StudySpec.from_dict(data)
+    config = Space(lever_spec).baseline
+    (tmp_path / "mixtral.yaml").write_text("num_layers: 56\nhidden_size: 6144\n")
+    experiment = {"modules": {"pre_trainer": {"model": "mixtral.yaml", "overrides": {}}}}
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump(primus_overlay(lever_spec, config, experiment=experiment)))
+    imported = import_primus_yaml(path).workload
+    w = lever_spec.workload.model_dump()
+    keys = ("grad_reduce_in_fp32", "fp8_param_gather", "precision_aware_optimizer", "main_params_dtype")
+    keys += ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+    defaults = type(lever_spec.workload)(seq_length=1, global_batch_size=1).model_dump()
+    assert {k: imported.get(k, defaults[k]) for k in keys} == {k: w[k] for k in keys}
+    # and as a study whose workload comes from the overlay
+    study = {**data, "model": {"primus_yaml": str(path), **lever_spec.model.model_dump()}}
+    study["workload"] = {"seq_length": 8192, "global_batch_size": 128}
+    assert StudySpec.from_dict(study).workload == lever_spec.workload
+    argv = (
+        build_command_runner(lever_spec, "megatron", {"megatron_path": "/m"})
+        .build(config, _ctx(lever_spec, tmp_path))[0]
+        .argv
+    )
+    assert ("--use-precision-aware-optimizer" in argv) == bool(over.get("precision_aware_optimizer"))
+    if over.get("precision_aware_optimizer"):
+        assert argv[argv.index("--exp-avg-dtype") + 1] == over["exp_avg_dtype"]

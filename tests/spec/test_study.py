@@ -211,3 +211,47 @@ def test_gpu_names_are_case_insensitive():
     assert _with_gpu({"catalog": "MI300X"}).cluster.gpu.name == "mi300x"
     with pytest.raises(SpecError, match="GPU"):
         _with_gpu("H900")
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"exp_avg_dtype": "bf16"}, "exp_avg_dtype: bf16 needs precision_aware_optimizer: true"),
+        (
+            {"main_params_dtype": "fp16", "exp_avg_sq_dtype": "fp8"},
+            "main_params_dtype: fp16, exp_avg_sq_dtype: fp8 needs precision_aware_optimizer: true",
+        ),
+        (
+            {"precision_aware_optimizer": True, "distributed_optimizer": False},
+            "precision_aware_optimizer needs distributed_optimizer: true",
+        ),
+        (
+            {"precision_aware_optimizer": True, "main_grads_dtype": "bf16"},
+            "main_grads_dtype: bf16 needs grad_reduce_in_fp32: false",
+        ),
+        ({"precision_aware_optimizer": True, "main_params_dtype": "bf16"}, "workload.main_params_dtype"),
+        ({"precision_aware_optimizer": True, "main_grads_dtype": "fp16"}, "workload.main_grads_dtype"),
+    ],
+)
+def test_precision_aware_optimizer_legality_names_field_and_fix(over, message):
+    """Megatron's rules (megatron/core/optimizer/optimizer_config.py, optimizer/__init__.py,
+    training/arguments.py): lower-precision optimizer dtypes only with --use-precision-aware-optimizer, which
+    only runs with the distributed optimizer; bf16 main grads are 2-byte gradients; the dtype choices are
+    Megatron's argument choices."""
+    data = small_moe_study()
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict({**data, "workload": {**data["workload"], **over}})
+    assert message in str(e.value)
+
+
+def test_precision_aware_optimizer_accepts_the_published_recipe():
+    data = small_moe_study()
+    recipe = {
+        "precision_aware_optimizer": True,
+        "grad_reduce_in_fp32": False,
+        "main_grads_dtype": "bf16",
+        "exp_avg_dtype": "bf16",
+        "exp_avg_sq_dtype": "bf16",
+    }
+    w = StudySpec.from_dict({**data, "workload": {**data["workload"], **recipe}}).workload
+    assert (w.main_params_dtype, w.exp_avg_dtype, w.exp_avg_sq_dtype) == ("fp32", "bf16", "bf16")
