@@ -98,6 +98,12 @@ class _Shape:
     b_op: list[int]
     b_dep: list[int]
     b_start: list[int]
+    dep_slot: list[int]
+    """per pass: the finish-time slot it waits for (the slot at 0 for the first chunk's forwards)"""
+    stage_op: list[int]
+    """per pass: its physical stage"""
+    replay: list
+    """1F1B: ``[order, per-stage sequences]`` of the last full simulation of this shape (see :func:`_replay_1f1b`)"""
 
 
 @lru_cache(maxsize=256)
@@ -196,6 +202,9 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
         b_op=b_op,
         b_dep=b_dep,
         b_start=b_start,
+        dep_slot=[j if j >= 0 else zero for j in dep_of],
+        stage_op=[st[k] for k in chunk_of],
+        replay=[],
     )
 
 
@@ -246,6 +255,11 @@ def simulate(
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
     delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
     dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
+    if schedule == "1f1b" and sh.replay and min(dur_f) > 0.0 and min(dur_b) > 0.0:
+        got = _replay_1f1b(sh, pp, m, dur_of)
+        if got is not None:
+            CRITICAL[0] = got[2]
+            return got[0], got[1], sends
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
     # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
@@ -644,7 +658,109 @@ def simulate(
             coef[6] += is_last
         op = pred
     CRITICAL[0] = tuple(coef)
+    if schedule == "1f1b":  # the candidate order for the next simulation of this shape
+        order = sorted(range(2 * nvm), key=ids.__getitem__)
+        seqs: list[list[int]] = [[] for _ in range(pp)]
+        stage_op = sh.stage_op
+        for op in order:
+            seqs[stage_op[op]].append(op)
+        sh.replay[:] = [order, seqs]
     return makespan, busy, sends
+
+
+REPLAYED = [0]
+"""1F1B simulations answered by :func:`_replay_1f1b` (read by the tests)"""
+
+
+def _replay_1f1b(sh: _Shape, pp: int, m: int, dur_of: list[float]) -> tuple[float, list[float], tuple] | None:
+    """1F1B with positive durations: the previous simulation's per-stage pass order replayed, then checked.
+
+    Each pass starts at ``max(its stage's previous end, its input's finish)`` (the same floats the simulation
+    computes). The order is accepted only if every stage's choice is the simulation's greedy one given these
+    finish times: a backward when it is ready by the stage's free time or no later than the forward head,
+    else a forward (within the cap) that is ready strictly before the backward head. With positive
+    durations the simulation is an event simulation in time order whose schedule is the only one with that
+    property (at the first pass where two such schedules differed, both passes' inputs finished earlier, so
+    they are the same in both, and the two choices contradict each other), so an accepted replay is the
+    simulation's schedule: same finish times, busy times, makespan (accepted only when one pass alone ends
+    last, which the simulation's first-maximum rule then picks) and critical path (same strict comparisons).
+    Returns None when the check fails (the caller simulates).
+    """
+    order, seqs = sh.replay
+    nvm = sh.nvm
+    fin = [-1.0] * (2 * nvm)
+    fin.extend((-1.0, 0.0))
+    dep_slot, stage_op = sh.dep_slot, sh.stage_op
+    last_end = [0.0] * pp
+    last_op = [-1] * pp
+    busy = [0.0] * pp
+    pred = [-1] * (2 * nvm)
+    real = 2 * nvm
+    for op in order:
+        s = stage_op[op]
+        t = last_end[s]
+        j = dep_slot[op]
+        r = fin[j]
+        if r > t:
+            t = r
+            pred[op] = j if j < real else last_op[s]
+        else:
+            pred[op] = last_op[s]
+        d = dur_of[op]
+        end = t + d
+        fin[op] = end
+        busy[s] += d
+        last_end[s] = end
+        last_op[s] = op
+    inf = float("inf")
+    f_op, f_dep, b_op, b_dep, caps = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep, sh.caps
+    for s in range(pp):
+        fa, ba = sh.f_start[s], sh.b_start[s]
+        infl, cap, free = 0, caps[s], 0.0
+        for op in seqs[s]:
+            rb = fin[b_dep[ba]]
+            if rb < 0:
+                rb = inf
+            if infl < cap:
+                rf = fin[f_dep[fa]]
+                if rf < 0:
+                    rf = inf
+            else:
+                rf = inf
+            if op >= nvm:
+                if op != b_op[ba] or not (rb <= free or rb <= rf):
+                    return None
+                ba += 1
+                infl -= 1
+            else:
+                if op != f_op[fa] or rf == inf or not rb > (free if free > rf else rf):
+                    return None
+                fa += 1
+                infl += 1
+            free = fin[op]
+    del fin[real:]
+    makespan = max(fin)
+    if fin.count(makespan) != 1:
+        return None
+    last, chunk_of = sh.last, sh.chunk_of
+    coef = [0] * 7
+    op = fin.index(makespan)
+    while op >= 0:
+        k = chunk_of[op]
+        is_last = k == last
+        if op < nvm:
+            coef[0] += 1
+            coef[4] += is_last
+            coef[3] += k < last
+        else:
+            coef[1] += 1
+            coef[5] += is_last
+            coef[3] += k > 0
+            coef[2] += 1
+            coef[6] += is_last
+        op = pred[op]
+    REPLAYED[0] += 1
+    return makespan, busy, tuple(coef)
 
 
 CRITICAL: list[tuple[int, ...]] = [()]
