@@ -103,7 +103,7 @@ class _Shape:
     stage_op: list[int]
     """per pass: its physical stage"""
     replay: list
-    """1F1B: ``[order, per-stage sequences]`` of the last full simulation of this shape (see :func:`_replay_1f1b`)"""
+    """1F1B, interleaved: ``[order, per-stage sequences]`` of the shape's last full simulation (:func:`_replay`)"""
 
 
 @lru_cache(maxsize=256)
@@ -255,8 +255,9 @@ def simulate(
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
     delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
     dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
-    if schedule == "1f1b" and sh.replay and min(dur_f) > 0.0 and min(dur_b) > 0.0:
-        got = _replay_1f1b(sh, pp, m, dur_of)
+    replayable = schedule == "1f1b" or asynchronous
+    if replayable and sh.replay and min(dur_f) > 0.0 and min(dur_b) > 0.0:
+        got = _replay(sh, pp, dur_of, delay_of, asynchronous)
         if got is not None:
             CRITICAL[0] = got[2]
             return got[0], got[1], sends
@@ -658,7 +659,7 @@ def simulate(
             coef[6] += is_last
         op = pred
     CRITICAL[0] = tuple(coef)
-    if schedule == "1f1b":  # the candidate order for the next simulation of this shape
+    if replayable:  # the candidate order for the next simulation of this shape
         order = sorted(range(2 * nvm), key=ids.__getitem__)
         seqs: list[list[int]] = [[] for _ in range(pp)]
         stage_op = sh.stage_op
@@ -669,41 +670,50 @@ def simulate(
 
 
 REPLAYED = [0]
-"""1F1B simulations answered by :func:`_replay_1f1b` (read by the tests)"""
+"""simulations answered by :func:`_replay` (read by the tests)"""
 
 
-def _replay_1f1b(sh: _Shape, pp: int, m: int, dur_of: list[float]) -> tuple[float, list[float], tuple] | None:
-    """1F1B with positive durations: the previous simulation's per-stage pass order replayed, then checked.
+def _replay(
+    sh: _Shape, pp: int, dur_of: list[float], delay_of: list[float], f_first: bool
+) -> tuple[float, list[float], tuple[int, ...]] | None:
+    """1F1B or interleaved with positive durations: the shape's previous per-stage pass order replayed,
+    then checked.
 
-    Each pass starts at ``max(its stage's previous end, its input's finish)`` (the same floats the simulation
-    computes). The order is accepted only if every stage's choice is the simulation's greedy one given these
-    finish times: a backward when it is ready by the stage's free time or no later than the forward head,
-    else a forward (within the cap) that is ready strictly before the backward head. With positive
-    durations the simulation is an event simulation in time order whose schedule is the only one with that
-    property (at the first pass where two such schedules differed, both passes' inputs finished earlier, so
-    they are the same in both, and the two choices contradict each other), so an accepted replay is the
-    simulation's schedule: same finish times, busy times, makespan (accepted only when one pass alone ends
-    last, which the simulation's first-maximum rule then picks) and critical path (same strict comparisons).
+    Each pass starts at ``max(its stage's previous end, its input's finish + transfer delay)`` (the same
+    floats the simulation computes). The order is accepted only if every stage's choice is the simulation's
+    greedy one given these times: 1F1B takes a backward when it is ready by the stage's free time or no later
+    than the forward head (within the cap), else a forward ready strictly before the backward head;
+    interleaved (``f_first``) the same with the roles swapped. With positive durations the simulation is an
+    event simulation in time order whose schedule is the only one with that property (at the first pass where
+    two such schedules differed, the chosen passes' inputs finished earlier, so are the same in both, and the
+    two choices contradict each other), so an accepted replay is the simulation's schedule: same finish
+    times, busy times (summed in the same order), makespan (accepted only when one pass alone ends last,
+    which the simulation's first-maximum rule then picks) and critical path (same strict comparisons).
     Returns None when the check fails (the caller simulates).
     """
     order, seqs = sh.replay
     nvm = sh.nvm
-    fin = [-1.0] * (2 * nvm)
+    real = 2 * nvm
+    fin = [-1.0] * real
     fin.extend((-1.0, 0.0))
     dep_slot, stage_op = sh.dep_slot, sh.stage_op
     last_end = [0.0] * pp
     last_op = [-1] * pp
     busy = [0.0] * pp
-    pred = [-1] * (2 * nvm)
-    real = 2 * nvm
+    pred = [-1] * real
+    via = [0] * real  # 1 when the binding predecessor is an asynchronous transfer
     for op in order:
         s = stage_op[op]
         t = last_end[s]
         j = dep_slot[op]
-        r = fin[j]
+        r = fin[j] + delay_of[op]
         if r > t:
             t = r
-            pred[op] = j if j < real else last_op[s]
+            if j < real:
+                pred[op] = j
+                via[op] = delay_of[op] > 0
+            else:
+                pred[op] = last_op[s]
         else:
             pred[op] = last_op[s]
         d = dur_of[op]
@@ -719,21 +729,28 @@ def _replay_1f1b(sh: _Shape, pp: int, m: int, dur_of: list[float]) -> tuple[floa
         infl, cap, free = 0, caps[s], 0.0
         for op in seqs[s]:
             rb = fin[b_dep[ba]]
-            if rb < 0:
-                rb = inf
+            rb = inf if rb < 0 else rb + delay_of[b_op[ba]]
+            rf = inf
             if infl < cap:
                 rf = fin[f_dep[fa]]
-                if rf < 0:
-                    rf = inf
-            else:
-                rf = inf
+                rf = inf if rf < 0 else rf + delay_of[f_op[fa]]
             if op >= nvm:
-                if op != b_op[ba] or not (rb <= free or rb <= rf):
+                if op != b_op[ba]:
+                    return None
+                if f_first:
+                    if not rf > (free if free > rb else rb):
+                        return None
+                elif not (rb <= free or rb <= rf):
                     return None
                 ba += 1
                 infl -= 1
             else:
-                if op != f_op[fa] or rf == inf or not rb > (free if free > rf else rf):
+                if op != f_op[fa] or rf == inf:
+                    return None
+                if f_first:
+                    if not (rf <= free or rf <= rb):
+                        return None
+                elif not rb > (free if free > rf else rf):
                     return None
                 fa += 1
                 infl += 1
@@ -748,14 +765,15 @@ def _replay_1f1b(sh: _Shape, pp: int, m: int, dur_of: list[float]) -> tuple[floa
     while op >= 0:
         k = chunk_of[op]
         is_last = k == last
+        coef[3] += via[op]
         if op < nvm:
             coef[0] += 1
             coef[4] += is_last
-            coef[3] += k < last
+            coef[3] += not f_first and k < last
         else:
             coef[1] += 1
             coef[5] += is_last
-            coef[3] += k > 0
+            coef[3] += not f_first and k > 0
             coef[2] += 1
             coef[6] += is_last
         op = pred[op]
