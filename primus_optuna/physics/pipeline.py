@@ -103,6 +103,7 @@ class _Shape:
     stage_op: list[int]
     """per pass: its physical stage"""
     replay: list
+    backoff: list[int]
     """1F1B, interleaved: ``[order, per-stage sequences]`` of the shape's last full simulation (:func:`_replay`)"""
 
 
@@ -205,6 +206,7 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
         dep_slot=[j if j >= 0 else zero for j in dep_of],
         stage_op=[st[k] for k in chunk_of],
         replay=[],
+        backoff=[0, 0],
     )
 
 
@@ -257,10 +259,17 @@ def simulate(
     dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
     replayable = schedule == "1f1b" or asynchronous
     if replayable and sh.replay and min(dur_f) > 0.0 and min(dur_b) > 0.0:
-        got = _replay(sh, pp, dur_of, delay_of, asynchronous)
-        if got is not None:
-            CRITICAL[0] = got[2]
-            return got[0], got[1], sends
+        backoff = sh.backoff  # [simulations to run before the next replay, gap after a failed one]
+        if backoff[0]:
+            backoff[0] -= 1
+        else:
+            got = _replay(sh, pp, dur_of, delay_of, asynchronous)
+            if got is not None:
+                backoff[1] = 0
+                CRITICAL[0] = got[2]
+                return got[0], got[1], sends
+            # shapes whose order changes with the durations: replay less often (speed only, not results)
+            backoff[1] = backoff[0] = min(2 * backoff[1] + 1, 15)
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
     # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
@@ -659,8 +668,10 @@ def simulate(
             coef[6] += is_last
         op = pred
     CRITICAL[0] = tuple(coef)
-    if replayable:  # the candidate order for the next simulation of this shape
-        order = sorted(range(2 * nvm), key=ids.__getitem__)
+    if replayable and not sh.backoff[0]:  # the order the next simulation of this shape will try
+        order = [0] * (2 * nvm)
+        for op in range(2 * nvm):
+            order[ids[op]] = op
         seqs: list[list[int]] = [[] for _ in range(pp)]
         stage_op = sh.stage_op
         for op in order:
