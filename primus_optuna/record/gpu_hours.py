@@ -36,6 +36,8 @@ class GpuHoursAccount:
 
     def line(self) -> str:
         """One sentence for the run summary, the report and the dashboard note."""
+        if not self.launched and not self.memory_pruned:
+            return "GPU-hours: no job launched, none spent"
         if not self.launched:
             return (
                 f"GPU-hours: no job launched; the memory filter pruned {self.memory_pruned} trials that would have "

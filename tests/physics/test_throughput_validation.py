@@ -18,6 +18,7 @@ from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import TrainingConfig
 from primus_optuna.spec import MODEL_CATALOG, StudySpec
 from tests.helpers.models import gpt_model
+from tests.helpers.published import GPT_OSS_120B
 
 
 def make_spec(
@@ -146,19 +147,6 @@ def test_korthikanti_full_vs_selective_ratio_within_5pct(row: tuple) -> None:
 
 
 # --- Megatron-Bridge H100 (forced-balanced routing) -------------------------------------------------------------
-GPT_OSS_120B = {
-    "name": "gpt-oss-120b",
-    "num_layers": 36,
-    "hidden_size": 2880,
-    "ffn_hidden_size": 2880,
-    "num_attention_heads": 64,
-    "num_query_groups": 8,
-    "kv_channels": 64,
-    "vocab_size": 201088,
-    "num_experts": 128,
-    "moe_router_topk": 4,
-    "moe_ffn_hidden_size": 2880,
-}
 # (name, model, gpus, precision, gbs, mbs, seq, tp, pp, cp, vpp, ep, tok/s/GPU, dispatcher). Assumed: no
 # recompute, distributed optimizer; the all-to-all dispatcher except for Qwen3-235B, whose EP 32 spans nodes
 # and whose recipe is assumed to use the DeepEP ("flex") dispatcher (the published table gives the layout only).
