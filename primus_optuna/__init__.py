@@ -50,6 +50,7 @@ _LAZY: dict[str, str] = {
     "prior_observations": "search.learner",
     "Observation": "search.learner",
     "budget_accounting": "record.budget",
+    "llm_accounting": "search.llm_budget",
     "MemoryPrefilterPruner": "search.pruner",
     "prune_if_infeasible": "search.pruner",
     "ThroughputPruner": "search.early_stop",

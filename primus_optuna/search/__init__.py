@@ -8,6 +8,7 @@ configured); never run, record or torch.
 
 from .early_stop import ThroughputPruner, study_pruner
 from .learner import Observation, prior_observations
+from .llm_budget import llm_accounting
 from .pruner import MemoryPrefilterPruner, config_from_params, memory_attrs, memory_check, prune_if_infeasible
 from .sampler import PrimusSampler
 from .suggest import suggest_config
@@ -20,6 +21,7 @@ __all__ = [
     "SweepDesign",
     "ThroughputPruner",
     "config_from_params",
+    "llm_accounting",
     "memory_attrs",
     "memory_check",
     "prior_observations",

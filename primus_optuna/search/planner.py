@@ -1,21 +1,35 @@
-"""The LLM planner: a DSPy module that proposes cross-axis configurations the one-axis sweep could not test.
+"""The LLM planner: proposes cross-axis configurations the one-axis sweep could not test.
 
-A :class:`ProposeConfigs` signature (typed pydantic outputs) runs under ``dspy.ChainOfThought``; the language
-model is a ``dspy.LM(model, engine="litellm")`` used inside ``dspy.context`` (so any LiteLLM provider string
-works and Optuna's worker threads are safe). Every candidate is checked in code by the caller's ``validate``
-(legal, fits in memory, not tried or queued); rejected ones are recorded with their reason.
+Two modes (``llm.mode``):
 
-Each call stores a transcript (prompt inputs, messages, raw outputs, usage, accepted/rejected) as a study
-artifact when an artifact store is given, and adds its tokens and cost to the study user attrs ``llm_calls``,
-``llm_tokens`` and ``llm_cost_usd``; ``llm.max_calls`` / ``llm.max_cost_usd`` are enforced from those attrs, so
-the budget survives restarts and is shared by workers. A call the provider never answered (timeout, HTTP 5xx,
-refused credentials) is counted in ``llm_failed_calls`` instead; an authentication error, or
-``MAX_FAILED_IN_A_ROW`` unanswered calls, stops the planner for the rest of the run (the fallback takes over).
-A missing key for the chosen provider is refused before the study starts (:func:`require_api_key`). The DSPy disk cache lives next to the storage so a
-rerun replays the same answers. API keys come from the environment only (LiteLLM's usual variables, or the
-one named by ``llm.api_key_env``) and are scrubbed from transcripts.
+- **agent** (:class:`PlanWithTools` under ``dspy.ReActV2``): the model calls the library's own tools
+  (:mod:`~primus_optuna.search.planner_tools`: ``check``, ``estimate``, ``history``, ``best``,
+  ``legal_values``, ``budget``, ``top_untried``, ``note``/``notes``) before it submits a ranked list of
+  candidates. Native OpenAI tool calls where the provider supports them (LiteLLM's model map, or any server
+  given with ``api_base`` when ``llm.mode: agent``), DSPy's text tool-call format otherwise. ``auto`` picks
+  agent when LiteLLM knows the model calls tools; a provider that refuses tools turns the planner one-shot.
+- **oneshot** (:class:`ProposeConfigs` under ``dspy.ChainOfThought``): one answer from a context dump,
+  compacted to ``llm.max_prompt_tokens`` (the top trials, then the legal values, then the sweep effects
+  are dropped first).
 
-This module imports DSPy; import it only when a planner is configured.
+Answers are constrained by a JSON schema whose axis fields are enums of the study's legal values
+(:mod:`~primus_optuna.search.planner_schema`: ``response_format`` ``json_schema`` or llama-cpp-python's
+``json_object`` + ``schema``), parsed by DSPy's JSON adapter with the chat format as the fallback (no extra
+call). Every candidate is checked in code by the caller's ``validate`` (legal, fits, not tried or queued); a
+near miss one axis from legal is repaired first and says so in its rationale.
+
+Budgets are enforced in code before a call is made: ``llm.max_calls`` is reserved atomically in the study's
+storage (:mod:`~primus_optuna.search.llm_budget`, safe with ``n_jobs`` and many processes), no call starts
+once ``llm.max_cost_usd`` is spent, an agent call makes at most ``llm.max_tool_calls`` tool calls and stops
+at ``llm.timeout_s``. The planner stops for the rest of the run at once on errors that cannot change
+(refused credentials, HTTP 404, context window exceeded, unknown provider), after ``llm.max_unparseable``
+unparseable answers or :data:`MAX_FAILED_IN_A_ROW` unanswered calls in a row; the reason is kept in the
+study (:func:`~primus_optuna.search.llm_budget.llm_accounting`). With an ``api_base`` (a local server) a
+timed-out request is not retried.
+
+Each call stores a transcript (inputs, messages, raw outputs, every tool call and its result, usage,
+accepted/rejected) as a study artifact; keys are scrubbed from it. This module imports DSPy; import it only
+when a planner is configured.
 """
 
 from __future__ import annotations
@@ -41,8 +55,20 @@ from ..space import Space, TrainingConfig
 from ..space.rules import RULES
 from ..spec import StudySpec
 from ..spec.study import LLMSpec
+from . import llm_budget
+from .llm_budget import llm_accounting
+from .planner_schema import (
+    RATIONALE_CHARS,
+    answer_schema,
+    candidate_schema,
+    repair_near_miss,
+    response_format,
+)
+from .planner_tools import PlannerTools
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Planner", "PlannerOutcome", "llm_accounting", "require_api_key"]
 
 Validate = Callable[[dict[str, Any]], "tuple[TrainingConfig | None, str]"]
 """candidate axes -> (accepted canonical config, "") or (None, rejection reason)"""
@@ -51,8 +77,9 @@ MAX_TRIED_LISTED = 80
 N_BEST = 8
 N_FAILED = 6
 MAX_FAILED_IN_A_ROW = 3
-"""unanswered calls (timeouts, 5xx) in a row after which this process's planner stops and the fallback takes
-over (they are not counted in ``llm.max_calls``, so something else must bound them)"""
+"""calls with no answer (timeouts, 5xx) in a row after which this process's planner stops"""
+CHARS_PER_TOKEN = 3.5
+"""prompt-size estimate without a tokenizer (JSON-heavy text; fitted by eye to Llama/Gemma tokenizers)"""
 _cache_lock = threading.Lock()
 _configured_cache: str | None = None
 
@@ -97,6 +124,20 @@ class ProposeConfigs(dspy.Signature):
     candidates: list[Candidate] = dspy.OutputField(desc="new configurations, best first")
 
 
+class PlanWithTools(dspy.Signature):
+    """You tune the distributed layout of a Megatron-Core LLM pre-training job to maximise training
+    throughput (tokens per second per GPU). A one-axis-at-a-time sweep around a baseline has been measured.
+    Use the tools: check an idea's legality, estimate its memory and speed, read the best trials and the
+    model-guided ranking, and keep notes for later calls. Then submit new full configurations likely to beat
+    the best so far, best first, each legal, fitting in memory, untried, with a one-sentence rationale."""
+
+    study: str = dspy.InputField(desc="model, cluster and workload")
+    coupling_rules: str = dspy.InputField(desc="rules every configuration must satisfy")
+    situation: str = dspy.InputField(desc="best so far, how many trials ran, notes from earlier calls")
+    n_candidates: int = dspy.InputField(desc="how many candidates to return")
+    candidates: list[Candidate] = dspy.OutputField(desc="new configurations, best first")
+
+
 @dataclass
 class PlannerOutcome:
     """What one planner call produced."""
@@ -105,11 +146,20 @@ class PlannerOutcome:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     called: bool = False
+    """whether a call was reserved and made (every one counts against ``llm.max_calls``)"""
     answered: bool = True
-    """whether the provider answered (a failed call with no answer is not counted in ``llm_calls``)"""
+    """whether the provider answered (a call with no answer is counted as ``failed``)"""
     tokens: int = 0
     cost_usd: float = 0.0
     artifact_id: str | None = None
+    mode: str = "oneshot"
+    """``agent`` or ``oneshot``"""
+    unparseable: bool = False
+    """answered, but no candidate could be read from the answer"""
+    tool_calls: int = 0
+    repaired: int = 0
+    stop_reason: str | None = None
+    """why this planner makes no further call (set on the call that stopped it)"""
 
 
 def require_api_key(settings: LLMSpec, api_base: str | None = None) -> None:
@@ -166,8 +216,157 @@ def _json(x: Any) -> str:
     return json.dumps(x, separators=(", ", ": "), default=str)
 
 
+# --- errors ------------------------------------------------------------------------------------------------
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not s for s in seen):
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def classify_error(exc: BaseException) -> tuple[str, str]:
+    """``(kind, why)`` of a failed call: ``auth``, ``fatal`` (cannot change: HTTP 404, context window
+    exceeded, unknown provider), ``no_tools`` (the provider refuses tool calls), ``timeout``,
+    ``unparseable`` (an answer that gave no candidate) or ``failed`` (no answer: 5xx, connection)."""
+    chain = _chain(exc)
+    names = " ".join(type(e).__name__ for e in chain)
+    text = " ".join(str(e) for e in chain)[:2000]
+    low = text.lower()
+    status = next(
+        (
+            s
+            for e in chain
+            for s in (getattr(e, "status_code", None), getattr(e, "status", None))
+            if isinstance(s, int)
+        ),
+        None,
+    )
+    if isinstance(exc, PlannerTimeout) or "Timeout" in names or "timed out" in low:
+        return "timeout", "timeout"
+    if is_auth_error(exc) or status in (401, 403) or "LMAuthError" in names:
+        return "auth", "the provider refused the credentials"
+    if (
+        "ContextWindowExceeded" in names
+        or "context length" in low
+        or "context window" in low
+        or "maximum context" in low
+    ):
+        return (
+            "fatal",
+            "the prompt does not fit the model's context window (raise the server's context size or lower llm.max_prompt_tokens)",
+        )
+    if "LLM Provider NOT provided" in text or "provider not provided" in low:
+        return (
+            "fatal",
+            "unknown provider in the model string (use e.g. openai/<name> with --llm-api-base, ollama/<name>)",
+        )
+    if status == 404 or "NotFound" in names:
+        return (
+            "fatal",
+            "HTTP 404: the model or the URL does not exist on the server (an api_base usually ends in /v1)",
+        )
+    if status == 400 and "tool" in low:
+        return "no_tools", "the provider refuses tool calls"
+    if "AdapterParseError" in names or "failed to produce final outputs" in low or "ValidationError" in names:
+        return "unparseable", "the answer could not be parsed"
+    return "failed", "no answer"
+
+
+class PlannerTimeout(Exception):
+    """The planner call's ``llm.timeout_s`` is spent (raised before a further LM request)."""
+
+
+class _PlannerLM(dspy.LM):
+    """``dspy.LM`` with a deadline for the whole planner call (each request gets what is left) and native
+    tool calls declared for an OpenAI-compatible server (LiteLLM's map does not know local models)."""
+
+    native_tools: bool = False
+    deadline: float | None = None
+
+    @property
+    def supports_function_calling(self) -> bool:  # type: ignore[override]
+        return self.native_tools or super().supports_function_calling
+
+    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise PlannerTimeout("llm.timeout_s spent")
+            full = float(kwargs.get("timeout") or self.kwargs.get("timeout") or left)
+            if left < full - 1.0:  # whole seconds: the first request keeps its cache key (reruns replay)
+                kwargs["timeout"] = float(max(1, int(left)))
+        return super().__call__(prompt, messages=messages, **kwargs)
+
+
+class PlannerAdapter(dspy.JSONAdapter):
+    """DSPy's JSON adapter with the study's answer schema as ``response_format``, the chat format as the
+    parse fallback (no second call), and optionally the system message folded into the user message."""
+
+    def __init__(self, *, fmt: dict[str, Any] | None, fold_system: bool, native_tools: bool) -> None:
+        super().__init__(use_native_function_calling=native_tools)
+        self.fmt, self.fold_system = fmt, fold_system
+        self._chat = dspy.ChatAdapter(use_json_adapter_fallback=False)
+
+    def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
+        if self.fmt is not None and "candidates" in signature.output_fields:
+            lm_kwargs["response_format"] = self.fmt
+
+    def format(self, signature: Any, demos: Any, inputs: Any) -> list[dict[str, Any]]:
+        messages = super().format(signature, demos, inputs)
+        if self.fold_system and messages and messages[0].get("role") == "system":
+            system = messages.pop(0)["content"]
+            for m in messages:
+                if m.get("role") == "user" and isinstance(m.get("content"), str):
+                    m["content"] = f"{system}\n\n{m['content']}"
+                    break
+        return messages
+
+    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+        try:
+            return super().parse(signature, completion)
+        except Exception:
+            return self._chat.parse(signature, completion)
+
+
+class _Agent(dspy.ReActV2):
+    """ReActV2 whose ``submit`` tool takes candidates constrained to the study's legal values."""
+
+    def __init__(self, tools: list[Any], max_iters: int, item_schema: dict[str, Any]) -> None:
+        self._item_schema = item_schema
+        super().__init__(PlanWithTools, tools=tools, max_iters=max_iters)
+
+    def _make_submit_tool(self) -> dspy.Tool:
+        def submit(candidates: list[dict[str, Any]]) -> dict[str, Any]:
+            return {"candidates": candidates}
+
+        return dspy.Tool(
+            submit,
+            name="submit",
+            desc="Submit the final ranked list of candidates (best first), each with a short rationale.",
+            args={"candidates": {"type": "array", "items": self._item_schema}},
+            arg_types={"candidates": list[dict[str, Any]]},
+        )
+
+
+def _tokens(text: str) -> int:
+    return int(len(text) / CHARS_PER_TOKEN) + 1
+
+
+def supports_tools(model: str) -> bool:
+    """Whether LiteLLM's model map says ``model`` calls tools (``False`` when it does not know it)."""
+    import litellm
+
+    try:
+        return bool(litellm.supports_function_calling(model=model))
+    except Exception:
+        return False
+
+
 class Planner:
-    """Builds prompts from the study's storage, calls the LM, validates candidates, keeps the books."""
+    """Builds prompts from the study's storage, calls the LM (agent or one-shot), validates candidates,
+    keeps the books."""
 
     def __init__(
         self,
@@ -179,10 +378,13 @@ class Planner:
         artifact_store: Any = None,
         cache_dir: str | Path | None = None,
         usable_gib: float | None = None,
+        fallback: Any = None,
     ) -> None:
         self.spec, self.space = spec, space
         self.artifact_store = artifact_store
         self.usable_gib = usable_gib
+        self.fallback = fallback
+        """the model-guided proposer (its corrected model answers the ``estimate`` tool)"""
         self._api_key: str | None = None
         if isinstance(llm, dspy.BaseLM):
             self.settings = spec.llm
@@ -199,18 +401,26 @@ class Planner:
             if env:
                 self._api_key = os.environ[env]
         self.api_base = api_base or self.settings.api_base
+        s = self.settings
+        if s.mode == "auto":
+            self.mode = "agent" if self._lm is None and supports_tools(self.model) else "oneshot"
+        else:
+            self.mode = s.mode
+        self.native_tools = self.mode == "agent" and (self.api_base is not None or supports_tools(self.model))
         self.stopped: str | None = None
-        """why this planner makes no further call in this process (authentication failed, calls keep failing)"""
+        """why this planner makes no further call in this process"""
         self._failed_in_a_row = 0
+        self._unparseable_in_a_row = 0
         self.cache = cache_dir is not None
         """without a cache directory nothing is cached (not even in memory), so every call reaches the LM"""
         if cache_dir is not None:
             configure_cache(cache_dir)
         self.module = dspy.ChainOfThought(ProposeConfigs)
-        self.adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)
+        kind = "json_schema" if s.response_format == "auto" else s.response_format
+        self.response_kind = kind
 
     # --- the language model --------------------------------------------------------------------------------
-    def make_lm(self) -> dspy.BaseLM:
+    def make_lm(self, deadline: float | None = None) -> dspy.BaseLM:
         """A fresh ``dspy.LM`` routed through LiteLLM (or the injected LM)."""
         if self._lm is not None:
             return self._lm
@@ -220,38 +430,54 @@ class Planner:
             kwargs["api_base"] = self.api_base
         if self._api_key:
             kwargs["api_key"] = self._api_key
-        return dspy.LM(
+        lm = _PlannerLM(
             s.model,
             engine="litellm",
             temperature=s.temperature,
             max_tokens=s.max_tokens,
-            num_retries=s.num_retries,
+            # a local server (api_base) is not asked again after a timeout: it may still be generating
+            num_retries=0 if self.api_base else s.num_retries,
             timeout=s.timeout_s,
             cache=self.cache,
             **kwargs,
         )
+        lm.native_tools = self.native_tools
+        lm.deadline = deadline
+        return lm
+
+    def adapter(self, n: int) -> PlannerAdapter:
+        schema = answer_schema(self.space, n, reasoning=True)
+        fmt = None if self.mode == "agent" else response_format(schema, self.response_kind)
+        return PlannerAdapter(
+            fmt=fmt, fold_system=self.settings.fold_system_prompt, native_tools=self.mode == "agent"
+        )
 
     # --- budget ------------------------------------------------------------------------------------------
     def budget_exhausted(self, study: optuna.Study) -> str | None:
-        """Why no further call may be made (``None`` while within ``llm.max_calls`` / ``llm.max_cost_usd``)."""
+        """Why no further call may be made (``None`` while within budget); reads the study's books."""
         if self.stopped:
             return self.stopped
-        attrs = study._storage.get_study_user_attrs(study._study_id)
-        calls, cost = int(attrs.get("llm_calls", 0)), float(attrs.get("llm_cost_usd", 0.0))
-        if calls >= self.settings.max_calls:
+        books = llm_accounting(study)
+        if books["calls"] >= self.settings.max_calls:
             return f"llm.max_calls={self.settings.max_calls} reached"
-        if self.settings.max_cost_usd is not None and cost >= self.settings.max_cost_usd:
-            return f"llm.max_cost_usd={self.settings.max_cost_usd} reached (spent {cost:.4f})"
+        cap = self.settings.max_cost_usd
+        if cap is not None and books["cost_usd"] >= cap:
+            return f"llm.max_cost_usd={cap} reached (spent {books['cost_usd']:.4f})"
         return None
 
+    def _budget_view(self, study: optuna.Study) -> dict[str, Any]:
+        books = llm_accounting(study)
+        out: dict[str, Any] = {"planner_calls_left": max(0, self.settings.max_calls - books["calls"])}
+        if self.settings.max_cost_usd is not None:
+            out["usd_left"] = round(max(0.0, self.settings.max_cost_usd - books["cost_usd"]), 4)
+        return out
+
+    def _stop(self, study: optuna.Study, why: str) -> None:
+        self.stopped = why
+        llm_budget.set_attr(study, llm_budget.STOP, why)
+
     # --- prompt ------------------------------------------------------------------------------------------
-    def inputs(
-        self,
-        trials: list[optuna.trial.FrozenTrial],
-        n: int,
-        tried: list[str],
-        ranking: Sequence[Any] = (),
-    ) -> dict[str, Any]:
+    def describe_study(self) -> str:
         spec, m, g = self.spec, self.spec.model, self.spec.cluster.gpu
         moe = (
             f", MoE {m.experts} experts top-{m.moe_router_topk} (expert FFN {m.expert_ffn})"
@@ -267,7 +493,7 @@ class Planner:
         if spec.pipeline.layout:
             moe += f"; pipeline layout {spec.pipeline.layout} ({spec.pipeline.layout_chunks} chunks = pp·vpp)"
         mem = f"; usable memory per GPU ≈ {self.usable_gib:.1f} GiB" if self.usable_gib else ""
-        study = (
+        return (
             f"model {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, FFN {m.ffn_hidden_size}, "
             f"{m.num_attention_heads} heads / {m.query_groups} KV groups, vocab {m.vocab_size}{moe}. "
             f"cluster: {spec.cluster.nodes} nodes x {spec.cluster.gpus_per_node} {g.name} "
@@ -275,15 +501,30 @@ class Planner:
             f"workload: seq {spec.workload.seq_length}, global batch {spec.workload.global_batch_size}, "
             f"{spec.workload.precision}, distributed optimizer {spec.workload.distributed_optimizer}{mem}."
         )
-        rules = "\n".join(f"- {r.text}" for r in RULES) + (
+
+    @staticmethod
+    def rules_text() -> str:
+        return "\n".join(f"- {r.text}" for r in RULES) + (
             "\n- world = tp·cp·pp·dp; micro-batches = global_batch / (mbs·dp)"
         )
+
+    def inputs(
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        n: int,
+        tried: list[str],
+        ranking: Sequence[Any] = (),
+        *,
+        k_best: int = N_BEST,
+    ) -> dict[str, Any]:
+        """The one-shot prompt's fields (``k_best`` trials and as many ranked/tried configurations)."""
+        k_rank = len(ranking) if k_best >= N_BEST else min(len(ranking), k_best)
         return {
-            "study": study,
+            "study": self.describe_study(),
             "legal_values": _json(self.space.legal_values()),
-            "coupling_rules": rules,
+            "coupling_rules": self.rules_text(),
             "sweep_effects": _json(sweep_effects(trials)),
-            "best_trials": _json(best_trials(trials, self.spec.search.multi_objective)),
+            "best_trials": _json(best_trials(trials, self.spec.search.multi_objective, k=k_best)),
             "corrected_ranking": _json(
                 [
                     {
@@ -293,13 +534,65 @@ class Planner:
                         "model": round(r.estimate, 1),
                         "peak_gib": round(r.peak_gib, 1),
                     }
-                    for r in ranking
+                    for r in list(ranking)[:k_rank]
                 ]
             )
             or "[]",
-            "tried": ", ".join(tried[-MAX_TRIED_LISTED:]) or "(none)",
+            "tried": ", ".join(tried[-(MAX_TRIED_LISTED if k_best >= N_BEST else 10 * max(k_best, 1)) :])
+            or "(none)",
             "n_candidates": n,
         }
+
+    def prompt_tokens(self, adapter: PlannerAdapter, signature: Any, inputs: dict[str, Any]) -> int:
+        """Estimated prompt tokens of one request (messages, plus the answer schema / tool list sent with it)."""
+        messages = adapter.format(signature, [], inputs)
+        extra = json.dumps(adapter.fmt) if adapter.fmt else ""
+        return _tokens(json.dumps(messages) + extra)
+
+    def compact(
+        self,
+        adapter: PlannerAdapter,
+        trials: list[optuna.trial.FrozenTrial],
+        n: int,
+        tried: list[str],
+        ranking: Sequence[Any],
+    ) -> tuple[dict[str, Any], int, list[str]]:
+        """The one-shot inputs cut to ``llm.max_prompt_tokens``: fewer top trials (and ranked/tried
+        configurations), then no legal values (the answer schema still lists them), then no sweep effects."""
+        budget = self.settings.max_prompt_tokens
+        sig = ProposeConfigs
+        dropped: list[str] = []
+        k = N_BEST
+        inputs = self.inputs(trials, n, tried, ranking, k_best=k)
+        size = self.prompt_tokens(adapter, sig, inputs)
+        while size > budget and k > 0:
+            k = k // 2
+            inputs = self.inputs(trials, n, tried, ranking, k_best=k)
+            size = self.prompt_tokens(adapter, sig, inputs)
+            dropped.append(f"top trials cut to {k}")
+        note = "(left out to fit llm.max_prompt_tokens)"
+        for name in ("legal_values", "sweep_effects"):
+            if size <= budget:
+                break
+            inputs[name] = note + (
+                " the answer's schema lists the legal values" if name == "legal_values" else ""
+            )
+            size = self.prompt_tokens(adapter, sig, inputs)
+            dropped.append(f"{name} dropped")
+        return inputs, size, dropped
+
+    def situation(self, study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> str:
+        done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.values]
+        parts = [f"{len(trials)} trials so far ({len(done)} complete)."]
+        if done:
+            b = max(done, key=lambda t: t.values[0])
+            parts.append(
+                f"best: trial {b.number} {b.user_attrs.get('config_key')} at {b.values[0]:.1f} tokens/s/GPU."
+            )
+        notes = llm_budget.notes(study)
+        if notes:
+            parts.append("your notes from earlier calls: " + " | ".join(notes))
+        return " ".join(parts)
 
     # --- one call ------------------------------------------------------------------------------------------
     def propose(
@@ -314,46 +607,158 @@ class Planner:
         ranking: Sequence[Any] = (),
     ) -> PlannerOutcome:
         """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures."""
-        out = PlannerOutcome()
+        out = PlannerOutcome(mode=self.mode)
         exhausted = self.budget_exhausted(study)
+        if exhausted is None and not llm_budget.reserve_call(study, self.settings.max_calls):
+            exhausted = f"llm.max_calls={self.settings.max_calls} reached"  # taken by a concurrent worker
         if exhausted:
             out.error = exhausted
+            if not self.stopped:
+                llm_budget.set_attr(study, llm_budget.STOP, exhausted)
             return out
-        inputs = self.inputs(trials, n, tried, ranking)
-        lm = self.make_lm()
-        start = len(getattr(lm, "history", []))
-        raw: list[dict[str, Any]] = []
-        t0 = time.perf_counter()
         out.called = True
+        llm_budget.set_attr(study, llm_budget.MODEL, self.model)
+        llm_budget.set_attr(study, llm_budget.MODE, self.mode)
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + self.settings.timeout_s
+        lm = self.make_lm(deadline)
+        start = len(getattr(lm, "history", []))
+        adapter = self.adapter(n)
+        tools: PlannerTools | None = None
+        raw: list[dict[str, Any]] = []
+        reasoning, termination, dropped, prompt_est = "", None, [], 0
+        inputs: dict[str, Any] = {}
+        kind = "ok"
         try:
-            with dspy.context(lm=lm, adapter=self.adapter), dspy.track_usage() as tracker:
-                pred = self.module(**inputs)
-            usage = tracker.get_total_tokens()
-            out.tokens = int(sum(u.get("total_tokens") or 0 for u in usage.values()))
+            if self.mode == "agent":
+                tools = PlannerTools(
+                    self.spec,
+                    self.space,
+                    study,
+                    trials,
+                    tried=tried,
+                    ranking=ranking,
+                    fallback=self.fallback,
+                    max_tool_calls=self.settings.max_tool_calls,
+                    deadline=deadline,
+                    budget=lambda: self._budget_view(study),
+                    secrets=[self._api_key],
+                )
+                inputs = {
+                    "study": self.describe_study(),
+                    "coupling_rules": self.rules_text(),
+                    "situation": self.situation(study, trials),
+                    "n_candidates": n,
+                }
+                agent = _Agent(
+                    tools.functions(),
+                    max_iters=self.settings.max_tool_calls + 1,
+                    item_schema=candidate_schema(self.space),
+                )
+                with dspy.context(lm=lm, adapter=adapter):
+                    pred = agent(**inputs)
+                termination = getattr(pred, "termination_reason", None)
+            else:
+                inputs, prompt_est, dropped = self.compact(adapter, trials, n, tried, ranking)
+                with dspy.context(lm=lm, adapter=adapter):
+                    pred = self.module(**inputs)
+                reasoning = str(getattr(pred, "reasoning", ""))
             for c in pred.candidates or []:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
-            reasoning = str(getattr(pred, "reasoning", ""))
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
-            out.error = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:800]
-            reasoning = ""
+            kind, why = classify_error(exc)
+            detail = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:600]
+            out.error = detail if kind == "failed" else f"{why} ({detail})"
             log.warning("planner call failed, falling back: %s", out.error)
-            if is_auth_error(exc):
-                self.stopped = f"planner stopped: the provider refused the credentials ({out.error[:200]})"
+            if kind == "auth":
+                self._stop(study, f"planner stopped: the provider refused the credentials ({detail[:200]})")
+            elif kind == "fatal":
+                self._stop(study, f"planner stopped: {why} ({detail[:200]})")
+            elif kind == "no_tools":
+                self.mode = "oneshot"
+                out.error += "; the planner goes on one-shot"
         history = list(getattr(lm, "history", [])[start:])
-        # a call that got no answer (no credentials, timeout, HTTP 5xx) costs nothing: not counted in llm_calls
-        out.answered = out.error is None or bool(history)
-        if out.answered:
-            self._failed_in_a_row = 0
-        else:
+        out.answered = kind not in ("timeout", "failed", "auth", "fatal", "no_tools") or bool(history)
+        out.tokens = int(sum((h.get("usage") or {}).get("total_tokens") or 0 for h in history))
+        out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
+        out.tool_calls = tools.used if tools else 0
+        self._judge(study, out, raw, kind)
+        self._check_candidates(out, raw, validate, n)
+        if tools is not None:
+            tools.save_notes()
+        self._account(study, out)
+        transcript = {
+            "kind": "primus-optuna planner transcript",
+            "model": self.model,
+            "mode": out.mode,
+            "trial_number": trial_number,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "elapsed_s": round(time.perf_counter() - t0, 3),
+            "inputs": inputs,
+            "prompt_tokens_estimate": prompt_est or None,
+            "compacted": dropped,
+            "reasoning": reasoning,
+            "tool_calls": tools.calls if tools else [],
+            "notes_added": tools.new_notes if tools else [],
+            "termination": termination,
+            "messages": [h.get("messages") for h in history],
+            "outputs": [h.get("outputs") for h in history],
+            "usage": [h.get("usage") for h in history],
+            "requests": len(history),
+            "cost_usd": out.cost_usd,
+            "tokens": out.tokens,
+            "accepted": [{"config": c.to_params(), "key": c.key(), "rationale": r} for c, r in out.accepted],
+            "rejected": out.rejected,
+            "error": out.error,
+            "unparseable": out.unparseable,
+            "stop_reason": out.stop_reason,
+        }
+        out.artifact_id = self._store(study, transcript)
+        return out
+
+    def _judge(self, study: optuna.Study, out: PlannerOutcome, raw: list[dict[str, Any]], kind: str) -> None:
+        """Count the call as failed (no answer) or unparseable, and stop the planner when these repeat."""
+        if not out.answered:
             self._failed_in_a_row += 1
             if self._failed_in_a_row >= MAX_FAILED_IN_A_ROW and not self.stopped:
-                self.stopped = f"planner stopped after {self._failed_in_a_row} failed calls in a row (last: {out.error[:200]})"
-        out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
+                self._stop(
+                    study,
+                    f"planner stopped after {self._failed_in_a_row} calls in a row with no answer "
+                    f"(last: {(out.error or '')[:200]})",
+                )
+        else:
+            self._failed_in_a_row = 0
+            if not raw and kind in ("ok", "unparseable", "failed"):
+                out.unparseable = True
+                if out.error is None:
+                    out.error = "the LM returned no candidate"
+                self._unparseable_in_a_row += 1
+                limit = self.settings.max_unparseable
+                if self._unparseable_in_a_row >= limit and not self.stopped:
+                    self._stop(study, f"planner stopped after {limit} unparseable answers in a row")
+            elif raw:
+                self._unparseable_in_a_row = 0
+        out.stop_reason = self.stopped
+
+    def _check_candidates(
+        self, out: PlannerOutcome, raw: list[dict[str, Any]], validate: Validate, n: int
+    ) -> None:
         seen: set[TrainingConfig] = set()
-        for cand in raw:
+        for cand in raw[: max(2 * n, n + 4)]:
             # the LM's words go to storage, notes and reports: no secret it may echo gets through
-            rationale = redact(str(cand.pop("rationale", "") or ""), values=[self._api_key])
-            config, reason = validate(cand)
+            rationale = redact(str(cand.pop("rationale", "") or ""), values=[self._api_key])[:RATIONALE_CHARS]
+            try:
+                config, reason = validate(cand)
+            except Exception as exc:  # a value of the wrong type
+                config, reason = None, f"invalid: {type(exc).__name__}: {exc}"[:300]
+            if config is None and reason.startswith(("illegal", "outside")):
+                fix = repair_near_miss(self.space, cand)
+                if fix is not None:
+                    fixed, why = validate(fix[0])
+                    if fixed is not None:
+                        config, reason = fixed, ""
+                        rationale = f"{rationale} ({fix[1]})".strip()
+                        out.repaired += 1
             if config is not None and config in seen:
                 config, reason = None, "duplicate: proposed twice in this answer"
             if config is None:
@@ -361,43 +766,25 @@ class Planner:
             else:
                 seen.add(config)
                 out.accepted.append((config, rationale))
-        if out.error is None and not raw:
-            out.error = "the LM returned no candidate"
-        self._account(study, out)
-        transcript = {
-            "kind": "primus-optuna planner transcript",
-            "model": self.model,
-            "trial_number": trial_number,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "elapsed_s": round(time.perf_counter() - t0, 3),
-            "inputs": inputs,
-            "reasoning": reasoning,
-            "messages": [h.get("messages") for h in history],
-            "outputs": [h.get("outputs") for h in history],
-            "usage": [h.get("usage") for h in history],
-            "cost_usd": out.cost_usd,
-            "tokens": out.tokens,
-            "accepted": [{"config": c.to_params(), "key": c.key(), "rationale": r} for c, r in out.accepted],
-            "rejected": out.rejected,
-            "error": out.error,
-        }
-        out.artifact_id = self._store(study, transcript)
-        return out
 
     def _account(self, study: optuna.Study, out: PlannerOutcome) -> None:
-        storage, sid = study._storage, study._study_id
-        attrs = storage.get_study_user_attrs(sid)
-        if not out.answered:
-            storage.set_study_user_attr(sid, "llm_failed_calls", int(attrs.get("llm_failed_calls", 0)) + 1)
-            return
-        storage.set_study_user_attr(sid, "llm_calls", int(attrs.get("llm_calls", 0)) + 1)
-        storage.set_study_user_attr(sid, "llm_tokens", int(attrs.get("llm_tokens", 0)) + out.tokens)
-        storage.set_study_user_attr(
-            sid, "llm_cost_usd", round(float(attrs.get("llm_cost_usd", 0.0)) + out.cost_usd, 6)
-        )
-        storage.set_study_user_attr(
-            sid, "llm_rejected", int(attrs.get("llm_rejected", 0)) + len(out.rejected)
-        )
+        add = llm_budget.add
+        add(study, "answered" if out.answered else "failed", 1)
+        if out.unparseable:
+            add(study, "unparseable", 1)
+        for name, value in (
+            ("tokens", out.tokens),
+            ("cost_usd", round(out.cost_usd, 6)),
+            ("tool_calls", out.tool_calls),
+            ("proposed", len(out.accepted) + len(out.rejected)),
+            ("accepted", len(out.accepted)),
+            ("rejected", len(out.rejected)),
+            ("repaired", out.repaired),
+        ):
+            if value:
+                add(study, name, value)
+        if out.error:
+            llm_budget.set_attr(study, llm_budget.LAST_ERROR, out.error[:400])
 
     def _store(self, study: optuna.Study, transcript: dict[str, Any]) -> str | None:
         if self.artifact_store is None:
@@ -449,7 +836,7 @@ def sweep_effects(trials: list[optuna.trial.FrozenTrial]) -> dict[str, dict[str,
     return out
 
 
-def best_trials(trials: list[optuna.trial.FrozenTrial], multi: bool) -> dict[str, Any]:
+def best_trials(trials: list[optuna.trial.FrozenTrial], multi: bool, k: int = N_BEST) -> dict[str, Any]:
     done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.values]
     done.sort(key=lambda t: -t.values[0])
     bad = [
@@ -459,7 +846,7 @@ def best_trials(trials: list[optuna.trial.FrozenTrial], multi: bool) -> dict[str
         and not str(t.user_attrs.get("prune_reason", "")).startswith("duplicate")
     ]
     return {
-        "best": [_summary(t) for t in done[:N_BEST]],
-        "pruned_or_failed": [_summary(t) for t in bad[-N_FAILED:]],
+        "best": [_summary(t) for t in done[:k]],
+        "pruned_or_failed": [_summary(t) for t in bad[-min(N_FAILED, k) :]] if k else [],
         "objective": "maximise tokens/s/GPU" + (" and minimise peak memory (Pareto)" if multi else ""),
     }

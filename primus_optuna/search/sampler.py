@@ -166,6 +166,7 @@ class PrimusSampler(BaseSampler):
                 artifact_store=artifact_store,
                 cache_dir=cache_dir,
                 usable_gib=estimate_memory(spec, self.space.canonical(self.space.baseline)).usable_gib,
+                fallback=self.fallback,
             )
 
     # --- the plan ------------------------------------------------------------------------------------------

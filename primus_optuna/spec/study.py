@@ -320,12 +320,39 @@ class LLMSpec(_Strict):
     api_base: str | None = None
     api_key_env: str | None = Field(default=None, description="name of the env var holding the key")
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=4000, gt=0)
-    max_calls: int = Field(default=8, ge=0)
-    max_cost_usd: float | None = Field(default=None, ge=0)
-    timeout_s: float = Field(default=120.0, gt=0)
-    num_retries: int = Field(default=2, ge=0)
+    max_tokens: int = Field(
+        default=1000, gt=0, description="answer tokens per LM request (a ranked list of a few candidates)"
+    )
+    max_calls: int = Field(default=8, ge=0, description="planner calls per study, reserved before each")
+    max_cost_usd: float | None = Field(default=None, ge=0, description="no call starts once this is spent")
+    timeout_s: float = Field(default=120.0, gt=0, description="wall-clock limit of one planner call")
+    num_retries: int = Field(
+        default=2, ge=0, description="retries of HTTP 5xx/429 (none with an api_base: a local server)"
+    )
     proposals_per_round: int = Field(default=4, gt=0)
+    mode: Literal["auto", "agent", "oneshot"] = Field(
+        default="auto",
+        description="agent: tool calls before proposing; oneshot: one answer; auto: agent when LiteLLM "
+        "knows the model calls tools (or llm.mode: agent for a local server), else oneshot",
+    )
+    max_tool_calls: int = Field(default=8, ge=0, description="tool calls per agent call")
+    max_prompt_tokens: int = Field(
+        default=3000, ge=500, description="the prompt is compacted to fit (top trials, legal values, sweep)"
+    )
+    max_unparseable: int = Field(
+        default=3, ge=1, description="unparseable answers in a row after which the planner stops"
+    )
+    response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        default="auto",
+        description="structured output from the legal values: json_schema (OpenAI, vLLM, llama.cpp, "
+        "Ollama), json_object (llama-cpp-python), none; auto = json_schema",
+    )
+    fold_system_prompt: bool = Field(
+        default=False, description="send the system message inside the user message (templates that drop it)"
+    )
+    stream: bool | None = Field(
+        default=None, description="stream answers so an abandoned request stops; default on with an api_base"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -10,6 +10,7 @@ from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.record.storage import open_study
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.pruner import MemoryPrefilterPruner
+from primus_optuna.search.llm_budget import llm_accounting
 from primus_optuna.search.sampler import PrimusSampler
 from tests.conftest import small_moe_study
 from tests.helpers.openai_server import OpenAIServer, Reply
@@ -82,8 +83,8 @@ def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(t
     assert [t.user_attrs["config_key"] for t in tail[:2]] == [c.key() for c in good]
     assert tail[1].system_attrs.get("fixed_params")  # the second candidate was queued in storage
     assert "planner unavailable" in tail[2].user_attrs["rationale"]  # DummyLM exhausted -> parse error
-    attrs = study.user_attrs
-    assert attrs["llm_calls"] == 2 and attrs["llm_rejected"] == 3
+    books = llm_accounting(study)
+    assert books["calls"] == 2 and books["rejected"] == 3 and books["unparseable"] == 1
     transcripts = [json.loads(p.read_text()) for p in tmp_path.iterdir() if p.is_file()]
     first = next(t for t in transcripts if t["accepted"])
     reasons = sorted(r["reason"].split(":")[0] for r in first["rejected"])
@@ -119,7 +120,8 @@ def test_planner_end_to_end_through_litellm_over_http(tmp_path, monkeypatch):
     tail = study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner"]
     assert tail[0].user_attrs["proposer"] == "openai/test-model"
-    assert study.user_attrs["llm_tokens"] == 150 and study.user_attrs["llm_calls"] == 1
+    books = llm_accounting(study)
+    assert books["tokens"] == 150 and books["calls"] == 1 and books["model"] == "openai/test-model"
     # ... and was stored nowhere: not in the SQLite file, the transcripts or the DSPy cache
     db = Path(handle.storage_url.removeprefix("sqlite:///")).read_bytes()
     assert SENTINEL.encode() not in db and b"sentinel" not in db
@@ -159,10 +161,13 @@ def test_planner_failures_fall_back_and_launch_nothing_invalid(tmp_path, reply, 
     assert "planner unavailable" in last.user_attrs["rationale"]
     assert why in last.user_attrs["rationale"].lower()
     assert not [t for t in study.trials if t.user_attrs.get("phase") == "planner"]
-    if why in ("timeout", "internalservererror"):  # no answer: not counted against llm.max_calls
-        assert "llm_calls" not in study.user_attrs and study.user_attrs["llm_failed_calls"] == 1
+    books = llm_accounting(study)
+    assert books["calls"] == 1  # every call made counts against llm.max_calls, answered or not
+    if why in ("timeout", "internalservererror"):
+        assert books["failed"] == 1 and books["answered"] == 0 and books["tokens"] == 0
     else:
-        assert study.user_attrs["llm_calls"] == 1
+        assert books["answered"] == 1 and books["tokens"] == 150  # usage counted, parsed or not
+        assert books["unparseable"] == (why == "parse")
     _valid_only(spec, study)
 
 
@@ -197,7 +202,9 @@ def test_auth_error_stops_the_planner_and_unanswered_calls_are_not_counted(tmp_p
     assert [t.user_attrs["phase"] for t in tail] == ["fallback"] * 3
     assert "authenticationerror" in tail[0].user_attrs["rationale"].lower()
     assert "planner stopped: the provider refused the credentials" in tail[-1].user_attrs["rationale"]
-    assert "llm_calls" not in study.user_attrs and study.user_attrs["llm_failed_calls"] == 1
+    books = llm_accounting(study)
+    assert books["calls"] == 1 and books["failed"] == 1
+    assert books["stop_reason"].startswith("planner stopped: the provider refused the credentials")
 
 
 def test_call_budget_is_enforced_from_storage_across_restarts(tmp_path):
@@ -212,7 +219,7 @@ def test_call_budget_is_enforced_from_storage_across_restarts(tmp_path):
     phases = [t.user_attrs["phase"] for t in handle.study.trials[n_sweep:]]
     assert phases == ["planner", "fallback", "fallback", "fallback"]
     assert "llm.max_calls=1 reached" in handle.study.trials[-1].user_attrs["rationale"]
-    assert handle.study.user_attrs["llm_calls"] == 1
+    assert llm_accounting(handle.study)["calls"] == 1
 
 
 def test_rerun_replays_from_the_dspy_cache(tmp_path):

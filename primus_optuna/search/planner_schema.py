@@ -1,0 +1,97 @@
+"""What the planner's answer must look like, built from the study's legal values, and near-miss repair.
+
+- :func:`candidate_schema`: the JSON schema of one candidate whose axis fields are enums of the study's legal
+  values (so a constrained decoder cannot emit ``tp: 3``), plus a short ``rationale``.
+- :func:`response_format`: that schema as the provider's structured-output request: OpenAI's
+  ``json_schema`` (also vLLM, llama.cpp's ``llama-server``, Ollama), or llama-cpp-python's
+  ``json_object`` + ``schema``.
+- :func:`repair_near_miss`: an illegal candidate one axis away from a legal one (``1f1b`` with ``vpp>1``) is
+  repaired the way the sweep repairs (:func:`~primus_optuna.search.sweep.repair`); the repair is said in
+  the candidate's rationale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SpecError
+from ..space import Space, TrainingConfig
+from ..spec.study import AXES
+from .sweep import repair
+
+RATIONALE_CHARS = 300
+"""a rationale longer than this is cut (a small model's run-on answer must not fill the report)"""
+
+
+def candidate_schema(space: Space) -> dict[str, Any]:
+    """One candidate: every axis an enum of its legal values, ``rationale`` a short string."""
+    legal = space.legal_values()
+    props: dict[str, Any] = {}
+    for axis in AXES:
+        values = legal[axis]
+        kind = (
+            "boolean"
+            if all(isinstance(v, bool) for v in values)
+            else "integer"
+            if all(isinstance(v, int) for v in values)
+            else "string"
+        )
+        props[axis] = {"type": kind, "enum": list(values)}
+    props["rationale"] = {"type": "string", "maxLength": RATIONALE_CHARS}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [*AXES, "rationale"],
+        "additionalProperties": False,
+    }
+
+
+def answer_schema(space: Space, n: int, *, reasoning: bool = True) -> dict[str, Any]:
+    """The one-shot answer: ``{"reasoning": ..., "candidates": [candidate, ...]}`` with at most ``n``."""
+    props: dict[str, Any] = {}
+    if reasoning:
+        props["reasoning"] = {"type": "string", "maxLength": 1200}
+    props["candidates"] = {
+        "type": "array",
+        "items": candidate_schema(space),
+        "minItems": 1,
+        "maxItems": max(1, n),
+    }
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def response_format(schema: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The request's ``response_format`` for ``kind`` (``json_schema``, ``json_object`` or ``none``)."""
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "planner_answer", "schema": schema}}
+    if kind == "json_object":  # llama-cpp-python's server: JSON mode constrained by a schema
+        return {"type": "json_object", "schema": schema}
+    return None
+
+
+def repair_near_miss(space: Space, params: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """The legal configuration one axis away from an illegal candidate, and a note saying what moved
+    (``None`` when the candidate is legal, malformed, or needs more than one axis changed)."""
+    try:
+        config = TrainingConfig.from_params({a: params[a] for a in AXES if a in params})
+        c0 = space.canonical(config)
+    except (SpecError, TypeError, ValueError):
+        return None
+    if not space.check(c0) and all(getattr(c0, a) in space.candidates[a] for a in AXES):
+        return None
+    fixed = fixed_axes(config)
+    fixed_c = repair(space, config, fixed=fixed)
+    if fixed_c is None:
+        return None
+    moved = [a for a in AXES if getattr(fixed_c, a) != getattr(c0, a)]
+    if len(moved) != 1:
+        return None
+    a = moved[0]
+    note = f"repaired: {a} {getattr(c0, a)}→{getattr(fixed_c, a)} to stay legal"
+    return fixed_c.to_params(), note
+
+
+def fixed_axes(config: TrainingConfig) -> tuple[str, ...]:
+    """The axes a repair keeps: every one but the schedule and recompute, which a near miss most often gets
+    wrong (``1f1b`` with ``vpp>1``, ``full:N`` past a chunk's layers)."""
+    return tuple(a for a in AXES if a not in ("pp_schedule", "vpp", "recompute", "ep_overlap"))
