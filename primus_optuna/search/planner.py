@@ -358,6 +358,7 @@ def supports_tools(model: str) -> bool:
     """Whether LiteLLM's model map says ``model`` calls tools (``False`` when it does not know it)."""
     import litellm
 
+    litellm.suppress_debug_info = True  # no "Provider List" banner for a model it does not know
     try:
         return bool(litellm.supports_function_calling(model=model))
     except Exception:
@@ -406,7 +407,11 @@ class Planner:
             self.mode = "agent" if self._lm is None and supports_tools(self.model) else "oneshot"
         else:
             self.mode = s.mode
-        self.native_tools = self.mode == "agent" and (self.api_base is not None or supports_tools(self.model))
+        self.native_tools = (
+            self.mode == "agent"
+            and self._lm is None
+            and (self.api_base is not None or supports_tools(self.model))
+        )
         self.stopped: str | None = None
         """why this planner makes no further call in this process"""
         self._failed_in_a_row = 0

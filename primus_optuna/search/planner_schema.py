@@ -79,19 +79,17 @@ def repair_near_miss(space: Space, params: dict[str, Any]) -> tuple[dict[str, An
         return None
     if not space.check(c0) and all(getattr(c0, a) in space.candidates[a] for a in AXES):
         return None
-    fixed = fixed_axes(config)
-    fixed_c = repair(space, config, fixed=fixed)
-    if fixed_c is None:
-        return None
-    moved = [a for a in AXES if getattr(fixed_c, a) != getattr(c0, a)]
-    if len(moved) != 1:
-        return None
-    a = moved[0]
-    note = f"repaired: {a} {getattr(c0, a)}→{getattr(fixed_c, a)} to stay legal"
-    return fixed_c.to_params(), note
+    for axis in REPAIRABLE:
+        fixed_c = repair(space, config, fixed=tuple(a for a in AXES if a != axis))
+        if fixed_c is None:
+            continue
+        moved = [a for a in AXES if getattr(fixed_c, a) != getattr(c0, a)]
+        if moved == [axis]:
+            note = f"repaired: {axis} {getattr(c0, axis)}→{getattr(fixed_c, axis)} to stay legal"
+            return fixed_c.to_params(), note
+    return None
 
 
-def fixed_axes(config: TrainingConfig) -> tuple[str, ...]:
-    """The axes a repair keeps: every one but the schedule and recompute, which a near miss most often gets
-    wrong (``1f1b`` with ``vpp>1``, ``full:N`` past a chunk's layers)."""
-    return tuple(a for a in AXES if a not in ("pp_schedule", "vpp", "recompute", "ep_overlap"))
+REPAIRABLE = ("pp_schedule", "recompute", "ep_overlap", "moe_dispatcher", "vpp")
+"""the axes a near miss most often gets wrong (``1f1b`` with ``vpp>1``, ``full:N`` past a chunk's layers), in
+the order a repair tries them: the schedule follows the virtual stages asked for rather than the reverse"""

@@ -2,7 +2,9 @@
 
 Each request to ``POST /v1/chat/completions`` takes the next scripted reply; when the script is exhausted the
 last reply repeats. A reply is a string (the assistant message content) or a :class:`Reply` (status code, delay,
-raw body). Every request body and its headers are kept in ``server.requests``.
+raw body, or OpenAI tool calls: ``Reply(tool_calls=[("check", {"config": {...}})])`` answers a
+``message.tool_calls`` list with ``finish_reason: tool_calls``). Every request body and its headers are kept in
+``server.requests``. ``GET /v1/models`` lists ``models`` (name, context length) like vLLM / llama.cpp do.
 
 Example::
 
@@ -27,11 +29,23 @@ class Reply:
     delay_s: float = 0.0
     raw: str | None = None
     """a raw body to send instead of a chat.completion JSON"""
+    tool_calls: list[tuple[str, Any]] | None = None
+    """(function name, arguments) pairs; arguments that are a string are sent as written (malformed JSON)"""
+    usage: tuple[int, int] = (100, 50)
+    """prompt and completion tokens reported"""
+    finish_reason: str | None = None
 
 
 class OpenAIServer:
-    def __init__(self, replies: list[str | Reply]) -> None:
+    def __init__(
+        self,
+        replies: list[str | Reply],
+        models: list[tuple[str, int | None]] | None = (("test-model", 4096),),  # type: ignore[assignment]
+    ) -> None:
         self.replies = [r if isinstance(r, Reply) else Reply(r) for r in replies]
+        self.models = list(models) if models is not None else None
+        self.gets: list[str] = []
+        """paths of the GET requests (kept apart: ``requests`` holds the chat completions)"""
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         owner = self
@@ -39,6 +53,28 @@ class OpenAIServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
+
+            def _send(self, status: int, payload: bytes) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
+                    pass
+
+            def do_GET(self) -> None:
+                with owner._lock:
+                    owner.gets.append(self.path)
+                if owner.models is None or not self.path.rstrip("/").endswith("/v1/models"):
+                    self._send(404, json.dumps({"error": {"message": "not found"}}).encode())
+                    return
+                data = [
+                    {"id": name, "object": "model", **({"meta": {"n_ctx_train": ctx}} if ctx else {})}
+                    for name, ctx in owner.models
+                ]
+                self._send(200, json.dumps({"object": "list", "data": data}).encode())
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)) or 0)
@@ -58,6 +94,22 @@ class OpenAIServer:
                     ).encode()
                 else:
                     req = json.loads(body or b"{}")
+                    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+                    finish = "stop"
+                    if reply.tool_calls is not None:
+                        message["tool_calls"] = [
+                            {
+                                "id": f"call_{len(owner.requests)}_{i}",
+                                "type": "function",
+                                "function": {
+                                    "name": name,
+                                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                                },
+                            }
+                            for i, (name, args) in enumerate(reply.tool_calls)
+                        ]
+                        finish = "tool_calls"
+                    prompt, completion = reply.usage
                     payload = json.dumps(
                         {
                             "id": f"chatcmpl-{len(owner.requests)}",
@@ -67,21 +119,18 @@ class OpenAIServer:
                             "choices": [
                                 {
                                     "index": 0,
-                                    "message": {"role": "assistant", "content": reply.content},
-                                    "finish_reason": "stop",
+                                    "message": message,
+                                    "finish_reason": reply.finish_reason or finish,
                                 }
                             ],
-                            "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+                            "usage": {
+                                "prompt_tokens": prompt,
+                                "completion_tokens": completion,
+                                "total_tokens": prompt + completion,
+                            },
                         }
                     ).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
-                    pass
+                self._send(reply.status, payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -1,0 +1,327 @@
+"""The planner as an agent with tools: scripted LMs (DSPy's DummyLM, text tool calls) and the loopback HTTP
+server (OpenAI ``tool_calls``) drive it through check → estimate → submit, and through every failure mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from dspy.utils import DummyLM
+from optuna.artifacts import FileSystemArtifactStore
+
+from primus_optuna import Space, StudySpec
+from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.record.storage import open_study
+from primus_optuna.run.objective import make_objective
+from primus_optuna.search.llm_budget import llm_accounting
+from primus_optuna.search.pruner import MemoryPrefilterPruner
+from primus_optuna.search.sampler import PrimusSampler
+from tests.conftest import small_moe_study
+from tests.helpers.openai_server import OpenAIServer, Reply
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+State = optuna.trial.TrialState
+SENTINEL = "sk-sentinel-AGENT-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _openai_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+
+
+def _spec(**llm):
+    data = small_moe_study(sweep_order=["mbs"])
+    data["llm"] = {"model": "openai/test-model", "mode": "agent", "num_retries": 0, "timeout_s": 5, **llm}
+    return StudySpec.from_dict(data)
+
+
+def _ideas(spec):
+    """An illegal idea (tp=3), two legal untried ones that fit, one that does not fit; the sweep's length."""
+    space = Space(spec)
+    plan = PrimusSampler(spec).plan
+    swept = {p.config for p in plan}
+    fits = [c for c in space.configs() if c not in swept and estimate_memory(spec, c).fits]
+    nofit = next(c for c in space.configs() if not estimate_memory(spec, c).fits)
+    return (
+        {**fits[0].to_params(), "tp": 3},
+        fits[0].to_params(),
+        fits[1].to_params(),
+        nofit.to_params(),
+        len(plan),
+    )
+
+
+def _calls(*calls):
+    """One DummyLM turn of ReActV2 in DSPy's text tool-call format."""
+    return {
+        "next_thought": "next step",
+        "tool_calls": json.dumps({"tool_calls": [{"name": n, "args": a} for n, a in calls]}),
+    }
+
+
+def _transcripts(directory: Path):
+    docs = [json.loads(p.read_text()) for p in directory.rglob("*") if p.is_file()]
+    return sorted(
+        (d for d in docs if d.get("kind") == "primus-optuna planner transcript"),
+        key=lambda d: d["trial_number"],
+    )
+
+
+def _run(spec, sampler, n, tmp_path, n_jobs=1):
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=n, n_jobs=n_jobs)
+    return study
+
+
+def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_legal_fitting_one(tmp_path):
+    spec = _spec()
+    illegal, good, other, nofit, n_sweep = _ideas(spec)
+    lm = DummyLM(
+        [
+            _calls(("check", {"config": illegal})),
+            _calls(("estimate", {"config": nofit}), ("estimate", {"config": good})),
+            _calls(("note", {"text": "tp=3 breaks the head count; the bigger layout does not fit"})),
+            _calls(("submit", {"candidates": [{**good, "rationale": "legal, fits, untried"}]})),
+            # the second call: the notes of the first are in its prompt
+            _calls(("notes", {})),
+            _calls(("submit", {"candidates": [{**other, "rationale": "the next idea"}]})),
+        ]
+    )
+    store = FileSystemArtifactStore(str(tmp_path))
+    study = _run(spec, PrimusSampler(spec, llm=lm, artifact_store=store), n_sweep + 2, tmp_path)
+    tail = study.trials[n_sweep:]
+    assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner"]
+    space = Space(spec)
+    assert tail[0].user_attrs["config_key"] == space.canonical(space.make(**good)).key()
+    assert tail[0].user_attrs["rationale"] == "legal, fits, untried"
+    first, second = _transcripts(tmp_path)
+    assert first["mode"] == "agent"
+    tools = [c["tool"] for c in first["tool_calls"]]
+    assert tools == ["check", "estimate", "estimate", "note"]
+    check = json.loads(first["tool_calls"][0]["result"])
+    assert check["legal"] is False and any("tp=3 does not divide" in r for r in check["reasons"])
+    no, yes = (json.loads(c["result"]) for c in first["tool_calls"][1:3])
+    assert no["fits"] is False and no["why_not"].startswith("memory: ")
+    assert yes["fits"] is True and yes["peak_gib_per_stage"] and yes["top_terms_s"]
+    assert yes["usable_gib"] > max(yes["peak_gib_per_stage"])
+    assert "tp=3 breaks the head count" in second["inputs"]["situation"]  # notes carried to the next call
+    assert "tp=3 breaks the head count" in json.loads(second["tool_calls"][0]["result"])[0]
+    books = llm_accounting(study)
+    assert books["calls"] == 2 and books["tool_calls"] == 5 and books["accepted"] == 2
+    assert books["notes"] == ["tp=3 breaks the head count; the bigger layout does not fit"]
+
+
+def test_tool_budget_is_enforced_per_call(tmp_path):
+    spec = _spec(max_tool_calls=2)
+    _, good, _, _, n_sweep = _ideas(spec)
+    lm = DummyLM(
+        [
+            _calls(("best", {})),
+            _calls(("legal_values", {}), ("history", {"k": 3})),  # the second of these is refused
+            _calls(("top_untried", {"k": 3})),  # the last turn: refused, then the submit is forced
+            _calls(("submit", {"candidates": [{**good, "rationale": "forced submit"}]})),
+        ]
+    )
+    store = FileSystemArtifactStore(str(tmp_path))
+    study = _run(spec, PrimusSampler(spec, llm=lm, artifact_store=store), n_sweep + 1, tmp_path)
+    assert study.trials[-1].user_attrs["phase"] == "planner"
+    (doc,) = _transcripts(tmp_path)
+    ran = [c for c in doc["tool_calls"] if "refused" not in c]
+    refused = [c for c in doc["tool_calls"] if c.get("refused") == "max_tool_calls"]
+    assert [c["tool"] for c in ran] == ["best", "legal_values"]
+    assert len(refused) == 2 and "call submit now" in refused[0]["result"]
+    assert doc["termination"] == "forced_submit"
+
+
+def test_agent_over_http_with_native_tool_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIMUS_TEST_API_KEY", SENTINEL)
+    spec = _spec(api_key_env="PRIMUS_TEST_API_KEY")
+    illegal, good, _, _, n_sweep = _ideas(spec)
+    replies = [
+        Reply(tool_calls=[("check", {"config": illegal})]),
+        Reply(
+            tool_calls=[("estimate", {"config": good}), ("note", {"text": f"key {SENTINEL} must not leak"})]
+        ),
+        Reply(tool_calls=[("submit", {"candidates": [{**good, "rationale": "checked and estimated"}]})]),
+    ]
+    with OpenAIServer(replies) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'a.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(
+            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
+        )
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+        requests = [json.loads(r["body"]) for r in srv.requests]
+    assert len(requests) == 3
+    names = {t["function"]["name"] for t in requests[0]["tools"]}
+    assert {"check", "estimate", "history", "best", "legal_values", "budget", "top_untried", "note"} <= names
+    submit = next(t for t in requests[0]["tools"] if t["function"]["name"] == "submit")
+    item = submit["function"]["parameters"]["properties"]["candidates"]["items"]
+    assert item["properties"]["tp"]["enum"] == Space(spec).legal_values()["tp"]  # schema from legal values
+    tool_msgs = [m for m in requests[1]["messages"] if m["role"] == "tool"]
+    assert tool_msgs and "does not divide" in tool_msgs[0]["content"]  # the model saw the reason
+    assert all(r["max_tokens"] == 1000 for r in requests)
+    study = handle.study
+    last = study.trials[-1]
+    assert last.user_attrs["phase"] == "planner" and last.user_attrs["proposer"] == "openai/test-model"
+    books = llm_accounting(study)
+    assert books["calls"] == 1 and books["tokens"] == 3 * 150 and books["mode"] == "agent"
+    assert books["notes"] == ["key [redacted] must not leak"]
+    db = Path(handle.storage_url.removeprefix("sqlite:///")).read_bytes()
+    assert SENTINEL.encode() not in db
+    for p in handle.artifact_dir.rglob("*"):
+        if p.is_file():
+            assert SENTINEL.encode() not in p.read_bytes(), p
+
+
+@pytest.mark.parametrize(
+    ("replies", "why"),
+    [
+        ([Reply(tool_calls=[("check", "{not json")])], "could not be parsed"),
+        (
+            [Reply(tool_calls=[("launch_job", {"config": {}})]), Reply("I am done.")],
+            "could not be parsed",
+        ),
+        (
+            [Reply("{" + '"candidates": [' * 50, finish_reason="length", usage=(100, 1000))],
+            "could not be parsed",
+        ),
+        ([Reply(tool_calls=[("best", {})], delay_s=3.0)], "timeout"),
+    ],
+    ids=["malformed-tool-call", "tool-error", "over-long-answer", "timeout"],
+)
+def test_agent_failures_end_in_the_fallback_with_the_reason(tmp_path, replies, why):
+    spec = _spec(timeout_s=1.5)
+    _, _, _, _, n_sweep = _ideas(spec)
+    with OpenAIServer(replies) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'f.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(
+            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
+        )
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+    last = handle.study.trials[-1]
+    assert last.state == State.COMPLETE and last.user_attrs["phase"] == "fallback"
+    assert why in last.user_attrs["rationale"], last.user_attrs["rationale"]
+    (doc,) = _transcripts(handle.artifact_dir)
+    assert why in doc["error"]
+    books = llm_accounting(handle.study)
+    assert books["calls"] == 1
+    if why == "timeout":
+        assert books["failed"] == 1 and books["unparseable"] == 0
+    else:
+        assert books["unparseable"] == 1 and books["tokens"] >= 150  # usage counted though nothing parsed
+    if replies[0].tool_calls and replies[0].tool_calls[0][0] == "launch_job":
+        assert "Unknown tool" in json.dumps(doc["messages"])
+
+
+def test_non_retryable_error_stops_the_planner_at_once(tmp_path):
+    spec = _spec(mode="oneshot", max_calls=5)
+    _, _, _, _, n_sweep = _ideas(spec)
+    with OpenAIServer([Reply(status=404)]) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'n.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 3)
+        made = len(srv.requests)
+    assert made == 1
+    books = llm_accounting(handle.study)
+    assert books["stop_reason"].startswith("planner stopped: HTTP 404")
+    assert "/v1" in books["stop_reason"]
+    assert "planner stopped: HTTP 404" in handle.study.trials[-1].user_attrs["rationale"]
+
+
+def test_provider_refusing_tools_turns_the_planner_one_shot(tmp_path):
+    spec = _spec()
+    _, good, _, _, n_sweep = _ideas(spec)
+    answer = json.dumps({"reasoning": "ok", "candidates": [{**good, "rationale": "one-shot"}]})
+    refuse = Reply(
+        raw=json.dumps({"error": {"message": "tools are not supported by this model"}}), status=400
+    )
+    with OpenAIServer([refuse, answer]) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 't.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 2)
+        bodies = [json.loads(r["body"]) for r in srv.requests]
+    assert "tools" in bodies[0] and "tools" not in bodies[1]
+    assert bodies[1]["response_format"]["type"] == "json_schema"
+    tail = handle.study.trials[n_sweep:]
+    assert [t.user_attrs["phase"] for t in tail] == ["fallback", "planner"]
+    assert "refuses tool calls" in tail[0].user_attrs["rationale"]
+    assert tail[1].user_attrs["rationale"] == "one-shot"
+
+
+def test_oneshot_schema_fold_compaction_and_near_miss_repair(tmp_path):
+    spec = _spec(mode="oneshot", fold_system_prompt=True, max_prompt_tokens=1200)
+    space = Space(spec)
+    swept = {p.config for p in PrimusSampler(spec).plan}
+    target = next(
+        c
+        for c in space.configs()
+        if c.pp > 1
+        and c.vpp > 1
+        and c.pp_schedule == "interleaved"
+        and c not in swept
+        and estimate_memory(spec, c).fits
+    )
+    near = {**target.to_params(), "pp_schedule": "1f1b"}  # illegal: 1f1b with virtual stages
+    answer = json.dumps(
+        {"reasoning": "virtual stages", "candidates": [{**near, "rationale": "vpp halves the bubble"}]}
+    )
+    store_dir = tmp_path / "art"
+    store_dir.mkdir()
+    with OpenAIServer([answer]) as srv:
+        sampler = PrimusSampler(
+            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=FileSystemArtifactStore(str(store_dir))
+        )
+        study = _run(spec, sampler, len(sampler.plan) + 1, tmp_path)
+        body = json.loads(srv.requests[0]["body"])
+    assert [m["role"] for m in body["messages"]] == ["user"]  # the system message folded in
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["candidates"]["items"]["properties"]["pp_schedule"]["enum"] == [
+        "1f1b",
+        "interleaved",
+        "zb1p",
+        "zbv",
+    ]
+    last = study.trials[-1]
+    assert last.user_attrs["phase"] == "planner" and last.user_attrs["config_key"] == target.key()
+    assert last.user_attrs["rationale"] == (
+        "vpp halves the bubble (repaired: pp_schedule 1f1b→interleaved to stay legal)"
+    )
+    (doc,) = _transcripts(store_dir)
+    assert doc["compacted"] and doc["compacted"][0].startswith("top trials cut to")
+    assert doc["prompt_tokens_estimate"] <= 1200 or "sweep_effects dropped" in doc["compacted"]
+    assert llm_accounting(study)["repaired"] == 1
+
+
+def test_unparseable_answers_in_a_row_stop_the_planner(tmp_path):
+    spec = _spec(mode="oneshot", max_unparseable=2, max_calls=6)
+    _, _, _, _, n_sweep = _ideas(spec)
+    with OpenAIServer(["not an answer"]) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'u.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 4)
+        made = len(srv.requests)
+    books = llm_accounting(handle.study)
+    assert made == 2 and books["calls"] == 2 and books["unparseable"] == 2 and books["tokens"] == 300
+    assert books["stop_reason"] == "planner stopped after 2 unparseable answers in a row"
+
+
+def test_agent_budgets_hold_with_n_jobs(tmp_path):
+    """Eight threads, ``max_calls: 3``: three agent calls, each within its tool budget."""
+    spec = _spec(max_calls=3, max_tool_calls=1)
+    _, _, _, _, n_sweep = _ideas(spec)
+    with OpenAIServer([Reply(tool_calls=[("best", {})], delay_s=0.2)]) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'p.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(
+            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
+        )
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 12, n_jobs=8)
+    books = llm_accounting(handle.study)
+    assert books["calls"] == 3
+    docs = _transcripts(handle.artifact_dir)
+    assert len(docs) == 3
+    for d in docs:
+        assert len([c for c in d["tool_calls"] if "refused" not in c]) <= 1
