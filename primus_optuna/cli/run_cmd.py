@@ -125,16 +125,15 @@ def summarize(study: Any, storage_url: str) -> list[str]:
 
     if stored_spec_data(study) is not None:  # a study this package created (GPU count, steps, estimates)
         lines.append(gpu_hours_account(record_of(study, storage_url)).line())
-    ua = study.user_attrs
-    if ua.get("llm_calls") or ua.get("llm_failed_calls"):
+    from ..search.llm_budget import llm_accounting
+
+    books = llm_accounting(study)
+    if books["calls"] or books["model"]:
+        from ..record.report.sections import llm_usage_line
+
         lines.append(
-            f"LLM planner: {ua.get('llm_calls', 0)} calls, {ua.get('llm_tokens', 0)} tokens, "
-            f"${float(ua.get('llm_cost_usd', 0.0)):.4f}, {ua.get('llm_rejected', 0)} candidates rejected"
-            + (
-                f"; {ua['llm_failed_calls']} failed calls (no answer; not counted in llm.max_calls)"
-                if ua.get("llm_failed_calls")
-                else ""
-            )
+            f"planner {books['model']} ({books['mode']}): "
+            + llm_usage_line(books).removeprefix("LLM usage: ")
         )
     url = redact_url(storage_url)
     lines.append("next:")
@@ -159,6 +158,7 @@ def summary_data(study: Any, storage_url: str) -> dict[str, Any]:
     import optuna
 
     from ..redaction import redact_url
+    from ..search.llm_budget import llm_accounting
 
     State = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
@@ -202,6 +202,7 @@ def summary_data(study: Any, storage_url: str) -> dict[str, Any]:
             Counter(str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL)
         ),
         "trials_by_phase": dict(Counter(str(t.user_attrs.get("phase", "?")) for t in trials)),
+        "llm": llm_accounting(study),
         "next": [
             f"primus-optuna report --storage {url} --study-name {study.study_name}",
             f"primus-optuna dashboard --storage {url}",
@@ -239,6 +240,22 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
 )
 @click.option("--llm-api-base", default=None, metavar="URL", help="Base URL of an OpenAI-compatible server.")
 @click.option("--no-llm", is_flag=True, help="Do not use the LLM planner (model-guided fallback only).")
+@click.option(
+    "--llm-mode",
+    type=click.Choice(["auto", "agent", "oneshot"]),
+    default=None,
+    help="agent: the planner calls the library's tools before proposing; oneshot: one answer (default llm.mode).",
+)
+@click.option(
+    "--llm-max-calls", type=click.IntRange(min=0), default=None, help="Planner calls (default llm.max_calls)."
+)
+@click.option(
+    "--llm-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Wall-clock limit of one planner call (default llm.timeout_s).",
+)
 @click.option("--seed", type=int, default=None, help="Sampler seed (default search.seed).")
 @click.option("--n-jobs", type=click.IntRange(min=1), default=1, help="Trials run in parallel threads.")
 @click.option(
@@ -293,6 +310,9 @@ def run(
     llm_model: str | None,
     llm_api_base: str | None,
     no_llm: bool,
+    llm_mode: str | None,
+    llm_max_calls: int | None,
+    llm_timeout: float | None,
     seed: int | None,
     n_jobs: int,
     runs_dir: str | None,
@@ -332,11 +352,17 @@ def run(
     if no_fit:  # every trial would be pruned: say so and create nothing
         raise SpecError(no_fit)
     runner = make_runner(spec, runner_kind)
-    llm = None if no_llm else (llm_model or spec.llm.model)
-    if llm:  # a missing key is one error now, not a failed call per trial later
+    model = None if no_llm else (llm_model or spec.llm.model)
+    llm = None
+    preflight_lines: list[str] = []
+    if model:  # a missing key or a wrong URL is one error now, not a failed call per trial later
+        from ..search.llm_preflight import preflight
         from ..search.planner import require_api_key
 
-        require_api_key(spec.llm.model_copy(update={"model": llm}), llm_api_base or spec.llm.api_base)
+        overrides = {"model": model, "mode": llm_mode, "max_calls": llm_max_calls, "timeout_s": llm_timeout}
+        llm = spec.llm.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+        require_api_key(llm, llm_api_base or spec.llm.api_base)
+        preflight_lines = preflight(llm, llm_api_base or spec.llm.api_base)
     # the heartbeat lets a resumed or parallel run fail and retry the trial of a killed worker instead of leaving
     # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
     if heartbeat is None:
@@ -387,9 +413,11 @@ def run(
         say(f"warning: {center_note} ({why}); the sweep starts from {center}")
     first_new = len(st.trials)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
+    for line in preflight_lines:
+        say(line)
     say(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
-        + (f" and planner {llm}" if llm else "")
+        + (f" and planner {llm.model} ({st.sampler.planner.mode})" if llm and st.sampler.planner else "")
     )
     say(f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)")
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)

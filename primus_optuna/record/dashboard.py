@@ -132,10 +132,12 @@ def study_summary(rec: StudyRecord) -> str:
     failed = Counter(str(t.attr("failure_reason") or "unknown") for t in rec.trials if t.state == "FAIL")
     if failed:
         lines.append("- **Failed**: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()) + ".")
-    a = rec.user_attrs
+    a = rec.llm
     lines.append(
-        f"- **LLM**: {rec.spec.llm.model or 'none'}; {a.get('llm_calls', 0)} calls, {a.get('llm_tokens', 0)} tokens, "
-        f"${float(a.get('llm_cost_usd', 0.0) or 0.0):.4f}."
+        f"- **LLM**: {rec.llm_model or 'none'}; {a.get('calls', 0)} calls, {a.get('tokens', 0)} tokens, "
+        f"${float(a.get('cost_usd', 0.0) or 0.0):.4f}"
+        + (f"; stopped: {a['stop_reason']}" if a.get("stop_reason") else "")
+        + "."
     )
     storage = rec.storage_url or "URL"
     lines += [

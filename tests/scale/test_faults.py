@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from primus_optuna import Space, StudySpec
 from primus_optuna.cli import cli as cli_group
 from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.search.llm_budget import llm_accounting
 from primus_optuna.search.sampler import PrimusSampler
 from tests.helpers.openai_server import OpenAIServer, Reply
 
@@ -143,13 +144,15 @@ def test_llm_endpoint_failing_for_a_whole_study_falls_back_with_no_illegal_launc
     assert len(ts) == n and all(t.state == State.COMPLETE for t in ts)
     assert [t.user_attrs["phase"] for t in ts] == ["sweep"] * len(plan) + ["fallback"] * 3
     assert "planner unavailable" in ts[len(plan)].user_attrs["rationale"]
-    attrs = optuna.load_study(study_name="scale", storage=url).user_attrs
-    if reply[0].status == 200 and not reply[0].delay_s:  # answered (garbage): counted
-        assert "llm.max_calls=1 reached" in ts[-1].user_attrs["rationale"]
-        assert attrs["llm_calls"] == 1
-    else:  # never answered: not counted against llm.max_calls (three in a row stop the planner)
+    books = llm_accounting(optuna.load_study(study_name="scale", storage=url))
+    # every call made is counted against llm.max_calls, answered or not
+    assert "llm.max_calls=1 reached" in ts[-1].user_attrs["rationale"]
+    assert books["calls"] == 1 and requests == 1
+    if reply[0].status == 200 and not reply[0].delay_s:  # answered (garbage): unparseable, tokens counted
+        assert books["unparseable"] == 1 and books["tokens"] == 150
+    else:  # never answered
         assert all("planner unavailable" in t.user_attrs["rationale"] for t in ts[len(plan) :])
-        assert "llm_calls" not in attrs and attrs["llm_failed_calls"] == 3
+        assert books["failed"] == 1 and books["tokens"] == 0
     launched = [_legal_and_fits(data, cfg) for _, _, cfg in launches(ctl)]
     assert len(launched) == n and all(ok for ok, _ in launched)
     assert len({k for _, k in launched}) == n

@@ -9,8 +9,8 @@ from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.record.storage import open_study
 from primus_optuna.run.objective import make_objective
-from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.llm_budget import llm_accounting
+from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
 from tests.conftest import small_moe_study
 from tests.helpers.openai_server import OpenAIServer, Reply

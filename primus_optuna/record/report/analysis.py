@@ -192,7 +192,7 @@ def fallback_reason(rec: StudyRecord, t: TrialRow) -> str:
     if m:
         n = int(m.group("n") or 0)
         return m.group("why") + (f" ({n} candidates rejected)" if n else "")
-    return "no LLM configured" if not rec.spec.llm.model else "not recorded"
+    return "no LLM configured" if not rec.llm_model else "not recorded"
 
 
 def versions() -> dict[str, str]:
@@ -212,4 +212,4 @@ def reproduce_command(rec: StudyRecord, study_file: str = "study.yaml") -> str:
         f"primus-optuna run {study_file} --storage {storage} --study-name {rec.study_name} "
         f"--n-trials {s.n_trials} --seed {s.seed} --runner {rec.spec.runner.kind}"
     )
-    return cmd + (f" --llm {rec.spec.llm.model}" if rec.spec.llm.model else " --no-llm")
+    return cmd + (f" --llm {rec.llm_model}" if rec.llm_model else " --no-llm")

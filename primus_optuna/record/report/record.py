@@ -97,6 +97,13 @@ class StudyRecord:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     artifact_store: Any = None
     """the file artifact store of the study (planner transcripts), when found"""
+    llm: dict[str, Any] = field(default_factory=dict)
+    """the planner's books (:func:`~primus_optuna.search.llm_budget.llm_accounting`)"""
+
+    @property
+    def llm_model(self) -> str | None:
+        """The planner's model: from the study file, else the one the run used (``--llm``)."""
+        return self.spec.llm.model or self.llm.get("model")
 
     @property
     def multi_objective(self) -> bool:
@@ -181,6 +188,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
     """A :class:`StudyRecord` of a loaded (or live) Optuna study."""
     from optuna.artifacts import FileSystemArtifactStore
 
+    from ...search.llm_budget import llm_accounting
     from ..storage import sibling_dir
 
     if artifact_dir is None and storage_url:
@@ -237,4 +245,5 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
         trials=rows,
         artifacts=artifacts,
         artifact_store=store,
+        llm=llm_accounting(study),
     )

@@ -160,14 +160,7 @@ def _setup(doc: Doc, rec: StudyRecord) -> None:
             f"**Sampler**: n_trials {s.n_trials}, seed {s.seed}, sweep order "
             f"{', '.join(s.sweep_order) if s.sweep_order else 'default (highest expected impact first)'}, "
             f"proposals per round {spec.llm.proposals_per_round}",
-            f"**LLM**: {spec.llm.model or 'none (model-guided fallback only)'}"
-            + (f" (max {spec.llm.max_calls} calls" if spec.llm.model else "")
-            + (
-                f", max ${spec.llm.max_cost_usd}"
-                if spec.llm.model and spec.llm.max_cost_usd is not None
-                else ""
-            )
-            + (")" if spec.llm.model else ""),
+            _llm_setup(rec),
             f"**Runner**: {spec.runner.kind}",
             f"**Storage**: {rec.storage_url or '(in-memory or unnamed)'}, study `{rec.study_name}`",
         ]
@@ -293,18 +286,53 @@ def _sweep_design(doc: Doc, rec: StudyRecord) -> None:
         )
 
 
+def _llm_setup(rec: StudyRecord) -> str:
+    """The setup bullet: the planner's model (from the file or ``--llm``), mode and budgets."""
+    spec, model = rec.spec, rec.llm_model
+    if not model:
+        return "**LLM**: none (model-guided fallback only)"
+    given = "" if spec.llm.model else " (given on the command line)"
+    mode = rec.llm.get("mode") or spec.llm.mode
+    cost = f", max ${spec.llm.max_cost_usd}" if spec.llm.max_cost_usd is not None else ""
+    return (
+        f"**LLM**: {model}{given}, {mode} (max {spec.llm.max_calls} calls{cost}, "
+        f"{spec.llm.max_tool_calls} tool calls and {spec.llm.timeout_s:g} s per call)"
+    )
+
+
+def llm_usage_line(books: dict[str, Any]) -> str:
+    """The planner's accounting in one sentence (calls made / failed / unparseable, tokens, cost, why it
+    stopped)."""
+    text = (
+        f"LLM usage: {books.get('calls', 0)} calls ({books.get('failed', 0)} with no answer, "
+        f"{books.get('unparseable', 0)} unparseable), {books.get('tokens', 0)} tokens, "
+        f"${float(books.get('cost_usd', 0.0) or 0.0):.4f}"
+    )
+    if books.get("tool_calls"):
+        text += f", {books['tool_calls']} tool calls"
+    if books.get("proposed"):
+        text += (
+            f"; {books['proposed']} candidates proposed, {books.get('accepted', 0)} accepted "
+            f"({books.get('repaired', 0)} repaired), {books.get('rejected', 0)} rejected"
+        )
+    text += "."
+    if books.get("stop_reason"):
+        text += f" Stopped: {books['stop_reason']}."
+    return text
+
+
 def _planner(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Planner phase")
-    a = rec.user_attrs
-    doc.p(
-        f"LLM usage: {a.get('llm_calls', 0)} calls, {a.get('llm_tokens', 0)} tokens, "
-        f"${float(a.get('llm_cost_usd', 0.0) or 0.0):.4f}."
-    )
+    doc.p(llm_usage_line(rec.llm))
+    notes = rec.llm.get("notes") or []
+    if notes:
+        doc.p("The planner's notes (its scratchpad, carried from call to call):")
+        doc.bullets([redact(str(n)) for n in notes])
     rounds = planner_rounds(rec)
     if not rounds:
         doc.p(
             "No planner transcript found"
-            + (" (no LLM configured)." if not rec.spec.llm.model else " in the artifact store.")
+            + (" (no LLM configured)." if not rec.llm_model else " in the artifact store.")
         )
     for i, r in enumerate(rounds, 1):
         head = f"Round {i} (before trial {r.get('trial_number', '?')}, {r.get('model') or '?'})"
@@ -315,6 +343,13 @@ def _planner(doc: Doc, rec: StudyRecord) -> None:
             f"${float(r.get('cost_usd') or 0.0):.4f}, {r.get('elapsed_s', '-')} s; transcript artifact "
             f"`{r['artifact']}`." + (f" **Error, fell back**: {r['error']}" if r.get("error") else "")
         )
+        tools = r.get("tool_calls") or []
+        if tools:
+            doc.p(
+                f"{r.get('mode', 'agent')}: {len(tools)} tool calls ("
+                + ", ".join(str(c.get("tool")) + (" refused" if c.get("refused") else "") for c in tools)
+                + ")."
+            )
         table = [[_cand(c.get("config")), "accepted", "", c.get("rationale") or ""] for c in accepted]
         table += [
             [_cand(c.get("candidate")), "rejected", c.get("reason") or "", c.get("rationale") or ""]
