@@ -5,6 +5,8 @@ last reply repeats. A reply is a string (the assistant message content) or a :cl
 raw body, or OpenAI tool calls: ``Reply(tool_calls=[("check", {"config": {...}})])`` answers a
 ``message.tool_calls`` list with ``finish_reason: tool_calls``). Every request body and its headers are kept in
 ``server.requests``. ``GET /v1/models`` lists ``models`` (name, context length) like vLLM / llama.cpp do.
+A reply may also be a function of the request body returning a string or :class:`Reply` (a scripted agent
+that reads the tool results it was sent, as :func:`ranking_agent`).
 
 Example::
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,13 +39,41 @@ class Reply:
     finish_reason: str | None = None
 
 
+Responder = Callable[[dict[str, Any]], "str | Reply"]
+
+
+def ranking_agent(k: int = 4) -> Responder:
+    """A scripted agent: asks ``top_untried(k)``, then submits what that tool answered (the model-guided
+    ranking), each with a rationale; no tool list in the request (one-shot) gets a JSON answer built from the
+    ``corrected_ranking`` field of the prompt when present, else an empty list."""
+
+    def respond(body: dict[str, Any]) -> str | Reply:
+        messages = body.get("messages") or []
+        results = [m for m in messages if m.get("role") == "tool"]
+        if body.get("tools") is None:
+            return json.dumps({"reasoning": "no tools", "candidates": []})
+        if not results:
+            return Reply(tool_calls=[("top_untried", {"k": k})])
+        ranked = json.loads(results[-1]["content"])
+        cands = [
+            {
+                **r["config"],
+                "rationale": f"ranked {i + 1} by the corrected model ({r['expected']:.0f} expected)",
+            }
+            for i, r in enumerate(ranked if isinstance(ranked, list) else [])
+        ]
+        return Reply(tool_calls=[("submit", {"candidates": cands})])
+
+    return respond
+
+
 class OpenAIServer:
     def __init__(
         self,
-        replies: list[str | Reply],
+        replies: list[str | Reply | Responder],
         models: list[tuple[str, int | None]] | None = (("test-model", 4096),),  # type: ignore[assignment]
     ) -> None:
-        self.replies = [r if isinstance(r, Reply) else Reply(r) for r in replies]
+        self.replies = [r if isinstance(r, Reply) or callable(r) else Reply(r) for r in replies]
         self.models = list(models) if models is not None else None
         self.gets: list[str] = []
         """paths of the GET requests (kept apart: ``requests`` holds the chat completions)"""
@@ -84,6 +115,9 @@ class OpenAIServer:
                     )
                     idx = min(len(owner.requests) - 1, len(owner.replies) - 1)
                     reply = owner.replies[idx]
+                if callable(reply):
+                    answer = reply(json.loads(body or b"{}"))
+                    reply = answer if isinstance(answer, Reply) else Reply(answer)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.raw is not None:

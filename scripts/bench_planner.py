@@ -1,0 +1,215 @@
+"""The LLM planner against any OpenAI-compatible endpoint, and the model-guided fallback alone on the same budget.
+
+    python scripts/bench_planner.py --api-base http://127.0.0.1:8080/v1 --model openai/NAME
+        [--study studies/qwen3-30b-a3b-h200-bf16.yaml] [--trials 30] [--seed 0] [--mode agent|oneshot]
+        [--max-calls 6] [--timeout 120] [--api-key-env VAR] [--json OUT.json]
+    python scripts/bench_planner.py --loopback      # the loopback test server's scripted ranking agent
+
+Both runs face the same hidden landscape (``bench_search.HiddenObjective``, seeded: the step-time model's
+tokens/s/GPU times per-axis, pairwise and one cross-axis synergy factor the sampler cannot read), measured by
+``bench_search.HiddenRunner`` through the library's own objective, so the planner's tools see measurements
+that differ from the model as a real cluster's would. Same study, seed and trial budget for both.
+
+Reported: per planner call its wall time, requests, tool calls, tokens, candidates accepted and rejected;
+the totals of :func:`~primus_optuna.search.llm_budget.llm_accounting` (calls, failed, unparseable, tokens,
+cost, why it stopped); rejections by reason; the best value reached by each run and its fraction of the
+true optimum (the best legal configuration that fits, enumerated).
+
+``--loopback`` starts ``tests/helpers/openai_server.py`` with :func:`ranking_agent`: it calls
+``top_untried`` and submits what it answers. That exercises the whole agent path over HTTP (tools, native
+tool calls, accounting), not a language model's judgement: a real model's figure needs an endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+import optuna  # noqa: E402
+from bench_search import HiddenObjective, HiddenRunner  # noqa: E402
+
+from primus_optuna import Space, StudySpec  # noqa: E402
+from primus_optuna.physics.memory import estimate_memory  # noqa: E402
+from primus_optuna.physics.throughput import estimate_throughput  # noqa: E402
+from primus_optuna.record.storage import open_study  # noqa: E402
+from primus_optuna.run.base import RunFailure  # noqa: E402
+from primus_optuna.run.objective import make_objective  # noqa: E402
+from primus_optuna.search.llm_budget import llm_accounting  # noqa: E402
+from primus_optuna.search.pruner import MemoryPrefilterPruner  # noqa: E402
+from primus_optuna.search.sampler import PrimusSampler  # noqa: E402
+
+DEFAULT_STUDY = "studies/qwen3-30b-a3b-h200-bf16.yaml"
+
+
+def optimum(spec: StudySpec, hidden: HiddenObjective) -> float:
+    space = Space(spec)
+    return max(
+        hidden.value(c, estimate_throughput(spec, c).tokens_per_s_per_gpu)
+        for c in space.configs()
+        if estimate_memory(spec, c).fits
+    )
+
+
+def run_once(
+    spec: StudySpec,
+    hidden: HiddenObjective,
+    trials: int,
+    seed: int,
+    workdir: Path,
+    *,
+    llm: Any,
+    api_base: str | None,
+) -> dict[str, Any]:
+    handle = open_study(spec, storage=f"sqlite:///{workdir / 'study.db'}", pruner=MemoryPrefilterPruner())
+    study = handle.study
+    study.sampler = PrimusSampler(
+        spec,
+        seed=seed,
+        llm=llm,
+        llm_api_base=api_base,
+        proposals_per_round=spec.llm.proposals_per_round,
+        artifact_store=handle.artifact_store,
+    )
+    objective = make_objective(
+        spec, HiddenRunner(hidden), space=study.sampler.space, runs_dir=handle.runs_dir
+    )
+    t0 = time.perf_counter()
+    study.optimize(objective, n_trials=trials, catch=(RunFailure,))
+    wall = time.perf_counter() - t0
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.values]
+    best = max((t.values[0] for t in done), default=0.0)
+    docs = []
+    for p in handle.artifact_dir.rglob("*"):
+        if p.is_file():
+            try:
+                d = json.loads(p.read_text())
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(d, dict) and d.get("kind") == "primus-optuna planner transcript":
+                docs.append(d)
+    docs.sort(key=lambda d: d.get("trial_number") or 0)
+    phases = Counter(str(t.user_attrs.get("phase")) for t in study.trials)
+    best_phase = max(done, key=lambda t: t.values[0]).user_attrs.get("phase") if done else None
+    return {
+        "best": best,
+        "wall_s": wall,
+        "phases": dict(phases),
+        "best_phase": best_phase,
+        "books": llm_accounting(study),
+        "calls": [
+            {
+                "trial": d.get("trial_number"),
+                "mode": d.get("mode"),
+                "wall_s": d.get("elapsed_s"),
+                "requests": d.get("requests"),
+                "tool_calls": len(d.get("tool_calls") or []),
+                "tokens": d.get("tokens"),
+                "accepted": len(d.get("accepted") or []),
+                "rejected": len(d.get("rejected") or []),
+                "error": (d.get("error") or "")[:120] or None,
+            }
+            for d in docs
+        ],
+        "rejected_by_reason": dict(
+            Counter(str(r.get("reason", "")).split(":", 1)[0] for d in docs for r in d.get("rejected") or [])
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--api-base", help="OpenAI-compatible base URL (usually ends in /v1)")
+    ap.add_argument("--model", default="openai/test-model", help="LiteLLM model string")
+    ap.add_argument(
+        "--loopback", action="store_true", help="use the loopback server's scripted ranking agent"
+    )
+    ap.add_argument("--study", default=DEFAULT_STUDY)
+    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mode", choices=["agent", "oneshot", "auto"], default="agent")
+    ap.add_argument("--max-calls", type=int, default=6)
+    ap.add_argument("--timeout", type=float, default=120.0, help="llm.timeout_s")
+    ap.add_argument("--api-key-env", default=None)
+    ap.add_argument("--json", default=None, help="also write the figures here")
+    args = ap.parse_args(argv)
+    if not args.loopback and not args.api_base:
+        ap.error("give --api-base URL (an OpenAI-compatible server) or --loopback")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = StudySpec.from_yaml(ROOT / args.study if not Path(args.study).is_absolute() else args.study)
+    llm_spec = spec.llm.model_copy(
+        update={
+            "model": args.model,
+            "mode": args.mode,
+            "max_calls": args.max_calls,
+            "timeout_s": args.timeout,
+            "api_key_env": args.api_key_env,
+            "num_retries": 0,
+        }
+    )
+    spec = spec.model_copy(update={"llm": llm_spec})
+    hidden = HiddenObjective(spec, args.seed)
+    best_possible = optimum(spec, hidden)
+    server = None
+    api_base = args.api_base
+    if args.loopback:
+        from tests.helpers.openai_server import OpenAIServer, ranking_agent
+
+        os.environ.setdefault("OPENAI_API_KEY", "sk-loopback-not-a-secret")
+        server = OpenAIServer([ranking_agent(spec.llm.proposals_per_round)]).__enter__()
+        api_base = server.url
+    from primus_optuna.search.llm_preflight import preflight
+
+    for line in preflight(llm_spec, api_base):
+        print(line)
+    try:
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            planner = run_once(spec, hidden, args.trials, args.seed, Path(a), llm=llm_spec, api_base=api_base)
+            fallback = run_once(spec, hidden, args.trials, args.seed, Path(b), llm=None, api_base=None)
+    finally:
+        if server is not None:
+            server.__exit__(None, None, None)
+    books = planner["books"]
+    print(f"study {spec.name}, {args.trials} trials, seed {args.seed}, planner {args.model} ({args.mode})")
+    print("call  trial  mode     wall_s  requests  tools  tokens  accepted  rejected  error")
+    for i, c in enumerate(planner["calls"], 1):
+        print(
+            f"{i:>4}  {c['trial']!s:>5}  {c['mode']!s:<7} {c['wall_s'] or 0:>7.2f}  {c['requests']!s:>8}  "
+            f"{c['tool_calls']:>5}  {c['tokens']!s:>6}  {c['accepted']:>8}  {c['rejected']:>8}  {c['error'] or ''}"
+        )
+    walls = [c["wall_s"] for c in planner["calls"] if c["wall_s"] is not None]
+    print(
+        f"planner: {books['calls']} calls ({books['failed']} no answer, {books['unparseable']} unparseable), "
+        f"{books['tokens']} tokens, ${books['cost_usd']:.4f}, {books['tool_calls']} tool calls, "
+        f"median {statistics.median(walls) if walls else 0:.2f} s per call; candidates {books['proposed']} "
+        f"proposed, {books['accepted']} accepted ({books['repaired']} repaired), {books['rejected']} rejected "
+        f"{planner['rejected_by_reason'] or ''}; stopped: {books['stop_reason']}"
+    )
+    for name, r in (("with planner", planner), ("fallback only", fallback)):
+        print(
+            f"{name:<14} best {r['best']:.1f} tokens/s/GPU = {r['best'] / best_possible:.1%} of the optimum "
+            f"{best_possible:.1f} (best from phase {r['best_phase']}); trials by phase {r['phases']}; "
+            f"{r['wall_s']:.1f} s"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"planner": planner, "fallback": fallback, "optimum": best_possible}, indent=1, default=str
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
