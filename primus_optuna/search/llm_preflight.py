@@ -69,7 +69,7 @@ def _get(url: str, api_key: str | None) -> Any:
 def served_models(api_base: str, provider: str, api_key: str | None = None) -> list[tuple[str, int | None]]:
     """``(name, context tokens or None)`` of every model the server at ``api_base`` lists."""
     base = api_base.rstrip("/")
-    ollama_native = provider == "ollama" and not base.endswith("/v1")
+    ollama_native = provider in ("ollama", "ollama_chat") and not base.endswith("/v1")
     url = base + ("/api/tags" if ollama_native else "/models")
     try:
         data = _get(url, api_key)
