@@ -733,10 +733,10 @@ class Planner:
                 )
         else:
             self._failed_in_a_row = 0
-            if not raw and kind in ("ok", "unparseable", "failed"):
+            if not raw and kind == "ok":  # parsed, but an empty list
+                out.error = "the LM returned no candidate"
+            elif not raw and kind in ("unparseable", "failed"):
                 out.unparseable = True
-                if out.error is None:
-                    out.error = "the LM returned no candidate"
                 self._unparseable_in_a_row += 1
                 limit = self.settings.max_unparseable
                 if self._unparseable_in_a_row >= limit and not self.stopped:

@@ -119,3 +119,20 @@ def test_legacy_user_attrs_are_read():
     study.set_user_attr("llm_failed_calls", 1)
     books = llm_accounting(study)
     assert (books["calls"], books["tokens"], books["failed"]) == (2, 3456, 1)
+
+
+def test_no_call_starts_once_the_cost_cap_is_spent(tmp_path):
+    data = small_moe_study(sweep_order=["mbs"])
+    data["llm"] = {"model": "openai/test-model", "num_retries": 0, "timeout_s": 5, "max_cost_usd": 0.5}
+    spec = StudySpec.from_dict(data)
+    n_sweep = len(PrimusSampler(spec).plan)
+    os.environ.setdefault("OPENAI_API_KEY", "sk-test-not-a-secret")
+    with OpenAIServer(["no idea"]) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'c.db'}", pruner=MemoryPrefilterPruner())
+        llm_budget.add(handle.study, "cost_usd", 0.5)  # spent by an earlier run
+        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+        handle.study.optimize(make_objective(spec), n_trials=n_sweep + 2)
+        assert srv.requests == []
+    books = llm_accounting(handle.study)
+    assert books["calls"] == 0 and books["stop_reason"] == "llm.max_cost_usd=0.5 reached (spent 0.5000)"
+    assert "llm.max_cost_usd=0.5 reached" in handle.study.trials[-1].user_attrs["rationale"]
