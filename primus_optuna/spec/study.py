@@ -350,9 +350,6 @@ class LLMSpec(_Strict):
     fold_system_prompt: bool = Field(
         default=False, description="send the system message inside the user message (templates that drop it)"
     )
-    stream: bool | None = Field(
-        default=None, description="stream answers so an abandoned request stops; default on with an api_base"
-    )
 
     @model_validator(mode="before")
     @classmethod
