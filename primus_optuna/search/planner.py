@@ -243,6 +243,8 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         ),
         None,
     )
+    if "AdapterParseError" in names or "ValidationError" in names:  # its text is the model's: not read
+        return "unparseable", "the answer could not be parsed"
     if isinstance(exc, PlannerTimeout) or "Timeout" in names or "timed out" in low:
         return "timeout", "timeout"
     if is_auth_error(exc) or status in (401, 403) or "LMAuthError" in names:
@@ -269,7 +271,7 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         )
     if status == 400 and "tool" in low:
         return "no_tools", "the provider refuses tool calls"
-    if "AdapterParseError" in names or "failed to produce final outputs" in low or "ValidationError" in names:
+    if "failed to produce final outputs" in low:  # ReActV2: no submit after a parse failure
         return "unparseable", "the answer could not be parsed"
     return "failed", "no answer"
 

@@ -325,3 +325,26 @@ def test_agent_budgets_hold_with_n_jobs(tmp_path):
     assert len(docs) == 3
     for d in docs:
         assert len([c for c in d["tool_calls"] if "refused" not in c]) <= 1
+
+
+def test_error_kinds():
+    import litellm
+    from dspy.utils.exceptions import AdapterParseError
+
+    from primus_optuna.search.planner import PlannerTimeout, ProposeConfigs, classify_error
+
+    def kind(exc):
+        return classify_error(exc)[0]
+
+    prose = AdapterParseError("JSONAdapter", ProposeConfigs, "sorry, the request timed out; context window")
+    assert kind(prose) == "unparseable"  # the model's words are not read as an error of the provider
+    assert kind(PlannerTimeout("spent")) == "timeout"
+    assert kind(litellm.Timeout("slow", model="m", llm_provider="openai")) == "timeout"
+    assert kind(litellm.NotFoundError("no such model", model="m", llm_provider="openai")) == "fatal"
+    assert kind(litellm.ContextWindowExceededError("too long", model="m", llm_provider="openai")) == "fatal"
+    assert kind(litellm.AuthenticationError("bad key", model="m", llm_provider="openai")) == "auth"
+    assert kind(litellm.InternalServerError("boom", model="m", llm_provider="openai")) == "failed"
+    bad = litellm.BadRequestError(
+        "LLM Provider NOT provided. Pass in the LLM provider", model="m", llm_provider=""
+    )
+    assert kind(bad) == "fatal"
