@@ -24,8 +24,9 @@ once ``llm.max_cost_usd`` is spent, an agent call makes at most ``llm.max_tool_c
 at ``llm.timeout_s``. The planner stops for the rest of the run at once on errors that cannot change
 (refused credentials, HTTP 404, context window exceeded, unknown provider), after ``llm.max_unparseable``
 unparseable answers or :data:`MAX_FAILED_IN_A_ROW` unanswered calls in a row; the reason is kept in the
-study (:func:`~primus_optuna.search.llm_budget.llm_accounting`). With an ``api_base`` (a local server) a
-timed-out request is not retried.
+study (:func:`~primus_optuna.search.llm_budget.llm_accounting`). With an ``api_base`` (a local server)
+answers are streamed (``dspy.streamify`` under ``asyncio.timeout``), so a call cut at its deadline closes
+the connection and the server stops generating, and a timed-out request is not retried.
 
 Each call stores a transcript (inputs, messages, raw outputs, every tool call and its result, usage,
 accepted/rejected) as a study artifact; keys are scrubbed from it. This module imports DSPy; import it only
@@ -34,6 +35,7 @@ when a planner is configured.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -352,6 +354,14 @@ class _Agent(dspy.ReActV2):
         )
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
@@ -404,6 +414,8 @@ class Planner:
             if env:
                 self._api_key = os.environ[env]
         self.api_base = api_base or self.settings.api_base
+        if self._lm is None:  # import LiteLLM (seconds) now, not inside the first call's llm.timeout_s
+            import litellm  # noqa: F401
         s = self.settings
         if s.mode == "auto":
             self.mode = "agent" if self._lm is None and supports_tools(self.model) else "oneshot"
@@ -425,6 +437,8 @@ class Planner:
         self.module = dspy.ChainOfThought(ProposeConfigs)
         kind = "json_schema" if s.response_format == "auto" else s.response_format
         self.response_kind = kind
+        self.stream = self._lm is None and (s.stream if s.stream is not None else self.api_base is not None)
+        """stream the answers: a request abandoned at the deadline closes its connection, so the server stops"""
 
     # --- the language model --------------------------------------------------------------------------------
     def make_lm(self, deadline: float | None = None) -> dspy.BaseLM:
@@ -662,13 +676,11 @@ class Planner:
                     max_iters=self.settings.max_tool_calls + 1,
                     item_schema=candidate_schema(self.space),
                 )
-                with dspy.context(lm=lm, adapter=adapter):
-                    pred = agent(**inputs)
+                pred = self._call(agent, inputs, lm, adapter, deadline)
                 termination = getattr(pred, "termination_reason", None)
             else:
                 inputs, prompt_est, dropped = self.compact(adapter, trials, n, tried, ranking)
-                with dspy.context(lm=lm, adapter=adapter):
-                    pred = self.module(**inputs)
+                pred = self._call(self.module, inputs, lm, adapter, deadline)
                 reasoning = str(getattr(pred, "reasoning", ""))
             for c in pred.candidates or []:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
@@ -722,6 +734,31 @@ class Planner:
         }
         out.artifact_id = self._store(study, transcript)
         return out
+
+    def _call(
+        self, program: Any, inputs: dict[str, Any], lm: Any, adapter: PlannerAdapter, deadline: float
+    ) -> Any:
+        """Run ``program``; streamed when :attr:`stream`, cancelled (its HTTP stream closed, so the server
+        stops generating) when the call's deadline passes."""
+        with dspy.context(lm=lm, adapter=adapter):
+            if not self.stream or _loop_running():
+                return program(**inputs)
+
+            async def consume() -> Any:
+                pred = None
+                async with asyncio.timeout(max(0.05, deadline - time.monotonic())):
+                    async for item in dspy.streamify(program)(**inputs):
+                        if isinstance(item, dspy.Prediction):
+                            pred = item
+                return pred
+
+            try:
+                pred = asyncio.run(consume())
+            except TimeoutError:
+                raise PlannerTimeout(f"llm.timeout_s={self.settings.timeout_s:g} spent") from None
+            if pred is None:
+                raise PlannerTimeout("the streamed answer ended without a result")
+            return pred
 
     def _judge(self, study: optuna.Study, out: PlannerOutcome, raw: list[dict[str, Any]], kind: str) -> None:
         """Count the call as failed (no answer) or unparseable, and stop the planner when these repeat."""

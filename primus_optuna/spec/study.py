@@ -350,6 +350,11 @@ class LLMSpec(_Strict):
     fold_system_prompt: bool = Field(
         default=False, description="send the system message inside the user message (templates that drop it)"
     )
+    stream: bool | None = Field(
+        default=None,
+        description="stream answers, so a request abandoned at llm.timeout_s stops generating on the server; "
+        "default: on with an api_base (a local server), off otherwise",
+    )
 
     @model_validator(mode="before")
     @classmethod

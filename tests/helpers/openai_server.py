@@ -4,7 +4,7 @@ Each request to ``POST /v1/chat/completions`` takes the next scripted reply; whe
 last reply repeats. A reply is a string (the assistant message content) or a :class:`Reply` (status code, delay,
 raw body, or OpenAI tool calls: ``Reply(tool_calls=[("check", {"config": {...}})])`` answers a
 ``message.tool_calls`` list with ``finish_reason: tool_calls``). Every request body and its headers are kept in
-``server.requests``. ``GET /v1/models`` lists ``models`` (name, context length) like vLLM / llama.cpp do.
+``server.requests``. A request with ``stream: true`` is answered as server-sent events. ``GET /v1/models`` lists ``models`` (name, context length) like vLLM / llama.cpp do.
 A reply may also be a function of the request body returning a string or :class:`Reply` (a scripted agent
 that reads the tool results it was sent, as :func:`ranking_agent`).
 
@@ -37,6 +37,8 @@ class Reply:
     usage: tuple[int, int] = (100, 50)
     """prompt and completion tokens reported"""
     finish_reason: str | None = None
+    chunk_delay_s: float = 0.0
+    """with ``stream: true``: a pause after each event (a slow generation)"""
 
 
 Responder = Callable[[dict[str, Any]], "str | Reply"]
@@ -75,6 +77,9 @@ class OpenAIServer:
     ) -> None:
         self.replies = [r if isinstance(r, Reply) or callable(r) else Reply(r) for r in replies]
         self.models = list(models) if models is not None else None
+        self.streams_completed = 0
+        self.streams_abandoned = 0
+        """streamed answers the client closed before their end (a generation the server could stop)"""
         self.gets: list[str] = []
         """paths of the GET requests (kept apart: ``requests`` holds the chat completions)"""
         self.requests: list[dict[str, Any]] = []
@@ -164,7 +169,47 @@ class OpenAIServer:
                             },
                         }
                     ).encode()
+                if reply.status == 200 and reply.raw is None and json.loads(body or b"{}").get("stream"):
+                    self._stream(json.loads(payload), reply.chunk_delay_s)
+                    return
                 self._send(reply.status, payload)
+
+            def _stream(self, completion: dict[str, Any], delay_s: float) -> None:
+                """The completion as server-sent events (``stream: true``): 16 characters per chunk, each
+                tool call in one delta, usage in the last chunk; a client that goes away stops it."""
+                choice = completion["choices"][0]
+                msg = choice["message"]
+                base = {k: completion[k] for k in ("id", "created", "model")} | {
+                    "object": "chat.completion.chunk"
+                }
+
+                def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+                    chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+                events = [event({"role": "assistant", "content": ""})]
+                text = msg.get("content") or ""
+                events += [event({"content": text[i : i + 16]}) for i in range(0, len(text), 16)]
+                for i, call in enumerate(msg.get("tool_calls") or []):
+                    events.append(event({"tool_calls": [{"index": i, **call}]}))
+                events.append(event({}, choice["finish_reason"]))
+                usage = {**base, "choices": [], "usage": completion["usage"]}
+                events += [f"data: {json.dumps(usage)}\n\n".encode(), b"data: [DONE]\n\n"]
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.end_headers()
+                    for e in events:
+                        self.wfile.write(e)
+                        self.wfile.flush()
+                        if delay_s:
+                            time.sleep(delay_s)
+                    with owner._lock:
+                        owner.streams_completed += 1
+                except (BrokenPipeError, ConnectionResetError):  # the client abandoned the request
+                    with owner._lock:
+                        owner.streams_abandoned += 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -4,6 +4,7 @@ server (OpenAI ``tool_calls``) drive it through check → estimate → submit, a
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import optuna
@@ -348,3 +349,24 @@ def test_error_kinds():
         "LLM Provider NOT provided. Pass in the LLM provider", model="m", llm_provider=""
     )
     assert kind(bad) == "fatal"
+
+
+def test_an_abandoned_streamed_answer_stops_on_the_server(tmp_path):
+    """With an API base answers are streamed; at ``llm.timeout_s`` the planner closes the stream, so a
+    single-slot local server stops generating instead of finishing an answer nobody reads (no retry)."""
+    spec = _spec(mode="oneshot", timeout_s=1.0, num_retries=3)
+    _, good, _, _, n_sweep = _ideas(spec)
+    words = " ".join(f"word{i}" for i in range(400))  # varied text: LiteLLM refuses a repeating stream
+    slow = Reply(json.dumps({"reasoning": words, "candidates": [good]}), chunk_delay_s=0.05)
+    with OpenAIServer([slow]) as srv:
+        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 's.db'}", pruner=MemoryPrefilterPruner())
+        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
+        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+        deadline = time.monotonic() + 10
+        while not srv.streams_abandoned and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(srv.requests) == 1 and json.loads(srv.requests[0]["body"])["stream"] is True
+        assert srv.streams_abandoned == 1 and srv.streams_completed == 0
+    last = handle.study.trials[-1]
+    assert last.user_attrs["phase"] == "fallback" and "timeout" in last.user_attrs["rationale"]
+    assert llm_accounting(handle.study)["failed"] == 1
