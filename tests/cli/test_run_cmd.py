@@ -123,9 +123,10 @@ def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
             srv.url,
         )
     assert r.exit_code == 0, r.output
+    assert "and planner openai/test-model (oneshot)" in r.output
     assert (
-        "and planner openai/test-model" in r.output
-        and "LLM planner: 2 calls, 300 tokens, $0.0000, 1 candidates rejected" in r.output
+        "planner openai/test-model (oneshot): 2 calls (0 with no answer, 0 unparseable), 300 tokens, $0.0000; "
+        "2 candidates proposed, 1 accepted (0 repaired), 1 rejected." in r.output
     )
     loaded = optuna.load_study(study_name="small-moe", storage=url)
     planned = [t for t in loaded.trials if t.user_attrs.get("phase") == "planner"]

@@ -70,7 +70,7 @@ def test_report_sections_and_numbers(small_study, tmp_path: Path) -> None:
     assert "| mbs=4, moe_dispatcher=deepep | accepted |  | DeepEP with MBS 4 |" in md
     assert "**Error, fell back**: LMTimeoutError: request timed out" in md
     assert f"Fallback trials by reason: {FALLBACK_WHY}: 2." in md
-    assert "2 calls, 3456 tokens, $0.0123" in md
+    assert "2 calls (0 with no answer, 0 unparseable), 3456 tokens, $0.0123" in md
     # result: best trial and gain over the baseline (trial 0)
     best, base = study.best_trial, study.trials[0]
     assert f"**Best configuration**: trial {best.number}" in md
