@@ -32,7 +32,6 @@ COUNTERS = (
     "answered",
     "failed",
     "unparseable",
-    "unparseable_in_a_row",
     "tokens",
     "cost_usd",
     "tool_calls",

@@ -686,7 +686,7 @@ class Planner:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
             kind, why = classify_error(exc)
-            detail = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:600]
+            detail = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:300]
             out.error = detail if kind == "failed" else f"{why} ({detail})"
             log.warning("planner call failed, falling back: %s", out.error)
             if kind == "auth":

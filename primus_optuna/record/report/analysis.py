@@ -183,7 +183,8 @@ def planner_rounds(rec: StudyRecord) -> list[dict[str, Any]]:
     return sorted(rounds, key=lambda r: (r.get("time") or "", r.get("trial_number") or 0))
 
 
-FALLBACK_NOTE = re.compile(r"^planner unavailable \((?P<why>.*?)(; (?P<n>\d+) rejected)?\); ")
+FALLBACK_NOTE = re.compile(r"^planner unavailable \((?P<why>.*?)(; (?P<n>\d+) rejected)\); ")
+"""the sampler's note before a fallback rationale; the reason may hold parentheses, the count ends it"""
 
 
 def fallback_reason(rec: StudyRecord, t: TrialRow) -> str:
