@@ -126,7 +126,7 @@ def preflight(settings: LLMSpec, api_base: str | None = None) -> list[str]:
         ctx = served[0][1] if len(served) == 1 else None
     else:
         ctx = match[1]
-    need = settings.max_prompt_tokens + settings.max_tokens
+    need = settings.prompt_budget(local=True, agent=settings.mode == "agent") + settings.max_tokens
     if ctx is not None and ctx < need:
         raise SpecError(
             f"the server's context for {name!r} is {ctx} tokens, less than llm.max_prompt_tokens + "

@@ -82,6 +82,9 @@ MAX_FAILED_IN_A_ROW = 3
 """calls with no answer (timeouts, 5xx) in a row after which this process's planner stops"""
 CHARS_PER_TOKEN = 3.5
 """prompt-size estimate without a tokenizer (JSON-heavy text; fitted by eye to Llama/Gemma tokenizers)"""
+AGENT_INSTRUCTION_TOKENS = 620
+"""ReActV2's instructions and field headers around the inputs (measured on the small MoE study's first
+request: 3.7 K chars of messages for 1.5 K chars of inputs)"""
 _cache_lock = threading.Lock()
 _configured_cache: str | None = None
 
@@ -437,6 +440,8 @@ class Planner:
         self.module = dspy.ChainOfThought(ProposeConfigs)
         kind = "json_schema" if s.response_format == "auto" else s.response_format
         self.response_kind = kind
+        self.prompt_budget = s.prompt_budget(local=self.api_base is not None, agent=self.mode == "agent")
+        """tokens the prompt may take (``llm.max_prompt_tokens`` or its default)"""
         self.stream = self._lm is None and (s.stream if s.stream is not None else self.api_base is not None)
         """stream the answers: a request abandoned at the deadline closes its connection, so the server stops"""
 
@@ -580,7 +585,7 @@ class Planner:
     ) -> tuple[dict[str, Any], int, list[str]]:
         """The one-shot inputs cut to ``llm.max_prompt_tokens``: fewer top trials (and ranked/tried
         configurations), then no legal values (the answer schema still lists them), then no sweep effects."""
-        budget = self.settings.max_prompt_tokens
+        budget = self.prompt_budget
         sig = ProposeConfigs
         dropped: list[str] = []
         k = N_BEST
@@ -676,6 +681,13 @@ class Planner:
                     max_iters=self.settings.max_tool_calls + 1,
                     item_schema=candidate_schema(self.space),
                 )
+                # what the tools' results may add to the prompt: llm.max_prompt_tokens less the fixed part
+                # (instructions, inputs, the tool list); each result stays in the conversation
+                fixed = json.dumps(inputs) + json.dumps(
+                    [t.format_as_litellm_function_call() for t in agent.tools.values()]
+                )
+                prompt_est = _tokens(fixed) + AGENT_INSTRUCTION_TOKENS
+                tools.result_chars = int(max(0, self.prompt_budget - prompt_est) * CHARS_PER_TOKEN)
                 pred = self._call(agent, inputs, lm, adapter, deadline)
                 termination = getattr(pred, "termination_reason", None)
             else:

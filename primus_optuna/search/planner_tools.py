@@ -59,6 +59,7 @@ class PlannerTools:
         deadline: float | None = None,
         budget: Callable[[], dict[str, Any]] | None = None,
         secrets: Sequence[str | None] = (),
+        result_chars: int | None = None,
     ) -> None:
         self.spec, self.space, self.study, self.trials = spec, space, study, trials
         self.tried = set(tried)
@@ -68,6 +69,9 @@ class PlannerTools:
         self.deadline = deadline
         self._budget = budget
         self._secrets = list(secrets)
+        self.result_chars = result_chars
+        """what the tool results may add to the prompt (``llm.max_prompt_tokens`` less the rest), in chars"""
+        self._spent_chars = 0
         self.calls: list[dict[str, Any]] = []
         self.new_notes: list[str] = []
         self._learned: Any = None
@@ -88,6 +92,9 @@ class PlannerTools:
         elif self.deadline is not None and time.monotonic() > self.deadline:
             result = {"error": "time budget spent (llm.timeout_s): call submit now"}
             entry["refused"] = "timeout"
+        elif self.result_chars is not None and self._spent_chars >= self.result_chars:
+            result = {"error": "prompt budget spent (llm.max_prompt_tokens): call submit now"}
+            entry["refused"] = "max_prompt_tokens"
         else:
             try:
                 result = fn()
@@ -95,6 +102,7 @@ class PlannerTools:
                 result = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 entry["error"] = result["error"]
         text = redact(_compact(result), values=self._secrets)
+        self._spent_chars += len(text) + len(json.dumps(args, default=str))
         entry["result"] = text
         self.calls.append(entry)
         return text

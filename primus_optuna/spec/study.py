@@ -313,6 +313,12 @@ class SearchSpec(_Strict):
         return len(self.objectives) > 1
 
 
+LOCAL_PROMPT_TOKENS = 3000
+"""a small local model's prompt budget: with llm.max_tokens (1 K) it fits a 4 K context"""
+HOSTED_AGENT_PROMPT_TOKENS = 16000
+"""a hosted model's agent call: room for every tool result of llm.max_tool_calls"""
+
+
 class LLMSpec(_Strict):
     """``llm``: the planner's model as a LiteLLM string. Keys come from the environment, never the file."""
 
@@ -336,8 +342,13 @@ class LLMSpec(_Strict):
         "knows the model calls tools (or llm.mode: agent for a local server), else oneshot",
     )
     max_tool_calls: int = Field(default=8, ge=0, description="tool calls per agent call")
-    max_prompt_tokens: int = Field(
-        default=3000, ge=500, description="the prompt is compacted to fit (top trials, legal values, sweep)"
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        ge=500,
+        description="prompt budget: the one-shot context is compacted to fit (top trials, legal values, sweep "
+        "dropped first), an agent's tools stop answering once their results would pass it; default "
+        f"{LOCAL_PROMPT_TOKENS} with an api_base or in one-shot mode, {HOSTED_AGENT_PROMPT_TOKENS} for a "
+        "hosted agent",
     )
     max_unparseable: int = Field(
         default=3, ge=1, description="unparseable answers in a row after which the planner stops"
@@ -355,6 +366,12 @@ class LLMSpec(_Strict):
         description="stream answers, so a request abandoned at llm.timeout_s stops generating on the server; "
         "default: on with an api_base (a local server), off otherwise",
     )
+
+    def prompt_budget(self, *, local: bool, agent: bool) -> int:
+        """``max_prompt_tokens``, or its default for a local server / one-shot call vs a hosted agent."""
+        if self.max_prompt_tokens is not None:
+            return self.max_prompt_tokens
+        return HOSTED_AGENT_PROMPT_TOKENS if agent and not local else LOCAL_PROMPT_TOKENS
 
     @model_validator(mode="before")
     @classmethod

@@ -370,3 +370,21 @@ def test_an_abandoned_streamed_answer_stops_on_the_server(tmp_path):
     last = handle.study.trials[-1]
     assert last.user_attrs["phase"] == "fallback" and "timeout" in last.user_attrs["rationale"]
     assert llm_accounting(handle.study)["failed"] == 1
+
+
+def test_tools_stop_answering_when_the_prompt_budget_is_spent(tmp_path):
+    spec = _spec(max_prompt_tokens=500)  # less than the fixed part of the prompt: no room for any result
+    _, good, _, _, n_sweep = _ideas(spec)
+    lm = DummyLM(
+        [
+            _calls(("legal_values", {})),
+            _calls(("submit", {"candidates": [{**good, "rationale": "without tools"}]})),
+        ]
+    )
+    store = FileSystemArtifactStore(str(tmp_path))
+    study = _run(spec, PrimusSampler(spec, llm=lm, artifact_store=store), n_sweep + 1, tmp_path)
+    assert study.trials[-1].user_attrs["phase"] == "planner"
+    (doc,) = _transcripts(tmp_path)
+    assert [c.get("refused") for c in doc["tool_calls"]] == ["max_prompt_tokens"]
+    assert "prompt budget spent" in doc["tool_calls"][0]["result"]
+    assert doc["prompt_tokens_estimate"] > 500
