@@ -189,6 +189,8 @@ class _Context:
             elt_bytes=elt,
             grouped=grouped,
         )
+        if grouped:
+            t += g.count * self.k.grouped_expert_us * 1e-6
         return t + self.kernel_s
 
     def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str, moe: bool = True) -> _Layer:
