@@ -118,6 +118,20 @@ def fit_families(fit: list[Published]) -> dict[str, calibration.FamilyConstants]
     return out
 
 
+def calibrated_errors() -> dict[tuple[str, str], tuple[float, list[tuple[str, float, float, float, float]]]]:
+    """All rows, one scale per (release, family) from the group's own rows (tests/physics/
+    test_published_step_time.py): {(release, family): (scale, [(label, estimated, measured, raw throughput
+    error, error after scale)])}"""
+    groups: dict = defaultdict(list)
+    for p in load_published():
+        groups[(p.release, p.family)].append((p.label, estimate(p), p.measured_tps))
+    out = {}
+    for key, rows in groups.items():
+        scale = math.exp(statistics.fmean(math.log(m / e) for _, e, m in rows))
+        out[key] = (scale, [(lab, e, m, e / m - 1, scale * e / m - 1) for lab, e, m in rows])
+    return out
+
+
 def held_back_report(fit: list[Published], held: list[Published]) -> None:
     est = {id(p): estimate(p) for p in fit + held}
     scale: dict[tuple[str, str], float] = {}

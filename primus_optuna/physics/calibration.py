@@ -177,7 +177,7 @@ FAMILIES: dict[str, FamilyConstants] = {
         fitted_to=("Primus MI325X: Llama 3.1 8B FP8 (64 GPUs), 70B BF16 (fitting rows)",),
     ),
     # MI355X: fitted on AMD's DeepSeek-V2-236B 4x8 MI355X steps (published-runs.csv, Primus moe_package Fig. 7):
-    # fitting rows Base-1F1B (1,988 tok/s/GPU) and Pre+VPP3 (2,308), residuals within 3% (fitting-row MAE
+    # fitting rows Base-1F1B (1,988 tok/s/GPU, residual -5.3% iteration time) and Pre+VPP3 (2,308, -0.5%) (MAE
     # 2.9%); held back Pre+DeepEP (2,203: +0.9% iteration time) and Pre+VPP5 (2,548: +8.9%), the four in the
     # measured order. The runs use Primus's "legacy grouped GEMM" (per-expert GEMMs): hence the low grouped
     # multiplier and the per-expert cost, both at the edge of the grid scanned.
