@@ -78,7 +78,9 @@ VENDOR_KERNELS = {"hopper": "nvidia", "blackwell": "nvidia", "cdna3": "amd", "cd
 the per-expert cost is fitted jointly over them"""
 
 
-def _fit_one(family: str, rows: list[Published], per_expert: float) -> tuple[float, calibration.FamilyConstants]:
+def _fit_one(
+    family: str, rows: list[Published], per_expert: float
+) -> tuple[float, calibration.FamilyConstants]:
     base = calibration.FAMILIES[family]
     best = (math.inf, base)
     has_moe = any(p.spec.model.is_moe for p in rows)
@@ -140,7 +142,9 @@ def held_back_report(fit: list[Published], held: list[Published]) -> None:
         groups[(p.release, p.family)].append(p)
     for key, rows in groups.items():
         scale[key] = math.exp(statistics.fmean(math.log(p.measured_tps / est[id(p)]) for p in rows))
-    print("| part | release | family | row | estimated | measured tok/s/GPU | error (no scale) | after scale |")
+    print(
+        "| part | release | family | row | estimated | measured tok/s/GPU | error (no scale) | after scale |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     moe_in, moe_n = 0, 0
     raw_dense, raw_moe = [], []
@@ -161,10 +165,16 @@ def held_back_report(fit: list[Published], held: list[Published]) -> None:
                     moe_in += abs(cal) <= 0.10
     print()
     if raw_dense:
-        print(f"held-back dense rows: iteration-time MAE without scale {statistics.fmean(raw_dense):.1%} ({len(raw_dense)} rows)")
+        print(
+            f"held-back dense rows: iteration-time MAE without scale {statistics.fmean(raw_dense):.1%} ({len(raw_dense)} rows)"
+        )
     if raw_moe:
-        print(f"held-back MoE rows: iteration-time MAE without scale {statistics.fmean(raw_moe):.1%} ({len(raw_moe)} rows)")
-    print(f"held-back MoE rows within ±10% after their (release, family) scale from the fitting rows: {moe_in} of {moe_n}")
+        print(
+            f"held-back MoE rows: iteration-time MAE without scale {statistics.fmean(raw_moe):.1%} ({len(raw_moe)} rows)"
+        )
+    print(
+        f"held-back MoE rows within ±10% after their (release, family) scale from the fitting rows: {moe_in} of {moe_n}"
+    )
     # the MI355X optimisation steps are one ranking group (one model, one batch, four configurations)
     steps = [p for p in fit + held if p.family == "cdna4"]
     if len(steps) > 2:
@@ -191,12 +201,16 @@ def narayanan_korthikanti_report() -> None:
             errs.append(abs(err))
             print(f"| Korthikanti 2022 {r[0]} {kind} (s) | {r[4] * r[5]} | {got:.2f} | {pub} | {err:+.1%} |")
     multi = errs  # every row spans at least one full node; all but Korthikanti 22B span several
-    print(f"\nmulti-node dense A100 (held back from every fit): iteration-time MAE without scale {statistics.fmean(multi):.1%} ({len(multi)} rows)")
+    print(
+        f"\nmulti-node dense A100 (held back from every fit): iteration-time MAE without scale {statistics.fmean(multi):.1%} ({len(multi)} rows)"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fit", action="store_true", help="grid-search each family's constants on its fitting rows")
+    ap.add_argument(
+        "--fit", action="store_true", help="grid-search each family's constants on its fitting rows"
+    )
     args = ap.parse_args()
     rows = load_published()
     fit, held = split(rows)

@@ -107,7 +107,9 @@ def table(name: str, rep: FidelityReport) -> str:
     top3 = rep.top3 or {}
     for (h, layers, gbs), rho in sorted(rep.spearman.items()):
         key = (h, layers, gbs)
-        lines.append(f"| {h} | {layers} | {gbs} | {rep.rows[key]} | {rho:.3f} | {'yes' if top3.get(key) else 'no'} |")
+        lines.append(
+            f"| {h} | {layers} | {gbs} | {rep.rows[key]} | {rho:.3f} | {'yes' if top3.get(key) else 'no'} |"
+        )
     return "\n".join(lines)
 
 

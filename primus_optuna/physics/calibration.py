@@ -130,7 +130,9 @@ FAMILIES: dict[str, FamilyConstants] = {
     # ran (A100_GEMM_PEAK); Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022 Table 5 are held back
     # (multi-node check, scripts/fit_published.py).
     "ampere": FamilyConstants(
-        gemm=EfficiencyCurve(A100_GEMM_PEAK, A100_HALF_WORK, "vTrain A100 single-node (fitting half), as run"),
+        gemm=EfficiencyCurve(
+            A100_GEMM_PEAK, A100_HALF_WORK, "vTrain A100 single-node (fitting half), as run"
+        ),
         attention=EfficiencyCurve(0.40, A100_ATTN_HALF_WORK, "assumed (no flash-attention A100 row)"),
         fp8_gemm_speedup=1.0,
         grouped_gemm_eff=0.8,
@@ -146,7 +148,9 @@ FAMILIES: dict[str, FamilyConstants] = {
     # Held-back figures: docs/benchmarks.md, "Issue 21".
     "hopper": FamilyConstants(
         a2a_inter_eff=0.7,  # fitted (0.6/0.7/0.85 scanned) to the Bridge H100 Qwen3-235B rows: EP 32 over 4 nodes
-        gemm=EfficiencyCurve(0.75, _half(989), "published-runs.csv H100 fitting rows (5); half-work from A100"),
+        gemm=EfficiencyCurve(
+            0.75, _half(989), "published-runs.csv H100 fitting rows (5); half-work from A100"
+        ),
         attention=EfficiencyCurve(0.45, _half(989, A100_ATTN_HALF_WORK), "Megatron-Bridge H100 rows"),
         fp8_gemm_speedup=1.85,  # measured FP8/BF16 GEMM speed-up on H100 (~1.8-1.9x, issue 14), not 2x
         grouped_gemm_eff=1.0,  # fitted: H100 fitting rows (the grid's top: grouped kernels at the dense rate)
@@ -164,7 +168,9 @@ FAMILIES: dict[str, FamilyConstants] = {
         fp8_gemm_speedup=1.57,
         grouped_gemm_eff=0.9,  # fitted: B200/GB200 fitting rows
         grouped_expert_us=25.0,  # fitted jointly with hopper
-        fitted_to=("published-runs.csv B200/GB200 fitting rows (Bridge 26.04.01 and 26.06; fit_published.py split)",),
+        fitted_to=(
+            "published-runs.csv B200/GB200 fitting rows (Bridge 26.04.01 and 26.06; fit_published.py split)",
+        ),
     ),
     # MI300X/MI325X: the Primus MI325X rows (GBS assumed, tests/helpers/published.py); 2 fitting rows
     # (Llama3.1-8B 64 GPUs FP8, Llama3.1-70B BF16), held back: 70B FP8 and 8B on one node
@@ -188,7 +194,9 @@ FAMILIES: dict[str, FamilyConstants] = {
         grouped_gemm_eff=0.3,
         grouped_expert_us=50.0,
         coll_eff=0.7,
-        fitted_to=("published-runs.csv MI355X DeepSeek-V2 Base-1F1B and Pre+VPP3 (held back: Pre+DeepEP, Pre+VPP5)",),
+        fitted_to=(
+            "published-runs.csv MI355X DeepSeek-V2 Base-1F1B and Pre+VPP3 (held back: Pre+DeepEP, Pre+VPP5)",
+        ),
     ),
 }
 

@@ -255,3 +255,67 @@ def _miss(experts: int, held: float, topk: int) -> float:
     for i in range(topk):
         out *= max(0.0, (experts - held - i) / (experts - i))
     return out
+
+
+# --- the communication check (``estimate --explain-comm``, scripts/check_comm.py) ------------------------------
+COMM_SIZES = (2**20, 16 * 2**20, 256 * 2**20, 2**30)
+"""message sizes of :func:`bus_bandwidth_table` (bytes: 1 MiB, 16 MiB, 256 MiB, 1 GiB)"""
+COMM_NODES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class BusBandwidth:
+    """One collective over every GPU of ``nodes`` nodes: time and NCCL-tests bus bandwidth."""
+
+    collective: str
+    nodes: int
+    ranks: int
+    nbytes: float
+    seconds: float
+
+    @property
+    def bus_gbs(self) -> float:
+        """nccl-tests' bus bandwidth: ``S/t · 2(n−1)/n`` (all-reduce), ``S/t · (n−1)/n`` (all-gather, RS)."""
+        n = self.ranks
+        factor = 2 * (n - 1) / n if self.collective == "all_reduce" else (n - 1) / n
+        return self.nbytes / self.seconds * factor / GB if self.seconds > 0 else 0.0
+
+
+def bus_bandwidth_table(
+    topo: Topology,
+    nodes: tuple[int, ...] = COMM_NODES,
+    sizes: tuple[int, ...] = COMM_SIZES,
+    gpus: tuple[int, ...] | None = None,
+) -> list[BusBandwidth]:
+    """All-reduce / all-gather / reduce-scatter over every GPU of 1-64 nodes (``gpus``: single-node group
+    sizes instead), NCCL's algorithms (ring, tree) as the model prices them."""
+    groups = [Group(g, 1) for g in gpus] if gpus else [Group(n * topo.gpn, 1) for n in nodes]
+    out = []
+    for g in groups:
+        for size in sizes:
+            for name, fn in (
+                ("all_reduce", topo.all_reduce),
+                ("all_gather", topo.all_gather),
+                ("reduce_scatter", topo.reduce_scatter),
+            ):
+                out.append(BusBandwidth(name, topo.nodes(g), g.size, float(size), fn(size, g)))
+    return out
+
+
+def format_bus_bandwidth(rows: list[BusBandwidth]) -> str:
+    """A text table: one line per (collective, group), bus bandwidth (GB/s) per message size."""
+    sizes = sorted({r.nbytes for r in rows})
+    head = f"{'collective':<15}{'nodes':>6}{'ranks':>6}" + "".join(f"{_size_label(s):>11}" for s in sizes)
+    lines = ["NCCL-style bus bandwidth (GB/s) by message size:", head]
+    keyed: dict[tuple[str, int], dict[float, float]] = {}
+    for r in rows:
+        keyed.setdefault((r.collective, r.ranks), {})[r.nbytes] = r.bus_gbs
+    for (name, ranks), by_size in keyed.items():
+        nodes = next(r.nodes for r in rows if r.collective == name and r.ranks == ranks)
+        cells = "".join(f"{by_size.get(s, 0.0):>11.1f}" for s in sizes)
+        lines.append(f"{name:<15}{nodes:>6}{ranks:>6}{cells}")
+    return "\n".join(lines)
+
+
+def _size_label(nbytes: float) -> str:
+    return f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:g} MiB"

@@ -286,7 +286,9 @@ class _Context:
         cols = [self.gemm(g.attention[0])] + ([self.gemm(mlp_block[0])] if mlp_block else [])
         rows = [self.gemm(g.attention[-1])] + ([self.gemm(mlp_block[1])] if mlp_block else [])
         tp_f = tp_b = tp_b_zb = 0.0
-        uo = self.spec.workload.tp_comm_overlap and sp  # Megatron: --tp-comm-overlap needs sequence parallelism
+        uo = (
+            self.spec.workload.tp_comm_overlap and sp
+        )  # Megatron: --tp-comm-overlap needs sequence parallelism
         ar = 0.0 if sp else topo.all_reduce(full, tp_grp)
         for col, row in zip(cols, rows, strict=True):
             if not sp:

@@ -47,8 +47,20 @@ MODELS: dict[str, Any] = {
     "DeepSeek-V2-236B": "deepseek-v2",
 }
 GB200 = {"catalog": "b200", "name": "gb200", "bf16_tflops": 2500, "fp8_tflops": 5000}
-GPUS: dict[str, Any] = {"H100-SXM": "h100", "B200": "b200", "GB200": GB200, "MI325X": "mi325x", "MI355X": "mi355x"}
-FAMILY = {"H100-SXM": "hopper", "B200": "blackwell", "GB200": "blackwell", "MI325X": "cdna3", "MI355X": "cdna4"}
+GPUS: dict[str, Any] = {
+    "H100-SXM": "h100",
+    "B200": "b200",
+    "GB200": GB200,
+    "MI325X": "mi325x",
+    "MI355X": "mi355x",
+}
+FAMILY = {
+    "H100-SXM": "hopper",
+    "B200": "blackwell",
+    "GB200": "blackwell",
+    "MI325X": "cdna3",
+    "MI355X": "cdna4",
+}
 
 
 def _gbs(r: dict[str, str]) -> int | None:

@@ -74,7 +74,15 @@ NARAYANAN = [
 def narayanan_tflops(row: tuple) -> float:
     name, h, layers, heads, tp, pp, vpp, gpus, gbs, mbs, _ = row
     spec = make_spec(
-        gpt_model(h, layers, heads), "a100-80gb", gpus, 2048, gbs, "fp16", False, flash=False, sequence_parallel=False
+        gpt_model(h, layers, heads),
+        "a100-80gb",
+        gpus,
+        2048,
+        gbs,
+        "fp16",
+        False,
+        flash=False,
+        sequence_parallel=False,
     )
     sched = "interleaved" if vpp > 1 else "1f1b"
     est = estimate_throughput(
