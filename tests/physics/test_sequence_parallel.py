@@ -15,7 +15,7 @@ from primus_optuna.space import TrainingConfig
 from primus_optuna.space.megatron_args import megatron_overrides
 from primus_optuna.spec import StudySpec
 from primus_optuna.spec.primus_import import workload_from_megatron
-from tests.conftest import small_dense_study
+from tests.conftest import small_dense_study, small_moe_study
 
 
 def _spec(sp: bool) -> StudySpec:
@@ -64,3 +64,16 @@ def test_enters_the_space_hash_only_when_false() -> None:
     assert "sequence_parallel" not in hashed_workload(on.to_dict()["workload"])
     assert space_hash(on) == space_hash(StudySpec.from_dict(small_dense_study()))
     assert space_hash(off) != space_hash(on)
+
+
+def test_moe_with_tp_needs_sequence_parallelism() -> None:
+    """Megatron-Core's MoE layer raises in training with tp > 1 and no sequence parallelism
+    (megatron/core/transformer/moe/moe_layer.py@d98e8a64:636-640): such configurations are illegal."""
+    from primus_optuna.space import Space
+
+    data = small_moe_study()
+    spec = StudySpec.from_dict({**data, "workload": {**data["workload"], "sequence_parallel": False}})
+    space = Space(spec)
+    reasons = space.check(space.make(tp=2, ep=1, mbs=1))
+    assert any("sequence parallelism" in r for r in reasons)
+    assert not any("sequence parallelism" in r for r in space.check(space.make(tp=1, ep=1, mbs=1)))

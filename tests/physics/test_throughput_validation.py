@@ -31,6 +31,7 @@ def make_spec(
     dist_opt: bool,
     flash: bool = True,
     sequence_parallel: bool = True,
+    **workload: Any,
 ) -> StudySpec:
     m = {"catalog": model} if isinstance(model, str) else model
     return StudySpec.from_dict(
@@ -45,6 +46,7 @@ def make_spec(
                 "distributed_optimizer": dist_opt,
                 "flash_attention": flash,
                 "sequence_parallel": sequence_parallel,
+                **workload,
             },
         }
     )
@@ -58,7 +60,11 @@ def config(spec: StudySpec, **axes: Any) -> TrainingConfig:
 # (name, h, layers, heads, tp, pp, vpp, gpus, gbs, mbs, TFLOP/s per GPU). MBS and the interleaving (layers per
 # virtual stage 5, 5, 3 for 76B/145B/310B; none for 39B) are from Megatron-LM examples/sc21/run_table_1.sh,
 # the paper's artifact; fp16, full recompute, no distributed optimizer, no sequence parallelism (2021: it came
-# with Korthikanti et al. 2022).
+# with Korthikanti et al. 2022). Estimated as they ran (examples/sc21/run_table_1.sh@db6892a9, the last
+# version before its removal): fp16 gradients (Megatron's --accumulate-allreduce-grads-in-fp32 was off by
+# default), torch DDP (bucketed all-reduce overlapped with backward) for 1.7B-18.4B, Megatron's local DDP
+# (one all-reduce after the backward) for 39.1B and up.
+NARAYANAN_TORCH_DDP = {"1.7B", "3.6B", "7.5B", "18.4B"}
 NARAYANAN = [
     ("1.7B", 2304, 24, 24, 1, 1, 1, 32, 512, 16, 137),
     ("3.6B", 3072, 30, 32, 2, 1, 1, 64, 512, 16, 138),
@@ -83,6 +89,8 @@ def narayanan_tflops(row: tuple) -> float:
         False,
         flash=False,
         sequence_parallel=False,
+        grad_reduce_in_fp32=False,
+        overlap_grad_reduce=name in NARAYANAN_TORCH_DDP,
     )
     sched = "interleaved" if vpp > 1 else "1f1b"
     est = estimate_throughput(
