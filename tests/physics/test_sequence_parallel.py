@@ -53,10 +53,14 @@ def test_exported_only_when_tp_above_one_and_on() -> None:
 
 
 def test_imported_from_megatron_arguments() -> None:
-    assert workload_from_megatron({"sequence_parallel": False})["sequence_parallel"] is False
-    assert workload_from_megatron({"sequence_parallel": "false"})["sequence_parallel"] is False
-    assert "sequence_parallel" not in workload_from_megatron({"sequence_parallel": True})
-    assert "sequence_parallel" not in workload_from_megatron({})
+    """Read when written with TP > 1 (Primus's language_model.yaml@fd1eeabb:166 writes true)."""
+    tp2 = {"tensor_model_parallel_size": 2}
+    assert workload_from_megatron({**tp2, "sequence_parallel": False})["sequence_parallel"] is False
+    assert workload_from_megatron({**tp2, "sequence_parallel": "false"})["sequence_parallel"] is False
+    assert "sequence_parallel" not in workload_from_megatron({**tp2, "sequence_parallel": True})
+    assert "sequence_parallel" not in workload_from_megatron(tp2)
+    # TP 1: Megatron turns it off itself (arguments.py@d98e8a64:1430-1439): nothing to import
+    assert "sequence_parallel" not in workload_from_megatron({"sequence_parallel": False})
 
 
 def test_enters_the_space_hash_only_when_false() -> None:
