@@ -4,7 +4,8 @@ The step is built bottom-up (each piece's source is in the module it comes from)
 
 1. per layer and micro-batch on one rank (:mod:`.flops`, :mod:`.gemm_efficiency`): linear-layer GEMMs on
    the family's per-shape curve (roofline x an achievable fraction growing with M·N·K; MoE grouped GEMMs
-   sized by the tokens per local expert, with a penalty only when a rank holds several experts; FP8 at the
+   sized by the whole group's work (every local expert's tokens padded to tiles), with the family's grouped
+   multiplier when a rank holds several experts and a fixed cost per local expert; FP8 at the
    family's measured FP8/BF16 speed-up); attention fused (flash, its own curve; TE's 2·cp − 1 half-size
    kernels and output corrections under CP) unless ``workload.flash_attention`` is false (full s x s score
    GEMMs plus softmax traffic); memory-bound "other" kernels (norms, residuals, activation, rotary, MoE
@@ -13,7 +14,9 @@ The step is built bottom-up (each piece's source is in the module it comes from)
 2. communication inside a layer (:mod:`.comm`): TP with sequence parallelism as TransformerEngine runs it
    (forward all-gather, FP8 under FP8, and reduce-scatter; backward the synchronous grad all-gather, the
    input re-gather hidden under dgrad and the reduce-scatter hidden under wgrad unless zero-bubble defers
-   wgrad; ``workload.tp_comm_overlap`` hides the rest under the adjacent GEMMs); CP = ring exchange of K/V
+   wgrad; ``workload.tp_comm_overlap`` hides the rest under the adjacent GEMMs; without
+   ``workload.sequence_parallel`` each block all-reduces its output in forward, exposed, and its input gradient
+   in backward under the weight-gradient GEMM, and norms/residuals run on all tokens); CP = ring exchange of K/V
    hidden under the core attention up to ``cp_overlap``; EP = dispatch + combine per MoE layer and pass,
    all-to-all or DeepEP (de-duplicated bytes per destination rank/node, its own bandwidths), never hidden
    under the same micro-batch's experts, plus the host sync in forward (DeepEP: unless
