@@ -433,6 +433,7 @@ class Planner:
         """why this planner makes no further call in this process"""
         self._failed_in_a_row = 0
         self._unparseable_in_a_row = 0
+        self._recorded_stop: str | None = None
         self.cache = cache_dir is not None
         """without a cache directory nothing is cached (not even in memory), so every call reaches the LM"""
         if cache_dir is not None:
@@ -639,12 +640,14 @@ class Planner:
             exhausted = f"llm.max_calls={self.settings.max_calls} reached"  # taken by a concurrent worker
         if exhausted:
             out.error = exhausted
-            if not self.stopped:
+            if not self.stopped and self._recorded_stop != exhausted:  # once per process and reason
                 llm_budget.set_attr(study, llm_budget.STOP, exhausted)
+                self._recorded_stop = exhausted
             return out
         out.called = True
         llm_budget.set_attr(study, llm_budget.MODEL, self.model)
         llm_budget.set_attr(study, llm_budget.MODE, self.mode)
+        llm_budget.set_attr(study, llm_budget.STOP, None)  # a call is made: an earlier run's stop is over
         t0 = time.perf_counter()
         deadline = time.monotonic() + self.settings.timeout_s
         lm = self.make_lm(deadline)
