@@ -434,6 +434,8 @@ class Planner:
         self._failed_in_a_row = 0
         self._unparseable_in_a_row = 0
         self._recorded_stop: str | None = None
+        self._started = False
+        self._lock = threading.Lock()
         self.cache = cache_dir is not None
         """without a cache directory nothing is cached (not even in memory), so every call reaches the LM"""
         if cache_dir is not None:
@@ -635,6 +637,10 @@ class Planner:
     ) -> PlannerOutcome:
         """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures."""
         out = PlannerOutcome(mode=self.mode)
+        with self._lock:  # an earlier run's stop reason is over: cleared before this run's first reservation
+            if not self._started:
+                llm_budget.set_attr(study, llm_budget.STOP, None)
+                self._started = True
         exhausted = self.budget_exhausted(study)
         if exhausted is None and not llm_budget.reserve_call(study, self.settings.max_calls):
             exhausted = f"llm.max_calls={self.settings.max_calls} reached"  # taken by a concurrent worker
@@ -647,7 +653,6 @@ class Planner:
         out.called = True
         llm_budget.set_attr(study, llm_budget.MODEL, self.model)
         llm_budget.set_attr(study, llm_budget.MODE, self.mode)
-        llm_budget.set_attr(study, llm_budget.STOP, None)  # a call is made: an earlier run's stop is over
         t0 = time.perf_counter()
         deadline = time.monotonic() + self.settings.timeout_s
         lm = self.make_lm(deadline)
