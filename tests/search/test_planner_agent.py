@@ -388,3 +388,30 @@ def test_tools_stop_answering_when_the_prompt_budget_is_spent(tmp_path):
     assert [c.get("refused") for c in doc["tool_calls"]] == ["max_prompt_tokens"]
     assert "prompt budget spent" in doc["tool_calls"][0]["result"]
     assert doc["prompt_tokens_estimate"] > 500
+
+
+def test_compaction_order_and_llama_cpp_python_json_object(tmp_path):
+    """A prompt budget below everything: top trials cut first, then legal values, then sweep effects dropped;
+    ``response_format: json_object`` sends llama-cpp-python's JSON mode with the schema."""
+    spec = _spec(mode="oneshot", max_prompt_tokens=500, response_format="json_object")
+    _, good, _, _, n_sweep = _ideas(spec)
+    answer = json.dumps({"reasoning": "r", "candidates": [{**good, "rationale": "small prompt"}]})
+    store_dir = tmp_path / "art"
+    store_dir.mkdir()
+    with OpenAIServer([answer]) as srv:
+        sampler = PrimusSampler(
+            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=FileSystemArtifactStore(str(store_dir))
+        )
+        study = _run(spec, sampler, n_sweep + 1, tmp_path)
+        body = json.loads(srv.requests[0]["body"])
+    fmt = body["response_format"]
+    assert (
+        fmt["type"] == "json_object"
+        and fmt["schema"]["properties"]["candidates"]["items"]["properties"]["tp"]
+    )
+    (doc,) = _transcripts(store_dir)
+    steps = doc["compacted"]
+    assert steps[-2:] == ["legal_values dropped", "sweep_effects dropped"]
+    assert all(s.startswith("top trials cut to") for s in steps[:-2]) and steps[-3] == "top trials cut to 0"
+    assert doc["inputs"]["legal_values"].startswith("(left out to fit llm.max_prompt_tokens)")
+    assert study.trials[-1].user_attrs["rationale"] == "small prompt"
