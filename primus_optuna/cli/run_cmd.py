@@ -121,7 +121,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
     from ..record.gpu_hours import gpu_hours_account
     from ..record.report import record_of
-    from ..search.pruner import stored_spec_data
+    from ..search.state import stored_spec_data
 
     if stored_spec_data(study) is not None:  # a study this package created (GPU count, steps, estimates)
         lines.append(gpu_hours_account(record_of(study, storage_url)).line())

@@ -44,7 +44,7 @@ from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
-from .suggest import complete_config
+from .configs import complete_config
 
 NOISE = 0.02
 """standard deviation of one measurement in log space (run-to-run variation of a training job: ~1-3%)"""

@@ -26,7 +26,7 @@ from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
 from ..budget import account
-from ..gpu_hours import gpu_hours_account
+from .gpu_hours import gpu_hours_account
 from .analysis import (
     estimate_errors,
     fallback_reason,
