@@ -278,14 +278,17 @@ class PrimusSampler(BaseSampler):
 
     def _decide(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
         ctx = self._context(study, trial)
+        proposal = None
         for _ in range(CLAIM_ATTEMPTS):
             proposal = next((p for pr in self.proposers() if (p := pr.propose(ctx)) is not None), None)
             if proposal is None:
                 return None
-            self._record(study, trial, proposal)
+            self._record(study, trial, proposal, user_attrs=False)  # the claim, visible to every worker at once
             if not self._claimed_elsewhere(study, trial, proposal.config):
-                return proposal
+                break
             ctx.exclude.add(proposal.config)  # another worker took it meanwhile: choose again
+        assert proposal is not None
+        self._set_user_attrs(study, trial, self.proposal_attrs(proposal))  # (user attrs cannot be taken back)
         return proposal
 
     def _claimed_elsewhere(self, study: optuna.Study, trial: FrozenTrial, config: TrainingConfig) -> bool:
