@@ -28,7 +28,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
 from ..errors import SpecError
-from ..search.state import SPACE_HASH, space_hash, store_spec, stored_spec_data
+from ..search.state import SPACE_HASH, hashed_workload, space_hash, store_spec, stored_spec_data  # noqa: F401 (re-exported)
 from ..spec import StudySpec
 
 HEARTBEAT_INTERVAL_S = 30
