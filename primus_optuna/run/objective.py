@@ -140,7 +140,9 @@ def make_objective(
 
     def run_trial(trial: optuna.Trial) -> Any:
         study = trial.study
-        store_spec(study, spec)  # a Python-API study becomes a full citizen (report, export, warm start, note)
+        store_spec(
+            study, spec
+        )  # a Python-API study becomes a full citizen (report, export, warm start, note)
         config = suggest_config(trial, spec, space)
         dup = duplicate_of(study, trial, space, config)
         if dup:

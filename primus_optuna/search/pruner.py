@@ -126,7 +126,9 @@ class MemoryPrefilterPruner(BasePruner):
 
     def spec_for(self, study: optuna.Study) -> StudySpec:
         if self._spec is None:
-            self._spec = stored_spec(study, required="MemoryPrefilterPruner needs the study spec: pass spec=...")
+            self._spec = stored_spec(
+                study, required="MemoryPrefilterPruner needs the study spec: pass spec=..."
+            )
         assert self._spec is not None
         return self._spec
 
@@ -165,7 +167,11 @@ def feasibility_gate(pruner: Any) -> MemoryPrefilterPruner | None:
         if isinstance(pruner, MemoryPrefilterPruner):
             return pruner
         pruner = next(
-            (getattr(pruner, a) for a in ("wrapped", "_wrapped_pruner", "_pruner") if getattr(pruner, a, None)),
+            (
+                getattr(pruner, a)
+                for a in ("wrapped", "_wrapped_pruner", "_pruner")
+                if getattr(pruner, a, None)
+            ),
             None,
         )
     return None
@@ -193,7 +199,9 @@ def prune_if_infeasible(
     cfg = space.canonical(config) if config is not None else trial_config(space, trial)
     if cfg is None:
         if not trial.params:
-            raise SpecError("prune_if_infeasible: the trial has no configuration yet; call suggest_config first")
+            raise SpecError(
+                "prune_if_infeasible: the trial has no configuration yet; call suggest_config first"
+            )
         cfg = config_from_params(space, trial.params)
     study = trial.study
     fits, reason = _gate(study, trial, spec, cfg)

@@ -141,7 +141,12 @@ class PrimusSampler(BaseSampler):
         self._planner_args = (
             None
             if llm is None or llm is False
-            else {"llm": llm, "api_base": llm_api_base, "artifact_store": artifact_store, "cache_dir": cache_dir}
+            else {
+                "llm": llm,
+                "api_base": llm_api_base,
+                "artifact_store": artifact_store,
+                "cache_dir": cache_dir,
+            }
         )
         self.planner = self._make_planner()
 
@@ -283,7 +288,9 @@ class PrimusSampler(BaseSampler):
             proposal = next((p for pr in self.proposers() if (p := pr.propose(ctx)) is not None), None)
             if proposal is None:
                 return None
-            self._record(study, trial, proposal, user_attrs=False)  # the claim, visible to every worker at once
+            self._record(
+                study, trial, proposal, user_attrs=False
+            )  # the claim, visible to every worker at once
             if not self._claimed_elsewhere(study, trial, proposal.config):
                 break
             ctx.exclude.add(proposal.config)  # another worker took it meanwhile: choose again
@@ -329,7 +336,10 @@ class PrimusSampler(BaseSampler):
             set_trial_state(study, trial, "fixed_params", fixed)
             ua = {**ua, "rationale": str(ua.get("rationale") or msg)}
         proposal = Proposal(
-            config, str(ua.get("phase") or "enqueued"), str(ua.get("proposer") or "user"), str(ua.get("rationale", ""))
+            config,
+            str(ua.get("phase") or "enqueued"),
+            str(ua.get("proposer") or "user"),
+            str(ua.get("rationale", "")),
         )
         self._record(study, trial, proposal, user_attrs=not ua.get("config_key"))
 
@@ -377,8 +387,15 @@ class PrimusSampler(BaseSampler):
             **p.extra,
         }
 
-    def _record(self, study: optuna.Study, trial: FrozenTrial, p: Proposal, *, user_attrs: bool = True) -> None:
-        decision = {"phase": p.phase, "proposer": p.proposer, "config": p.config.to_params(), "key": p.config.key()}
+    def _record(
+        self, study: optuna.Study, trial: FrozenTrial, p: Proposal, *, user_attrs: bool = True
+    ) -> None:
+        decision = {
+            "phase": p.phase,
+            "proposer": p.proposer,
+            "config": p.config.to_params(),
+            "key": p.config.key(),
+        }
         for k in ("sweep_index", "retry_of"):
             if k in p.extra:
                 decision["index" if k == "sweep_index" else k] = p.extra[k]

@@ -80,7 +80,9 @@ def suggest_config(
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason)
         moves = sum(getattr(config, a) != getattr(suggested, a) for a in AXES)
-        set_trial_state(trial.study, trial, MAPPED, {"from": suggested.to_params(), "moves": moves, "why": reason})
+        set_trial_state(
+            trial.study, trial, MAPPED, {"from": suggested.to_params(), "moves": moves, "why": reason}
+        )
         trial.set_user_attr("suggested_config_key", suggested.key())
     if sa.get(CONFIG) != config.to_params():
         set_trial_state(trial.study, trial, CONFIG, config.to_params())

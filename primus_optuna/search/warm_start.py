@@ -65,6 +65,7 @@ PHASE = "warm_start"
 MAX_OFFERS = 3
 """how many of the earlier best configurations are offered first"""
 
+
 def earlier_spec(source: str, study: optuna.Study) -> StudySpec:
     """The study file an earlier primus-optuna study stored (its ``primus:spec`` attr)."""
     spec = stored_spec(study, required=f"--warm-start {source!r}")

@@ -209,8 +209,6 @@ class WorkloadSpec(_Strict):
         return self
 
 
-
-
 class BaselineSpec(_Strict):
     """A configuration written in a study file; omitted axes take Megatron's defaults."""
 

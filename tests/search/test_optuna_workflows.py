@@ -80,7 +80,9 @@ def test_2_added_trials_cover_their_points_instead_of_shifting_the_sweep(spec):
         study.add_trial(
             optuna.trial.create_trial(
                 params=c.to_params(),
-                distributions={a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in AXES},
+                distributions={
+                    a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in AXES
+                },
                 value=value,
             )
         )
@@ -116,7 +118,11 @@ def test_4_a_warm_start_keeps_the_studys_own_out_of_memory_runs(spec):
 
     study = _study(spec)
     space = Space(spec)
-    near = [c for c in space.configs() if 0.85 < estimate_memory(spec, c).peak_gib / estimate_memory(spec, c).usable_gib < 1.0]
+    near = [
+        c
+        for c in space.configs()
+        if 0.85 < estimate_memory(spec, c).peak_gib / estimate_memory(spec, c).usable_gib < 1.0
+    ]
     config = near[0]
     objective = make_objective(spec, _Failing(spec, OutOfMemory("HIP out of memory")))
     study.enqueue_trial(config.to_params())
@@ -131,7 +137,10 @@ def test_4_a_warm_start_keeps_the_studys_own_out_of_memory_runs(spec):
 
 
 def sampler_validates(spec, study, config) -> bool:
-    return PrimusSampler(spec).validate(config.to_params(), set(), study_calibrations(study, spec).memory)[0] is not None
+    return (
+        PrimusSampler(spec).validate(config.to_params(), set(), study_calibrations(study, spec).memory)[0]
+        is not None
+    )
 
 
 def test_5_the_memory_gate_decides_on_the_suggested_configuration_and_composes(spec):
@@ -157,20 +166,22 @@ def test_5_the_memory_gate_decides_on_the_suggested_configuration_and_composes(s
     )
     assert t.system_attrs[MEMORY_CHECK]["key"] == over.key()
     # wrapped in PatientPruner (which never calls it before a report), the gate still decides before launch
+    launched: list[str] = []
+
+    def objective2(trial):
+        config = suggest_config(trial, spec, space)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        launched.append(config.key())
+        return 1.0
+
     for outer in (
         optuna.pruners.PatientPruner(MemoryPrefilterPruner(spec=spec), patience=1),
-        optuna.pruners.PatientPruner(MemoryPrefilterPruner(spec=spec, wrapped=optuna.pruners.MedianPruner()), patience=2),
+        optuna.pruners.PatientPruner(
+            MemoryPrefilterPruner(spec=spec, wrapped=optuna.pruners.MedianPruner()), patience=2
+        ),
     ):
         study = _study(spec, optuna.samplers.RandomSampler(seed=0), pruner=outer)
-        launched: list[str] = []
-
-        def objective2(trial):
-            config = suggest_config(trial, spec, space)
-            if trial.should_prune():
-                raise optuna.TrialPruned()
-            launched.append(config.key())
-            return 1.0
-
         study.enqueue_trial(over.to_params())
         study.optimize(objective2, n_trials=1)
         assert study.trials[0].state == State.PRUNED and not launched
@@ -216,7 +227,9 @@ def test_7_a_failed_point_is_retried_once_the_baseline_included(spec):
 
     sampler = PrimusSampler(spec)
     study = _study(spec, sampler)
-    study.optimize(make_objective(spec, _Failing(spec, LaunchFailure("node lost"))), n_trials=3, catch=(RunFailure,))
+    study.optimize(
+        make_objective(spec, _Failing(spec, LaunchFailure("node lost"))), n_trials=3, catch=(RunFailure,)
+    )
     first, retry, nxt = study.trials[:3]
     base = sampler.plan[0].config.key()
     assert first.state == State.FAIL and first.user_attrs["config_key"] == base
@@ -225,7 +238,9 @@ def test_7_a_failed_point_is_retried_once_the_baseline_included(spec):
     assert nxt.user_attrs["sweep_index"] == 1
     # a point that fails twice is not tried a third time
     study2 = _study(spec, PrimusSampler(spec))
-    study2.optimize(make_objective(spec, _Failing(spec, LaunchFailure("node lost"), n=2)), n_trials=3, catch=(RunFailure,))
+    study2.optimize(
+        make_objective(spec, _Failing(spec, LaunchFailure("node lost"), n=2)), n_trials=3, catch=(RunFailure,)
+    )
     keys = [t.user_attrs["config_key"] for t in study2.trials]
     assert keys.count(base) == 2 and study2.trials[2].user_attrs["sweep_index"] == 1
 
@@ -291,7 +306,9 @@ def test_12_seeds_none_negative_and_parameter_names_are_independent(spec):
         values.append((trial.suggest_float("x1", 0, 1), trial.suggest_float("y0", 0, 1)))
         return 1.0
 
-    _study(spec, PrimusSampler(spec, seed=1), pruner=optuna.pruners.NopPruner()).optimize(objective, n_trials=4)
+    _study(spec, PrimusSampler(spec, seed=1), pruner=optuna.pruners.NopPruner()).optimize(
+        objective, n_trials=4
+    )
     assert all(x != y for x, y in values)
     s = PrimusSampler(spec, seed=5)
     s.reseed_rng()  # Optuna calls it per worker thread: reseeds the independent sampler
@@ -319,8 +336,11 @@ def test_14_a_python_api_study_is_a_full_citizen(spec, how, tmp_path):
 
     sampler = PrimusSampler(spec) if how == "sampler" else optuna.samplers.TPESampler(seed=0)
     study = optuna.create_study(
-        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec),
-        storage=f"sqlite:///{tmp_path / 'py.db'}", study_name="py",
+        direction="maximize",
+        sampler=sampler,
+        pruner=MemoryPrefilterPruner(spec=spec),
+        storage=f"sqlite:///{tmp_path / 'py.db'}",
+        study_name="py",
     )
     study.optimize(make_objective(spec), n_trials=3)
     assert study_spec(study).to_public_dict() == spec.to_public_dict()
@@ -343,7 +363,9 @@ def test_22_6_a_plain_objectives_pruned_trials_teach_the_learner(spec):
         trial.report(v, i)
     study.tell(trial, state=State.PRUNED)
     assert trial_measurement(study.trials[0]) == 20.0
-    ours = optuna.trial.create_trial(state=State.PRUNED, user_attrs={"prune_reason": "memory: ..."}, intermediate_values={0: 5.0})
+    ours = optuna.trial.create_trial(
+        state=State.PRUNED, user_attrs={"prune_reason": "memory: ..."}, intermediate_values={0: 5.0}
+    )
     assert trial_measurement(ours) is None  # pruned before launch: nothing measured
     space = Space(spec)
     c = space.configs()[0]
@@ -378,8 +400,13 @@ def test_22_6_an_interrupted_python_api_trial_is_re_run_on_resume(spec):
     study = _study(spec, sampler)
     with pytest.raises(KeyboardInterrupt):
         study.optimize(make_objective(spec, runner), n_trials=5)
-    assert study.trials[1].state == State.FAIL and study.trials[1].user_attrs["failure_reason"] == "interrupted"
+    assert (
+        study.trials[1].state == State.FAIL and study.trials[1].user_attrs["failure_reason"] == "interrupted"
+    )
     study.optimize(make_objective(spec, runner), n_trials=1)  # resume
     rerun = study.trials[2]
-    assert rerun.user_attrs["retry_of"] == 1 and rerun.user_attrs["config_key"] == study.trials[1].user_attrs["config_key"]
+    assert (
+        rerun.user_attrs["retry_of"] == 1
+        and rerun.user_attrs["config_key"] == study.trials[1].user_attrs["config_key"]
+    )
     assert rerun.state == State.COMPLETE

@@ -176,7 +176,9 @@ def test_exhausted_space_stops_the_study_without_placeholder_trials():
     )
     feasible = [c for c in Space(spec).configs() if estimate_memory(spec, c).fits]
     sampler = PrimusSampler(spec)
-    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec))
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
     assert not sampler.is_exhausted(study)
     n = len(Space(spec).configs()) + 3
     study.optimize(make_objective(spec), n_trials=n)

@@ -48,7 +48,9 @@ def test_plain_samplers_land_a_legal_configuration_in_every_trial(spec, name):
     from primus_optuna.search.state import CONFIG, MAPPED
 
     space = Space(spec)
-    sampler = optuna.samplers.RandomSampler(seed=3) if name == "random" else optuna.samplers.TPESampler(seed=3)
+    sampler = (
+        optuna.samplers.RandomSampler(seed=3) if name == "random" else optuna.samplers.TPESampler(seed=3)
+    )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     ran = []
 

@@ -80,7 +80,9 @@ def tried(space: Space, trials: list[FrozenTrial], mem_cal: MemoryCalibration) -
             continue
         first = failed[0]
         oom = first.user_attrs.get("failure_reason") == "oom"
-        is_retry = any(t.user_attrs.get("retry_of") is not None or "failed_trial" in t.system_attrs for t in ts)
+        is_retry = any(
+            t.user_attrs.get("retry_of") is not None or "failed_trial" in t.system_attrs for t in ts
+        )
         covered.add(c)
         if len(failed) == 1 and not oom and not is_retry:
             retry.append((c, first))

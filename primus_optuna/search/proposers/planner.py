@@ -35,7 +35,9 @@ class PlannerProposer:
             ),
         )
         if not out.accepted:
-            self.note = f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
+            self.note = (
+                f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
+            )
             return None
         for config, rationale in out.accepted[1:]:
             ctx.study.enqueue_trial(
