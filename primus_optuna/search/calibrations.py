@@ -74,16 +74,22 @@ def counts_for_memory(attrs: dict[str, Any]) -> bool:
 
 
 def calibrations_of(
-    spec: StudySpec, space: Space, evidence: Iterable[Evidence], warm: dict[str, Any] | None = None
+    spec: StudySpec,
+    space: Space,
+    evidence: Iterable[Evidence],
+    warm: dict[str, Any] | None = None,
+    *,
+    step: bool = True,
 ) -> StudyCalibrations:
-    """The calibrations of ``evidence`` (one per trial) and a warm start's import ``warm``."""
+    """The calibrations of ``evidence`` (one per trial) and a warm start's import ``warm``; ``step=False``
+    skips the step-time fit (no estimate per measured trial: the memory gate needs only the memory one)."""
     ws = WarmStart.from_dict(warm)
-    pairs: list[Pair] = [p.to_pair(space) for p in ws.pairs]
+    pairs: list[Pair] = [p.to_pair(space) for p in ws.pairs] if step else []
     ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
     capacity = spec.cluster.gpu.hbm_gib
     for e in evidence:
         est_peak = e.attrs.get("memory_peak_gib")
-        if e.measured is not None and e.config is not None:
+        if step and e.measured is not None and e.config is not None:
             pairs.append((e.config, estimate_throughput(spec, e.config), e.measured))
         if not est_peak or float(est_peak) <= 0 or not counts_for_memory(e.attrs):
             continue
@@ -91,23 +97,30 @@ def calibrations_of(
             ratios.append(float(e.attrs["measured_peak_memory_gib"]) / float(est_peak))
         elif e.attrs.get("failure_reason") == "oom":
             bounds.append(capacity / float(est_peak))
-    step = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
-    return StudyCalibrations(step, MemoryCalibration.fit(ratios, bounds), pairs, ratios, bounds)
+    fit = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
+    return StudyCalibrations(fit, MemoryCalibration.fit(ratios, bounds), pairs, ratios, bounds)
 
 
-def trial_evidence(space: Space, trials: Iterable[optuna.trial.FrozenTrial]) -> list[Evidence]:
+def trial_evidence(
+    space: Space, trials: Iterable[optuna.trial.FrozenTrial], *, configs: bool = True
+) -> list[Evidence]:
     return [
-        Evidence(t.state.name, trial_config(space, t), t.user_attrs, trial_measurement(t)) for t in trials
+        Evidence(
+            t.state.name, trial_config(space, t) if configs else None, t.user_attrs, trial_measurement(t)
+        )
+        for t in trials
     ]
 
 
 def study_calibrations(
-    study: optuna.Study, spec: StudySpec | None = None, space: Space | None = None
+    study: optuna.Study, spec: StudySpec | None = None, space: Space | None = None, *, step: bool = True
 ) -> StudyCalibrations:
-    """The calibrations of ``study`` now (identity without evidence, or without a stored study file)."""
+    """The calibrations of ``study`` now (identity without evidence, or without a stored study file);
+    ``step=False``: the memory calibration only (cheaper)."""
     spec = spec or stored_spec(study)
     if spec is None:
         return StudyCalibrations(Calibration(), MemoryCalibration())
     space = space or Space(spec)
     trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
-    return calibrations_of(spec, space, trial_evidence(space, trials), warm_start_data(study))
+    evidence = trial_evidence(space, trials, configs=step)
+    return calibrations_of(spec, space, evidence, warm_start_data(study), step=step)

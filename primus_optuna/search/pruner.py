@@ -40,6 +40,7 @@ from ..physics.memory import MemoryEstimate, estimate_memory
 from ..physics.memory_calibration import MemoryCalibration
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from .calibrations import study_calibrations
 from .configs import config_from_params, trial_config
 from .state import MEMORY_CHECK, set_trial_state, stored_spec, system_attrs
 
@@ -83,9 +84,7 @@ def memory_attrs(
 
 def study_memory_calibration(study: optuna.Study, spec: StudySpec | None = None) -> MemoryCalibration:
     """The study's :class:`MemoryCalibration`, derived from its trials now (identity without evidence)."""
-    from .calibrations import study_calibrations
-
-    return study_calibrations(study, spec).memory
+    return study_calibrations(study, spec, step=False).memory
 
 
 def memory_check(

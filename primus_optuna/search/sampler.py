@@ -264,7 +264,7 @@ class PrimusSampler(BaseSampler):
     def _context(self, study: optuna.Study, trial: FrozenTrial | None) -> Context:
         trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
         others = [t for t in trials if trial is None or t.number != trial.number]
-        mem_cal = study_calibrations(study, self.spec, self.space).memory
+        mem_cal = study_calibrations(study, self.spec, self.space, step=False).memory
         return Context(self, study, trial or _NO_TRIAL, others, mem_cal)
 
     def proposers(self) -> list[Any]:
@@ -350,7 +350,7 @@ class PrimusSampler(BaseSampler):
         if self._nearest is None:
             self._nearest = Nearest(self.space)
         nearest = self._nearest
-        mem_scale = study_calibrations(study, self.spec, self.space).memory.scale
+        mem_scale = study_calibrations(study, self.spec, self.space, step=False).memory.scale
         found = nearest.nearest(
             ref, lambda c: self.fallback.fits(c, mem_scale), self.fallback.estimate_of, fixed=keep
         )

@@ -176,8 +176,8 @@ def stored_spec(study: Any, *, required: str | None = None) -> StudySpec | None:
         if required is None:
             return None
         raise SpecError(
-            f"{required}: study {study.study_name!r} holds no primus-optuna study file (system attr {SPEC!r}); "
-            "create it with `primus-optuna run`, or give the Python study a PrimusSampler / make_objective "
+            f"{required}: study {study.study_name!r} was not created by primus-optuna (no study file in its "
+            f"system attr {SPEC!r}); create it with `primus-optuna run`, or give the Python study a PrimusSampler / make_objective "
             "(either stores it), or call store_spec(study, spec)"
         )
     return StudySpec.from_dict(data, source=f"study {study.study_name!r} ({SPEC})")

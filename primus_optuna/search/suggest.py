@@ -40,6 +40,7 @@ __all__ = [
     "config_from_params",
     "legal_config",
     "nearest_legal",
+    "recorded_distributions",
     "suggest_config",
     "trial_config",
 ]
@@ -50,6 +51,21 @@ def axis_distributions(space: Space) -> dict[str, CategoricalDistribution]:
     requires)."""
     legal = space.legal_values()
     return {a: CategoricalDistribution(list(legal[a] or space.candidates[a])) for a in AXES}
+
+
+def recorded_distributions(study: optuna.Study) -> dict[str, CategoricalDistribution]:
+    """The axis distributions the study's trials already use (Optuna's storages require one set of choices per
+    parameter name in a study, so a study recorded with other choices, e.g. before the legal values were used,
+    keeps its own)."""
+    out: dict[str, CategoricalDistribution] = {}
+    for t in study._storage.get_all_trials(study._study_id, deepcopy=False):
+        for a in AXES:
+            d = t.distributions.get(a)
+            if a not in out and isinstance(d, CategoricalDistribution):
+                out[a] = d
+        if len(out) == len(AXES):
+            break
+    return out
 
 
 def suggest_config(
@@ -68,7 +84,8 @@ def suggest_config(
         reason = str(sa[EXHAUSTED])
         trial.set_user_attr("prune_reason", reason)
         raise optuna.TrialPruned(reason)
-    params = {a: trial.suggest_categorical(a, list(d.choices)) for a, d in axis_distributions(space).items()}
+    dists = {**axis_distributions(space), **recorded_distributions(trial.study)}
+    params = {a: trial.suggest_categorical(a, list(dists[a].choices)) for a in AXES}
     suggested = space.canonical(TrainingConfig.from_params(params))
     config, reason = legal_config(space, suggested)
     if config is None:
