@@ -45,7 +45,7 @@ from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
-from .configs import complete_config
+from .configs import trial_config
 
 NOISE = 0.02
 """standard deviation of one measurement in log space (run-to-run variation of a training job: ~1-3%)"""
@@ -118,7 +118,7 @@ def observations(space: Space, trials: Iterable[optuna.trial.FrozenTrial]) -> li
         measured = trial_measurement(t)
         if measured is None:
             continue
-        config = complete_config(space, t.params)
+        config = trial_config(space, t)
         if config is not None:
             out.append(Observation(config, measured))
     return out

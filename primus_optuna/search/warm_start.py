@@ -42,7 +42,7 @@ from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from .configs import complete_config, legal_config
+from .configs import legal_config, trial_config
 from .fallback import AxisValueFactors, corrected_tps
 from .learner import Observation
 from .pruner import memory_attrs
@@ -105,7 +105,7 @@ def load_warm_start(
         for t in old_study.get_trials(deepcopy=False):
             ua = t.user_attrs
             try:
-                config = complete_config(old_space, t.params)
+                config = trial_config(old_space, t)
             except SpecError:
                 config = None
             if config is None:
