@@ -14,12 +14,10 @@ from primus_optuna import Space, StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.run.base import Measurement, OutOfMemory, RunFailure
 from primus_optuna.run.objective import make_objective
-from primus_optuna.search.calibrations import study_calibrations
 from primus_optuna.search.early_stop import ThroughputPruner
 from primus_optuna.search.fallback import rng_for
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
-from primus_optuna.search.state import MEMORY_CHECK, PROPOSAL, release, reservations, reserve
 from primus_optuna.search.suggest import suggest_config
 from primus_optuna.spec.study import AXES
 from tests.conftest import small_moe_study
@@ -33,6 +31,18 @@ def spec() -> StudySpec:
     return StudySpec.from_dict(small_moe_study())
 
 
+def study_calibrations(*args, **kwargs):
+    from primus_optuna.search.calibrations import study_calibrations as derive
+
+    return derive(*args, **kwargs)
+
+
+PROPOSAL = (
+    "primus:proposal"  # primus_optuna.search.state.PROPOSAL (literal: the tests also run on older code)
+)
+MEMORY_CHECK = "primus:memory_check"
+
+
 def _study(spec, sampler=None, pruner=None, **kw):
     return optuna.create_study(
         direction="maximize",
@@ -43,7 +53,10 @@ def _study(spec, sampler=None, pruner=None, **kw):
 
 
 def _configs(study, spec):
-    from primus_optuna.search.configs import trial_config
+    try:
+        from primus_optuna.search.configs import trial_config
+    except ImportError:  # the code before issue 23
+        from primus_optuna.search.sampler import trial_config
 
     space = Space(spec)
     return [trial_config(space, t) for t in study.get_trials(deepcopy=False)]
@@ -93,6 +106,8 @@ def test_2_added_trials_cover_their_points_instead_of_shifting_the_sweep(spec):
 
 def test_3_budget_reservations_are_never_overrun_by_concurrent_workers(spec):
     """The generic helper the planner's llm.max_calls uses: reserve a slot before spending it."""
+    from primus_optuna.search.state import release, reservations, reserve
+
     study = optuna.create_study()
     granted: list[str] = []
     barrier = threading.Barrier(8)
@@ -314,10 +329,29 @@ def test_12_seeds_none_negative_and_parameter_names_are_independent(spec):
     s.reseed_rng()  # Optuna calls it per worker thread: reseeds the independent sampler
 
 
+class _Slow:
+    """Measures at the estimate after a short wait (threads overlap, as jobs do)."""
+
+    kind = "fake"
+    launches_jobs = False
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+
+    def run(self, config, context):
+        import time
+
+        from primus_optuna.physics.throughput import estimate_throughput
+
+        time.sleep(0.05)
+        est = estimate_throughput(self.spec, config)
+        return Measurement(est.tokens_per_s_per_gpu, est.step_time_s, "measured")
+
+
 def test_13_threads_never_collide(spec):
     sampler = PrimusSampler(spec)
     study = _study(spec, sampler)
-    study.optimize(make_objective(spec), n_trials=32, n_jobs=4)
+    study.optimize(make_objective(spec, _Slow(spec)), n_trials=32, n_jobs=8)
     reasons = [str(t.user_attrs.get("prune_reason", "")) for t in study.trials]
     assert not [r for r in reasons if r.startswith("duplicate")]
     sweep = [t.user_attrs["sweep_index"] for t in study.trials if t.user_attrs.get("phase") == "sweep"]
