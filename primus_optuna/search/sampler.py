@@ -284,8 +284,9 @@ class PrimusSampler(BaseSampler):
     def _decide(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
         ctx = self._context(study, trial)
         proposal = None
+        chain = self.proposers()  # one chain per decision: the planner is asked at most once
         for _ in range(CLAIM_ATTEMPTS):
-            proposal = next((p for pr in self.proposers() if (p := pr.propose(ctx)) is not None), None)
+            proposal = next((p for pr in chain if (p := pr.propose(ctx)) is not None), None)
             if proposal is None:
                 return None
             self._record(

@@ -16,12 +16,16 @@ class PlannerProposer:
 
     def __init__(self) -> None:
         self.note = ""
+        self.asked = False
 
     def propose(self, ctx: Context) -> Proposal | None:
+        """One call per decision (a choice another worker claimed meanwhile is re-decided without a second
+        call: the round's other candidates are queued already)."""
         sampler = ctx.sampler
         planner = sampler.planner
-        if planner is None:
+        if planner is None or self.asked:
             return None
+        self.asked = True
         exclude = ctx.covered
         out = planner.propose(
             ctx.study,
