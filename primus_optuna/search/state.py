@@ -39,7 +39,7 @@ import optuna
 from ..errors import SpecError
 from ..space import Space
 from ..spec import StudySpec
-from ..spec.study import PRECISION_AWARE_FIELDS, WorkloadSpec
+from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 
 __all__ = [
     "CONFIG",
@@ -235,11 +235,11 @@ def space_hash(spec: StudySpec) -> str:
 
 
 def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
-    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields enter only when they
-    differ from Megatron's defaults, so study files written before they existed keep their hash (fp32
-    everywhere then, as now)."""
+    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields and
+    ``sequence_parallel`` enter only when they differ from their defaults, so study files written before they
+    existed keep their hash (fp32 everywhere and sequence parallelism then, as now)."""
     return {
         k: v
         for k, v in workload.items()
-        if k not in PRECISION_AWARE_FIELDS or v != WorkloadSpec.model_fields[k].default
+        if k not in HASHED_WHEN_CHANGED or v != WorkloadSpec.model_fields[k].default
     }
