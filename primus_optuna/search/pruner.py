@@ -122,6 +122,12 @@ class MemoryPrefilterPruner(BasePruner):
     def __init__(self, wrapped: BasePruner | None = None, spec: StudySpec | None = None) -> None:
         self.wrapped = wrapped
         self._spec = spec
+        self._space: Space | None = None
+
+    def space_for(self, study: optuna.Study) -> Space:
+        if self._space is None:
+            self._space = Space(self.spec_for(study))
+        return self._space
 
     def spec_for(self, study: optuna.Study) -> StudySpec:
         if self._spec is None:
@@ -139,8 +145,7 @@ class MemoryPrefilterPruner(BasePruner):
         sa = study._storage.get_trial_system_attrs(trial._trial_id)
         if sa.get(MEMORY_CHECK):  # decided already (this or another process): the wrapped pruner's turn
             return (not sa[MEMORY_CHECK]["fits"]) or self._delegate(study, trial)
-        space = Space(spec)
-        config = trial_config(space, _WithAttrs(trial, sa))
+        config = trial_config(self.space_for(study), _WithAttrs(trial, sa))
         if config is None:  # no configuration suggested yet: nothing to check (never the baseline instead)
             return self._delegate(study, trial) if trial.last_step is not None else False
         if trial.last_step is not None and self._delegate(study, trial):
