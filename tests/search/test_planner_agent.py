@@ -415,3 +415,25 @@ def test_compaction_order_and_llama_cpp_python_json_object(tmp_path):
     assert all(s.startswith("top trials cut to") for s in steps[:-2]) and steps[-3] == "top trials cut to 0"
     assert doc["inputs"]["legal_values"].startswith("(left out to fit llm.max_prompt_tokens)")
     assert study.trials[-1].user_attrs["rationale"] == "small prompt"
+
+
+def test_report_shows_the_agents_tool_calls_and_notes(tmp_path):
+    from primus_optuna.record.report import build_report
+
+    spec = _spec()
+    _, good, _, _, n_sweep = _ideas(spec)
+    lm = DummyLM(
+        [
+            _calls(("best", {}), ("note", {"text": "deepep pays off only with ep 8"})),
+            _calls(("submit", {"candidates": [{**good, "rationale": "from the notes"}]})),
+        ]
+    )
+    storage = f"sqlite:///{tmp_path / 'r.db'}"
+    handle = open_study(spec, storage=storage, pruner=MemoryPrefilterPruner())
+    handle.study.sampler = PrimusSampler(spec, llm=lm, artifact_store=handle.artifact_store)
+    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+    md = build_report(storage, None, tmp_path / "report")["md"].read_text()
+    assert "The planner's notes (its scratchpad, carried from call to call):" in md
+    assert "- deepep pays off only with ep 8" in md
+    assert "agent: 2 tool calls (best, note)." in md
+    assert "1 calls (0 with no answer, 0 unparseable)" in md and "2 tool calls" in md
