@@ -19,6 +19,7 @@ from ..errors import SpecError
 from ..spec.recompute import parse_recompute
 from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
 from .config import TrainingConfig
+from .megatron_args import ZERO_BUBBLE, uses_primus
 from .rules import RULES, Facts, Rule, layers_per_chunk
 
 # Enumeration order: the axes that prune most come first.
@@ -83,6 +84,9 @@ class Space:
             return list(CHOICES[axis]) if f.is_moe else ["alltoall"]
         if axis == "ep_overlap":
             return [False, True] if f.is_moe else [False]
+        if axis == "pp_schedule" and not uses_primus(spec):
+            # zero bubble exists only in Primus (AMD GPUs): elsewhere the schedules upstream Megatron-LM runs
+            return [s for s in CHOICES[axis] if s not in ZERO_BUBBLE]
         if axis == "recompute":  # decreasing memory order: the sweep walks the axis in this order
             values = list(MOE_RECOMPUTE if f.is_moe else DENSE_RECOMPUTE)
             if f.mla:  # MLA's Q, K, V (up-projection outputs) are its largest kept tensors; the published
