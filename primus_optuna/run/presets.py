@@ -191,7 +191,8 @@ def pinned_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
     """Keys of a Primus experiment the estimate assumes, whatever the user's experiment says: no FSDP (the
     memory model is the distributed optimizer's), no ``recompute_layer_ids`` (the recompute axis is Megatron's
     granularity/method), no shared-expert overlap with DeepEP or EP overlap (Primus-Turbo's DeepEP asserts it,
-    ``patches/args/rocm_arg_validation.py``@fd1eeabb:229-231), and the per-rank ROCm memory report that the
+    ``patches/args/rocm_arg_validation.py``@fd1eeabb:221-224), at most 32 DeepEP CUs at ep >= 16 (the same
+    file, 228-233), and the per-rank ROCm memory report that the
     log parser reads as the peak (``patches/training_log/print_rank_last_patches.py``@fd1eeabb:283-316)."""
     out: dict[str, Any] = {
         "use_torch_fsdp2": False,
@@ -202,6 +203,10 @@ def pinned_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
     }
     if spec.model.is_moe and (config.moe_dispatcher == "deepep" or config.ep_overlap):
         out["moe_shared_expert_overlap"] = False
+    if config.moe_dispatcher == "deepep" and config.ep >= 16:
+        # Primus-Turbo's internode DeepEP: "Set turbo_deepep_num_cu<=32 when using ep_size >= 16"
+        # (rocm_arg_validation.py@fd1eeabb:228-233); AMD's DeepSeek-V3 example sets 80 for its EP 8
+        out["turbo_deepep_num_cu"] = 32
     return out
 
 
@@ -237,6 +242,11 @@ def primus_overlay(
     _refuse_contradictions(spec, config, overrides)
     overrides.update(extra or {})
     overrides.update(primus_overrides(spec, config))
+    # Megatron asserts max_position_embeddings >= seq_length (learned positions) and needs it set at all
+    # (megatron/training/arguments.py@d3528a21:1068); AMD's examples set it with seq_length
+    # (examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:28-29)
+    if int(overrides.get("max_position_embeddings") or 0) < spec.workload.seq_length:
+        overrides["max_position_embeddings"] = spec.workload.seq_length
     trainer["overrides"] = overrides
     return doc
 
@@ -249,13 +259,6 @@ def _refuse_contradictions(spec: StudySpec, config: TrainingConfig, overrides: d
                 f"runner.options.experiment: its overrides set {key}: {overrides[key]!r} but the study's model "
                 f"has {ours[key]!r}; remove {key} from the experiment or change the study's model"
             )
-    num_cu = overrides.get("turbo_deepep_num_cu")
-    if config.moe_dispatcher == "deepep" and config.ep >= 16 and num_cu is not None and int(num_cu) > 32:
-        # Primus-Turbo's internode DeepEP: rocm_arg_validation.py@fd1eeabb:238-244
-        raise SpecError(
-            f"runner.options.experiment: turbo_deepep_num_cu: {num_cu} with DeepEP at ep={config.ep} (>= 16) "
-            "is refused by Primus ('Set turbo_deepep_num_cu<=32 when using ep_size >= 16'); set it to 32 or less"
-        )
 
 
 def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
@@ -291,7 +294,7 @@ def primus_env(spec: StudySpec) -> dict[str, str]:
     """The environment of a Primus launch: the node layout ``examples/run_pretrain.sh``@fd1eeabb:71-75 reads
     (``NODE_RANK``/``MASTER_*`` resolved per node, see :func:`resolve_node`) and, for MXFP8,
     ``NVTE_ROCM_ENABLE_MXFP8=1``, without which Primus refuses the recipe on ROCm
-    (``patches/args/rocm_arg_validation.py``@fd1eeabb:176-180)."""
+    (``patches/args/rocm_arg_validation.py``@fd1eeabb:175-178)."""
     env = {"NNODES": str(spec.cluster.nodes), "GPUS_PER_NODE": str(spec.cluster.gpus_per_node)}
     env.update(NODE_RANK=NODE_RANK, MASTER_ADDR=MASTER_ADDR, MASTER_PORT=MASTER_PORT)
     w = spec.workload

@@ -129,7 +129,7 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
     if deepep:
         # the current spelling in both Megatron-LM versions (transformer_config.py@d98e8a64:898 and
         # @d3528a21:747; --moe-enable-deepep is deprecated there, @d98e8a64:1743-1752); DeepEP needs fp32
-        # router probabilities (Primus: patches/args/rocm_arg_validation.py@fd1eeabb:235-237)
+        # router probabilities (Primus: patches/args/rocm_arg_validation.py@fd1eeabb:225-227)
         out.update(moe_flex_dispatcher_backend="deepep", moe_router_dtype="fp32")
     if primus:
         out.update(moe_enable_deepep=deepep, use_turbo_deepep=deepep)
