@@ -95,6 +95,8 @@ def megatron_args(
         )
     primus = not upstream and (uses_primus(spec) or config.pp_schedule in ZERO_BUBBLE)
     values = megatron_overrides(spec, config, primus=primus)
+    # a Primus switch that is off is its parser's default: no flag (the overlay writes it, to clear a value)
+    values = {k: v for k, v in values.items() if v or k not in PRIMUS_ONLY}
     return megatron_flags(values, skip=() if primus_only else PRIMUS_ONLY)
 
 

@@ -92,7 +92,8 @@ class PrimusOptions(NodesOptions):
     primus_path: str | None = Field(default=None, description="Primus checkout; the launch runs there")
     experiment: str | None = Field(default=None, description="experiment YAML the overlay is merged into")
     model: str | None = Field(
-        default=None, description="Primus model YAML name when no experiment is given (default: the catalog's)"
+        default=None,
+        description="Primus model YAML name when no experiment is given (default: the catalog's)",
     )
     launch: list[str] = Field(default_factory=lambda: ["bash", "examples/run_pretrain.sh"])
     overlay_env: str | None = Field(default="EXP", description="env var that receives the overlay path")
@@ -352,7 +353,9 @@ MASTER_PORT = "__PRIMUS_OPTUNA_MASTER_PORT__"
 script (``$SLURM_NODEID``, the first host of ``$SLURM_JOB_NODELIST``); never passed on as they are."""
 
 
-def resolve_node(words: list[str], env: dict[str, str], rank: int, addr: str, port: int) -> tuple[list[str], dict[str, str]]:
+def resolve_node(
+    words: list[str], env: dict[str, str], rank: int, addr: str, port: int
+) -> tuple[list[str], dict[str, str]]:
     """``words`` and ``env`` with the per-node values of node ``rank`` filled in."""
     table = {NODE_RANK: str(rank), MASTER_ADDR: addr, MASTER_PORT: str(port)}
 
@@ -394,7 +397,7 @@ def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_
             "# written by primus-optuna: the trial's launch on each node (runner.options.hosts)",
             "set -u",
             "pids=()",
-            "stop() { kill -TERM \"${pids[@]}\" 2>/dev/null; wait; exit 143; }",
+            'stop() { kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 143; }',
             "trap stop TERM INT HUP",
         ]
         for rank, host in enumerate(opts.hosts):
@@ -403,7 +406,7 @@ def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_
             remote = (f"cd {shlex.quote(cwd)} && " if cwd else "") + remote + "exec " + shlex.join(argv)
             lines.append(f"{shlex.join([*opts.ssh, host, remote])} &")
             lines.append("pids+=($!)")
-        lines += ['rc=0', 'for p in "${pids[@]}"; do wait "$p" || rc=$?; done', 'exit "$rc"']
+        lines += ["rc=0", 'for p in "${pids[@]}"; do wait "$p" || rc=$?; done', 'exit "$rc"']
         script = context.workdir / "nodes.sh"
         script.write_text("\n".join(lines) + "\n")
         script.chmod(0o755)
@@ -421,7 +424,11 @@ def slurm_job_name(values: dict[str, str], context: RunContext) -> str:
 
 def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
     minutes = max(1, math.ceil(timeout_s / 60))
-    expand = {NODE_RANK: '"${SLURM_NODEID}"', MASTER_ADDR: '"${MASTER_ADDR}"', MASTER_PORT: '"${MASTER_PORT}"'}
+    expand = {
+        NODE_RANK: '"${SLURM_NODEID}"',
+        MASTER_ADDR: '"${MASTER_ADDR}"',
+        MASTER_PORT: '"${MASTER_PORT}"',
+    }
 
     def word(w: str) -> str:
         return expand.get(w) or shlex.quote(w)

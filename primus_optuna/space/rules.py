@@ -253,7 +253,9 @@ def _zb_pipeline(f: Facts, c: Any) -> str | None:
     # communication order assumes no layout (zerobubble/scheduler/communication.py@fd1eeabb:288-292)
     if c.pp_schedule not in ("zb1p", "zbv") or f.pipeline.is_default:
         return None
-    what = "pipeline.layout" if f.pipeline.layout is not None else "an uneven pipeline split (pipeline section)"
+    what = (
+        "pipeline.layout" if f.pipeline.layout is not None else "an uneven pipeline split (pipeline section)"
+    )
     return (
         f"pp_schedule={c.pp_schedule} (Primus zero bubble) splits the layers evenly itself and cannot run "
         f"{what}; use 1f1b/interleaved or remove the pipeline section"
