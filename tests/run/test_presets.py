@@ -503,3 +503,34 @@ def test_sbatch_log_is_followed_live_and_the_job_cancelled_when_stopped(
         runner.run(Space(spec).baseline, ctx)
     assert seen and seen[-1] >= 5
     assert marker.read_text().strip().startswith("--name=primus-optuna-7-")
+
+
+def test_an_interrupted_slurm_trial_cancels_its_job(
+    spec: StudySpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C / SIGTERM of `run` ends the srun client; the job is cancelled with scancel as well, so that its
+    allocation does not outlive the trial."""
+    import os
+    import signal
+    import threading
+
+    from primus_optuna.run.interrupt import Interrupted, request_stop, reset_stop
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    marker = tmp_path / "scancel.args"
+    (bindir / "srun").write_text("#!/bin/sh\nsleep 60\n")
+    (bindir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" > {marker}\n")
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    runner = build_command_runner(spec, "slurm", {"preset": "command", "argv": ["train"]})
+    timer = threading.Timer(1.0, request_stop, args=(signal.SIGTERM,))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted):
+            runner.run(Space(spec).baseline, _ctx(spec, tmp_path, 3))
+    finally:
+        timer.cancel()
+        reset_stop()
+    assert marker.read_text().strip().startswith("--name=primus-optuna-3-")
