@@ -520,7 +520,7 @@ def test_an_interrupted_slurm_trial_cancels_its_job(
     bindir.mkdir()
     marker = tmp_path / "scancel.args"
     (bindir / "srun").write_text("#!/bin/sh\nsleep 60\n")
-    (bindir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" > {marker}\n")
+    (bindir / "scancel").write_text(f'#!/bin/sh\necho "$@" > {marker}\n')
     for f in bindir.iterdir():
         f.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
