@@ -87,7 +87,7 @@ def megatron_overrides(
         # --pipeline-model-parallel-layout (megatron/training/arguments.py@d98e8a64:928-939): a layout fixes
         # vpp itself (arguments.py@d98e8a64:941-952)
         "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 and not layout else None,
-        "sequence_parallel": c.tp > 1,
+        "sequence_parallel": c.tp > 1 and spec.workload.sequence_parallel,
         "micro_batch_size": c.mbs,
         "global_batch_size": w.global_batch_size,
         "seq_length": w.seq_length,
