@@ -107,7 +107,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     )
     if pruned:
         lines.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in pruned.most_common()))
-    if pruned.get("exhausted"):
+    if pruned.get("exhausted") or _exhausted(study):
         lines.append("the search is complete: every legal configuration that fits in memory has been tried")
     failed = Counter(
         str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL
@@ -121,7 +121,7 @@ def summarize(study: Any, storage_url: str) -> list[str]:
     lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
     from ..record.gpu_hours import gpu_hours_account
     from ..record.report import record_of
-    from ..search.pruner import stored_spec_data
+    from ..search.state import stored_spec_data
 
     if stored_spec_data(study) is not None:  # a study this package created (GPU count, steps, estimates)
         lines.append(gpu_hours_account(record_of(study, storage_url)).line())
@@ -207,6 +207,12 @@ def summary_data(study: Any, storage_url: str) -> dict[str, Any]:
             f"primus-optuna dashboard --storage {url}",
         ],
     }
+
+
+def _exhausted(study: Any) -> bool:
+    """Whether the study's PrimusSampler has nothing left to propose (:meth:`PrimusSampler.is_exhausted`)."""
+    is_exhausted = getattr(study.sampler, "is_exhausted", None)
+    return bool(is_exhausted(study)) if callable(is_exhausted) else False
 
 
 def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
@@ -402,6 +408,9 @@ def run(
     for h in optuna_log.handlers:
         h.addFilter(quiet)
     interrupted: Interrupted | None = None
+    if _exhausted(st):
+        say("nothing left to run: every legal configuration that fits in memory has been tried")
+        n = 0
     try:
         with handle_signals():
             try:

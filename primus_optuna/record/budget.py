@@ -119,7 +119,7 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
 
 def study_gpus(study: optuna.Study) -> int | None:
     """The cluster's GPU count from the study's stored spec (``None`` without one)."""
-    from ..search.pruner import stored_spec_data
+    from ..search.state import stored_spec_data
 
     spec = stored_spec_data(study) or {}
     cluster = spec.get("cluster") or {}

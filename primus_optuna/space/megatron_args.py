@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import StudySpec
+from ..spec.optimizer import OPTIMIZER_DTYPE_FIELDS
 from ..spec.primus_import import baseline_from_megatron
 from ..spec.recompute import parse_recompute
-from ..spec.study import OPTIMIZER_DTYPE_FIELDS
 from .config import TrainingConfig
 
 PRIMUS_ONLY: tuple[str, ...] = (

@@ -34,8 +34,8 @@ import yaml
 
 from ..errors import SpecError
 from .layout import expand_layout
+from .optimizer import OPTIMIZER_DTYPE_FIELDS
 from .recompute import recompute_from_megatron
-from .study import OPTIMIZER_DTYPE_FIELDS
 
 MODEL_KEYS: tuple[str, ...] = (
     "num_layers",

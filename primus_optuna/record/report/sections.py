@@ -26,7 +26,6 @@ from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
 from ..budget import account
-from ..gpu_hours import gpu_hours_account
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -42,6 +41,7 @@ from .analysis import (
     versions,
 )
 from .doc import Doc, fmt_gib, fmt_pct, fmt_tok
+from .gpu_hours import gpu_hours_account
 from .plots import plot_axis_effects, plot_estimate_vs_measured, plot_history, plot_pareto
 from .record import DEFAULT_MEASURE_STEPS, StudyRecord, TrialRow, as_number, load_record
 
