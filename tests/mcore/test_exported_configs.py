@@ -52,9 +52,8 @@ def _run_study(path: Path) -> tuple[StudySpec, list[Any]]:
     """The study's own analytical run (``search.n_trials`` trials, in memory, no LLM): its trial configs."""
     import optuna
 
-    from primus_optuna import PrimusSampler, make_objective, study_pruner
+    from primus_optuna import PrimusSampler, make_objective, store_spec, study_pruner
     from primus_optuna.record.export import trial_config
-    from primus_optuna.search.pruner import store_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(path)
