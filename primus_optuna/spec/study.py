@@ -32,6 +32,7 @@ from .hardware import GPU_CATALOG, GPUSpec, gpu_key, with_overrides
 from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
 from .recompute import parse_recompute
+from .strict import StrictIntModel
 
 AXES: tuple[str, ...] = (
     "tp",
@@ -101,7 +102,7 @@ def _unknown(kind: str, name: str, known: list[str]) -> ValueError:
     return ValueError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
 
 
-class _Strict(BaseModel):
+class _Strict(StrictIntModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
@@ -453,7 +454,13 @@ class StudySpec(_Strict):
         if not p.is_file():
             raise SpecError(f"study file {str(p)!r} not found; pass the path of a YAML study (see studies/)")
         try:
-            data = yaml.safe_load(p.read_text())
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise SpecError(
+                f"{p}: not a UTF-8 text file (byte {exc.start}: {exc.reason}); save the study file as UTF-8"
+            ) from None
+        except OSError as exc:
+            raise SpecError(f"{p}: cannot read the study file ({exc.strerror or exc})") from None
         except yaml.YAMLError as exc:
             raise SpecError(f"{p}: not valid YAML: {exc}") from None
         return cls.from_dict(data, source=str(p), base_dir=p.parent)
