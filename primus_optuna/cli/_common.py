@@ -53,3 +53,22 @@ def config_from_option(space: Space, text: str) -> TrainingConfig:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def program() -> str:
+    """How to call this CLI again from a new shell: ``primus-optuna`` when that name on the ``PATH`` of a
+    fresh login is this program (installed outside a virtual environment), else the absolute path of the
+    executable that is running (e.g. ``/home/me/primus-optuna/.venv/bin/primus-optuna``)."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    exe = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if exe is None or exe.name != "primus-optuna":  # imported (tests, python -m): the plain name
+        return "primus-optuna"
+    exe = Path(shutil.which(str(exe)) or exe).resolve()
+    in_venv = sys.prefix != sys.base_prefix
+    on_path = shutil.which("primus-optuna")
+    if not in_venv and on_path and Path(on_path).resolve() == exe:
+        return "primus-optuna"
+    return shlex.quote(str(exe))

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -65,8 +66,11 @@ class BudgetAccounting:
         return out
 
 
-def _category(reason: str) -> str:
-    return reason.split(":", 1)[0].strip() or "unknown"
+def reason_category(reason: Any) -> str:
+    """The category of a prune or failure reason, one vocabulary for both: its words before the first ``:``
+    or ``(`` (``memory``, ``duplicate``, ``slow``, ``exhausted``, ``oom``, ``timeout``, ``interrupted``, ...)."""
+    text = str(reason or "").strip()
+    return re.split(r"[:(]", text, maxsplit=1)[0].strip() or "unknown"
 
 
 def budget_accounting(trials: Iterable[optuna.trial.FrozenTrial], gpus: int | None) -> BudgetAccounting:
@@ -92,7 +96,7 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
         acc.trials += 1
         source = ua.get("source")
         if state == "PRUNED":
-            cat = _category(str(ua.get("prune_reason", "")))
+            cat = reason_category(ua.get("prune_reason"))
             if cat in PREFILTER:
                 acc.pruned_before_launch[cat] += 1
                 continue
@@ -102,8 +106,12 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
             acc.pruned_other += 1  # stopped while running (e.g. an early-stopping pruner): it spent GPU time
             launched = source != "analytical"
         else:
+            # a failed trial ran a job unless it was interrupted before one started (no GPU-hours recorded)
+            reason = ua.get("failure_reason")
             launched = (state == "COMPLETE" and source not in (None, "analytical")) or (
-                state == "FAIL" and ua.get("failure_reason") is not None
+                state == "FAIL"
+                and reason is not None
+                and (reason != "interrupted" or ua.get("gpu_hours") is not None)
             )
         if state == "COMPLETE" and source == "analytical":
             acc.analytical += 1

@@ -19,14 +19,13 @@ Example::
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ..redaction import redact
 from ..spec.study import AXES
-from .gpu_hours import gpu_hours_account
-from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, gain, gpu_hours_saved, record_of
+from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, record_of
+from .summary import study_summary as summarize_study
 
 
 def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, number: int | None = None) -> str:
@@ -89,60 +88,36 @@ def note_hook(trial: Any, attrs: dict[str, Any]) -> None:
 
 
 def study_summary(rec: StudyRecord) -> str:
-    """The study note: progress, best configuration, gain over the baseline, pruning, LLM usage."""
-    states = Counter(t.state for t in rec.trials)
+    """The study note: the study's :class:`~primus_optuna.record.summary.StudySummary` (the same figures as
+    ``run``'s summary and the report's executive summary), as short Markdown lines."""
+    s = summarize_study(rec)
+    w = rec.spec.workload
     lines = [
         f"## {rec.study_name}",
         "",
         f"{rec.spec.model.name} on {rec.spec.cluster.nodes}×{rec.spec.cluster.gpus_per_node} "
-        f"{rec.spec.cluster.gpu.name}, seq {rec.spec.workload.seq_length}, GBS "
-        f"{rec.spec.workload.global_batch_size}, {rec.spec.workload.precision}.",
+        f"{rec.spec.cluster.gpu.name}, seq {w.seq_length}, GBS {w.global_batch_size}, {w.precision}.",
         "",
-        f"- **Trials**: {len(rec.trials)} of {rec.spec.search.n_trials} "
-        f"({', '.join(f'{k.lower()} {v}' for k, v in states.items()) or 'none yet'}).",
+        f"- **Trials**: {s.trials_text()} (target {s.n_trials_target}).",
     ]
-    best, base = rec.best, rec.baseline
-    if best is not None:
+    b = s.best
+    if b is not None:
         lines.append(
-            f"- **Best**: trial {best.number}, `{best.config.key() if best.config else '-'}`, "
-            f"{fmt_tok(best.value)} tokens/s/GPU ({best.attr('source') or '?'})."
+            f"- **Best**: trial {b.trial}, `{b.config_key}`, {fmt_tok(b.tokens_per_s_per_gpu)} tokens/s/GPU "
+            f"({b.source or '?'}); {b.peak_text()}."
         )
-        if base is not None and base.state == "COMPLETE" and base.value:
-            lines.append(
-                f"- **Gain over the baseline** (trial {base.number}): {fmt_pct(gain(best.value, base.value))}."
-            )
-        elif base is not None:
-            lines.append(
-                f"- **Baseline** (trial {base.number}) {base.outcome}; estimated gain "
-                f"{fmt_pct(gain(best.estimate, base.estimate))}."
-            )
     else:
         lines.append("- **Best**: no completed trial yet.")
-    pruned = Counter(t.prune_category for t in rec.trials if t.state == "PRUNED")
-    if pruned:
-        hours, _ = gpu_hours_saved(rec)
-        lines.append(
-            "- **Pruned**: "
-            + ", ".join(f"{k} {v}" for k, v in pruned.most_common())
-            + f"; GPU-hours not spent thanks to the memory filter: {hours:.2f}."
-        )
-    acct = gpu_hours_account(rec)
-    if acct.launched:
-        lines.append("- **GPU-hours**" + acct.line().removeprefix("GPU-hours") + ".")
-    failed = Counter(str(t.attr("failure_reason") or "unknown") for t in rec.trials if t.state == "FAIL")
-    if failed:
-        lines.append("- **Failed**: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()) + ".")
-    a = rec.user_attrs
-    lines.append(
-        f"- **LLM**: {rec.spec.llm.model or 'none'}; {a.get('llm_calls', 0)} calls, {a.get('llm_tokens', 0)} tokens, "
-        f"${float(a.get('llm_cost_usd', 0.0) or 0.0):.4f}."
-    )
-    storage = rec.storage_url or "URL"
-    lines += [
-        "",
-        f"Report: `primus-optuna report --storage {storage} --study-name {rec.study_name}`  ",
-        f"Export: `primus-optuna export --storage {storage} --study-name {rec.study_name} --format primus`",
-    ]
+    lines.append(f"- **Gain**{s.gain_text().removeprefix('gain')}.")
+    lines.append(f"- **Budget**: {s.launched_text()}.")
+    if s.pruned_by_reason:
+        lines.append("- **Pruned**: " + ", ".join(f"{k} {v}" for k, v in s.pruned_by_reason.items()) + ".")
+    if s.failed_by_reason:
+        lines.append("- **Failed**: " + ", ".join(f"{k} {v}" for k, v in s.failed_by_reason.items()) + ".")
+    lines.append(f"- **GPU-hours**{s.gpu_hours_text().removeprefix('GPU-hours')}.")
+    lines.append(f"- **LLM planner**: {s.llm.text()}.")
+    if s.next:
+        lines += ["", "Next:", ""] + [f"- `{c}`" for c in s.next]
     extra = (rec.spec.llm.api_key_env,) if rec.spec.llm.api_key_env else ()
     return redact("\n".join(lines) + "\n", names=extra)
 

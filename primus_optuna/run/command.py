@@ -185,6 +185,46 @@ class Launch:
 Wrap = Callable[[Launch, dict[str, str], RunContext], Launch]
 
 
+_WATCHDOG = """
+import os, signal, sys, time
+if sys.stdin.buffer.read():  # a word from the runner: the job ended normally
+    sys.exit(0)
+for sig in (signal.SIGTERM, signal.SIGKILL):  # EOF without one: the runner died (kill -9)
+    try:
+        os.killpg(int(sys.argv[1]), sig)
+    except ProcessLookupError:
+        sys.exit(0)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def orphan_guard(pgid: int, grace_s: float = 30.0) -> Callable[[], None]:
+    """A watchdog for a launched job's process group: when this process dies without releasing it (even by
+    ``kill -9``, which no handler sees) the watchdog sends the group SIGTERM, then SIGKILL after ``grace_s``,
+    so no job keeps its GPUs busy unattended. Returns the release function (call it once the job ended)."""
+    r, w = os.pipe()  # both ends close-on-exec: only the watchdog holds the read end
+    dog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pgid), str(grace_s)],
+        stdin=r,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C is handled by the runner, not by the watchdog
+    )
+    os.close(r)
+
+    def release() -> None:
+        try:
+            os.write(w, b"done")
+        finally:
+            os.close(w)
+        try:
+            dog.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            dog.kill()
+
+    return release
+
+
 class CommandRunner:
     """Run a command per trial; the measurement is parsed from its log."""
 
@@ -269,6 +309,7 @@ class CommandRunner:
                 msg = f"could not start {launch.argv[0]!r}: {exc}"
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
+            release = orphan_guard(proc.pid)
             try:
                 rc, timed_out, stopped = self._watch(proc, log_path, context, t0)
             except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: the job must not outlive us (busy GPUs)
@@ -279,6 +320,8 @@ class CommandRunner:
             except BaseException:  # the callback failed (e.g. the storage): never leave the job running
                 _kill_group(proc)
                 raise
+            finally:
+                release()
         wall = time.monotonic() - t0
         text = log_path.read_text(errors="replace")
         for extra in launch.extra_logs:

@@ -67,8 +67,8 @@ def test_run_summary_prints_the_budget(tmp_path):
     handle.study.sampler = PrimusSampler(spec)
     handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=4)
     lines = summarize(handle.study, url)
-    assert any(line.startswith("budget: 4 trials — 0 launched") for line in lines), lines
-    assert any(line.startswith("GPU-hours: no job launched") for line in lines), lines
+    assert any(line.startswith("budget: 0 launched, 4 estimated") for line in lines), lines
+    assert any(line.startswith("GPU-hours: none spent (no job launched)") for line in lines), lines
 
 
 def test_the_report_shows_the_sweep_centre_what_it_skipped_and_the_budget(tmp_path):
@@ -92,4 +92,4 @@ def test_the_report_shows_the_sweep_centre_what_it_skipped_and_the_budget(tmp_pa
     assert "(search.sweep_trials budget 3)" in md
     skipped = sampler.design.skipped
     assert skipped and all(s.reason in md for s in skipped[:3])
-    assert "budget: 4 trials — 0 launched" in md
+    assert "budget: 0 launched, 4 estimated" in md

@@ -30,8 +30,9 @@ def ran(tmp_path_factory) -> tuple[str, str, Path]:
 
 
 def test_run_prints_where_the_report_goes(ran) -> None:
-    _, output, _ = ran
-    assert "report: qwen3-30b-a3b-h200-bf16-report/report.html" in output
+    storage, output, tmp = ran
+    # next to the storage, where `report` without --out writes it (and scripts/run.sh's runs/ folder)
+    assert f"report: {tmp / 'q-report'}/report.html" in output
 
 
 def test_report_of_a_real_run(ran) -> None:
