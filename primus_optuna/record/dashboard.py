@@ -49,10 +49,17 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
         )
     if attrs.get("step_time_s") is not None:
         lines.append(f"- step time: {float(attrs['step_time_s']):.3f} s")
-    if attrs.get("memory_peak_gib") is not None:
+    usable = f"{fmt_gib(_f(attrs.get('memory_usable_gib')))} GiB usable"
+    if attrs.get("measured_peak_memory_gib") is not None:  # measured beats estimated
         lines.append(
-            f"- peak memory: {fmt_gib(_f(attrs['memory_peak_gib']))} GiB of "
-            f"{fmt_gib(_f(attrs.get('memory_usable_gib')))} usable (stage {attrs.get('memory_peak_stage', '-')})"
+            f"- peak memory: {fmt_gib(_f(attrs['measured_peak_memory_gib']))} GiB measured, of {usable}"
+        )
+    if attrs.get("memory_peak_gib") is not None:
+        cal = attrs.get("memory_peak_calibrated_gib")
+        lines.append(
+            f"- peak memory estimated: {fmt_gib(_f(attrs['memory_peak_gib']))} GiB"
+            + (f", calibrated {fmt_gib(_f(cal))} GiB" if cal is not None else "")
+            + f" (stage {attrs.get('memory_peak_stage', '-')}), of {usable}"
         )
     breakdown = attrs.get("breakdown_s")
     if isinstance(breakdown, dict) and breakdown:

@@ -142,9 +142,8 @@ def _brief(t: TrialRow, mcal: MemoryCalibration) -> TrialBrief:
         estimate_tokens_per_s_per_gpu=t.estimate,
         measured_peak_memory_gib=as_number(t.attr("measured_peak_memory_gib")),
         estimated_peak_memory_gib=est_peak,
-        calibrated_peak_memory_gib=(
-            round(est_peak * mcal.scale, 3) if est_peak is not None and not mcal.is_identity else None
-        ),
+        calibrated_peak_memory_gib=as_number(t.attr("memory_peak_calibrated_gib"))
+        or (round(est_peak * mcal.scale, 3) if est_peak is not None and not mcal.is_identity else None),
         outcome=t.outcome,
     )
 

@@ -28,14 +28,25 @@ def url(tmp_path):
             params=c.to_params(),
             distributions=dists,
             state=optuna.trial.TrialState.PRUNED,
-            user_attrs={**base, "prune_reason": "slow: median 2000.0 < 0.95 x best", "gpu_hours": 0.5,
-                        "gpu_hours_saved_early_stop": 1.5, "source": "measured", "measured_partial": True},
+            user_attrs={
+                **base,
+                "prune_reason": "slow: median 2000.0 < 0.95 x best",
+                "gpu_hours": 0.5,
+                "gpu_hours_saved_early_stop": 1.5,
+                "source": "measured",
+                "measured_partial": True,
+            },
         )  # fmt: skip
     )
     study.add_trial(  # a placeholder: the sampler had nothing left to propose
         optuna.trial.create_trial(
-            params={}, distributions={}, state=optuna.trial.TrialState.PRUNED,
-            user_attrs={"phase": "exhausted", "prune_reason": "exhausted: every legal configuration was tried"},
+            params={},
+            distributions={},
+            state=optuna.trial.TrialState.PRUNED,
+            user_attrs={
+                "phase": "exhausted",
+                "prune_reason": "exhausted: every legal configuration was tried",
+            },
         )  # fmt: skip
     )
     study.ask()  # a trial running now (another worker)
@@ -83,7 +94,34 @@ def test_next_commands_paste_into_a_new_shell(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cmds = next_commands("sqlite:///runs/my study.db", "my study")
     # a relative file storage is made absolute, arguments are quoted for the shell
-    assert cmds[0] == f"primus-optuna report --storage 'sqlite:///{tmp_path}/runs/my study.db' --study-name 'my study'"
+    assert (
+        cmds[0]
+        == f"primus-optuna report --storage 'sqlite:///{tmp_path}/runs/my study.db' --study-name 'my study'"
+    )
     import shlex
 
     assert shlex.split(cmds[1])[-1] == f"sqlite:///{tmp_path}/runs/my study.db"
+
+
+def test_measured_peak_comes_first_everywhere(url):
+    from primus_optuna.physics.memory_calibration import MemoryCalibration
+    from primus_optuna.record.dashboard import trial_note
+    from primus_optuna.record.report import sensitivity
+
+    rec = load_record(url, "small")
+    best = rec.best
+    best.attrs.update(measured_peak_memory_gib=97.25, memory_peak_calibrated_gib=88.0)
+    s = study_summary(rec)
+    assert s.best.peak_text() == (
+        f"peak memory 97.25 GiB measured (estimate {best.peak_gib:.2f} GiB, calibrated estimate 88.00 GiB)"
+    )
+    assert s.best.peak_text() in "\n".join(s.lines())
+    note = trial_note(best.attrs, None, best.number)
+    assert note.index("97.25 GiB measured") < note.index("peak memory estimated")
+    # the sensitivity table judges fit with the memory filter's calibration
+    mcal = MemoryCalibration(scale=0.5, n_trials=2)
+    rows, _ = sensitivity(rec, best.config, None, mcal)
+    raw, _ = sensitivity(rec, best.config)
+    for a, b in zip(rows, raw, strict=True):
+        if b.get("peak_gib") is not None:
+            assert a["peak_gib"] == pytest.approx(0.5 * b["peak_gib"])

@@ -68,11 +68,20 @@ def _throughput_text(rec: StudyRecord, tokens: float | None) -> str:
 
 
 def _peak_text(t: TrialRow) -> str:
-    """The measured peak memory when the run measured one, the estimate beside it."""
+    """The measured peak memory when the run measured one, the estimate (and the calibrated estimate the
+    memory filter compared) beside it."""
     measured = as_number(t.attr("measured_peak_memory_gib"))
+    cal = as_number(t.attr("memory_peak_calibrated_gib"))
+    cal_text = f", calibrated estimate {fmt_gib(cal)} GiB" if cal is not None else ""
     if measured is not None:
-        return f"peak memory {fmt_gib(measured)} GiB measured (estimate {fmt_gib(t.peak_gib)} GiB)"
-    return f"peak memory {fmt_gib(t.peak_gib)} GiB (estimate; not measured)"
+        return f"peak memory {fmt_gib(measured)} GiB measured (estimate {fmt_gib(t.peak_gib)} GiB{cal_text})"
+    return f"peak memory {fmt_gib(t.peak_gib)} GiB (estimate; not measured{cal_text})"
+
+
+def _peak_cell(t: TrialRow) -> str:
+    """A table cell: the measured peak first (``97.25 measured``), else the estimate."""
+    measured = as_number(t.attr("measured_peak_memory_gib"))
+    return f"{fmt_gib(measured)} measured" if measured is not None else fmt_gib(t.peak_gib)
 
 
 def _summary(doc: Doc, rec: StudyRecord) -> None:
@@ -196,13 +205,16 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
         doc.p("No sweep trial has run yet.")
         return
     base = rec.baseline_config
+    # the sweep moves one axis from its centre (the baseline unless that is illegal or does not fit)
+    centre_row = next((t for t in rows if t.attr("sweep_axis") == "baseline" and t.config), None)
+    centre = centre_row.config if centre_row is not None and centre_row.config is not None else base
     groups: dict[str, list[TrialRow]] = {}
     order = list(AXES)
     for t in rows:
-        diff = [a for a in AXES if getattr(t.config, a) != getattr(base, a)]
+        diff = [a for a in AXES if getattr(t.config, a) != getattr(centre, a)]
         axis = str(t.attr("sweep_axis") or (diff[0] if len(diff) == 1 else "+".join(diff) or "baseline"))
         groups.setdefault(axis, []).append(t)
-    b = rec.baseline
+    b = centre_row or rec.baseline
     doc.p(
         f"Baseline {_cfg(base)}: {b.outcome if b else 'not run yet'}"
         + (f", estimate {fmt_tok(b.estimate)} tokens/s/GPU" if b else "")
@@ -214,20 +226,23 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
         ts = groups[axis]
         doc.h(3, f"Axis {axis}")
         table = []
+        swept = [a for a in axis.split("+") if a in AXES]
         for t in sorted(ts, key=lambda t: t.number):
-            moved = [a for a in AXES if getattr(t.config, a) != getattr(base, a)] or axis.split("+")
-            value = ", ".join(f"{a}={getattr(t.config, a)}" for a in moved)
+            value = ", ".join(str(getattr(t.config, a)) for a in swept)
+            also = [a for a in AXES if a not in swept and getattr(t.config, a) != getattr(centre, a)]
+            note = ("also moved " + ", ".join(f"{a}={getattr(t.config, a)}" for a in also)) if also else ""
             table.append(
-                [value, t.number, fmt_tok(t.estimate), fmt_tok(t.measured), fmt_gib(t.peak_gib), t.outcome]
+                [value, t.number, fmt_tok(t.estimate), fmt_tok(t.measured), _peak_cell(t), t.outcome, note]
             )
-        doc.table(["value", "trial", "estimate", "measured", "peak GiB", "outcome"], table)
+        doc.table(["value", "trial", "estimate", "measured", "peak GiB", "outcome", "note"], table)
         done = [t for t in ts if t.state == "COMPLETE" and t.value]
         if done and b and b.value:
             top = max(done, key=lambda t: t.value or 0.0)
             g = gain(top.value, b.value)
+            ref = "the sweep centre" if centre != base else "the baseline"
             doc.p(
-                f"Best other value on this axis: trial {top.number}, {fmt_pct(g)} vs the baseline"
-                + ("." if g is not None and g > 0 else " (the baseline's value stays best).")
+                f"Best other value on this axis: trial {top.number}, {fmt_pct(g)} vs {ref}"
+                + ("." if g is not None and g > 0 else f" ({ref}'s value stays best).")
             )
 
 
@@ -464,7 +479,13 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     if best.config is None:
         doc.p("The best trial has no configuration.")
         return
-    rows, verdict = sensitivity(rec, best.config, cal)
+    mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
+    rows, verdict = sensitivity(rec, best.config, cal, mcal)
+    if not mcal.is_identity:
+        doc.p(
+            f"Fit and peak use the memory filter's calibration (study attr `memory_calibration`, "
+            f"{mcal.describe()})."
+        )
     if cal is not None:
         doc.p(
             f"Estimates use the study's step-time calibration (study attr `calibration`, fitted on "
@@ -514,7 +535,7 @@ def _trials(doc: Doc, rec: StudyRecord) -> None:
                 _cfg(t.config),
                 fmt_tok(t.value),
                 fmt_tok(t.estimate),
-                fmt_gib(t.peak_gib),
+                _peak_cell(t),
                 t.outcome,
             ]
             for t in rec.trials
