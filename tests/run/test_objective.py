@@ -235,7 +235,6 @@ class _Noisy:
 
 def test_repeats_take_the_median_and_record_the_spread(spec, tmp_path):
     from primus_optuna.cli.run_cmd import summarize
-
     from primus_optuna.search.pruner import store_spec
 
     runner = _Noisy([1000.0, 1100.0, 1040.0, 1050.0, 990.0, 1010.0])
@@ -275,7 +274,9 @@ def test_oom_whose_calibrated_estimate_fitted_is_a_memory_model_miss(spec, tmp_p
     study = _study(spec)
     study.set_user_attr("memory_calibration", {"scale": scale, "n_trials": 3, "n_oom": 0})
     study.enqueue_trial(c.to_params())
-    study.optimize(make_objective(spec, _Measured(spec, OutOfMemory), runs_dir=tmp_path), n_trials=1, catch=(RunFailure,))
+    study.optimize(
+        make_objective(spec, _Measured(spec, OutOfMemory), runs_dir=tmp_path), n_trials=1, catch=(RunFailure,)
+    )
     ua = study.trials[0].user_attrs
     assert ua["failure_reason"] == "oom" and ua["memory_peak_gib"] > ua["memory_usable_gib"]
     assert ua["memory_peak_calibrated_gib"] <= ua["memory_usable_gib"]
