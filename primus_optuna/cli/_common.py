@@ -72,3 +72,41 @@ def program() -> str:
     if not in_venv and on_path and Path(on_path).resolve() == exe:
         return "primus-optuna"
     return shlex.quote(str(exe))
+
+
+def check_storage_url(url: str, option: str = "--storage") -> None:
+    """Refuse a storage URL that would silently write somewhere else: a SQLite URL without its three
+    slashes (``sqlite:/x.db`` makes a folder ``sqlite:``) and a file storage whose folder does not exist
+    (a typo would otherwise create it)."""
+    from ..record.storage import normalize_url, storage_file
+
+    normalized = normalize_url(url)
+    if url.startswith("sqlite:") and not url.startswith("sqlite:///"):
+        raise SpecError(
+            f"{option} {url!r}: a SQLite URL has three slashes before the path: sqlite:///relative/x.db or "
+            "sqlite:////absolute/x.db"
+        )
+    f = storage_file(normalized)
+    if f is not None and not f.parent.is_dir():
+        raise SpecError(
+            f"{option} {url!r}: the folder {str(f.parent)!r} does not exist; create it "
+            f"(mkdir -p {shlex_quote(str(f.parent))}) or pass another path"
+        )
+
+
+def check_output_path(path: str, option: str) -> None:
+    """An output file's folder must exist (a typo would otherwise create a new folder)."""
+    from pathlib import Path
+
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise SpecError(
+            f"{option} {path!r}: the folder {str(parent)!r} does not exist; create it "
+            f"(mkdir -p {shlex_quote(str(parent))}) or pass another path"
+        )
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

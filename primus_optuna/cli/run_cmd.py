@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..run.interrupt import stop_signal
-from ._common import study_argument, user_errors
+from ._common import check_storage_url, study_argument, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
 """analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
@@ -73,13 +73,33 @@ class ProgressLines:
 
 class _QuietInterrupt(logging.Filter):
     """Drop Optuna's "Trial N failed ... KeyboardInterrupt" warnings and their traceback: an interrupt is
-    reported by one line of ours."""
+    reported by one line of ours. A run failure (out of memory, timeout, no throughput: the job's fault, not
+    ours) is one line naming the trial, the reason and the message, without a traceback; Optuna's second
+    "failed with value None" line goes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        from ..run.base import RunFailure
+
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, KeyboardInterrupt):
             return False
+        if isinstance(exc, RunFailure):
+            number = record.getMessage().split(" failed", 1)[0].removeprefix("Trial ")
+            record.msg = f"trial {number} failed ({exc.reason}): {exc}; its log is a trial artifact"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+            self.failed.add(number)
+            return True
+        if "failed with value None" in record.getMessage():
+            number = record.getMessage().split(" failed", 1)[0].removeprefix("Trial ")
+            if number in self.failed:
+                return False
         return not (stop_signal() is not None and "failed with value" in record.getMessage())
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: set[str] = set()
 
 
 def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
@@ -207,6 +227,11 @@ def run(
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(study)
+    from ..record.storage import default_storage_url
+
+    check_storage_url(storage or default_storage_url(spec))
+    if study_name is not None and ("/" in study_name or "\\" in study_name):
+        raise SpecError(f"--study-name {study_name!r}: no '/' or '\\' in a study name (it names files)")
     space = Space(spec)
     no_fit = no_fit_message(spec, space)
     if no_fit:  # every trial would be pruned: say so and create nothing

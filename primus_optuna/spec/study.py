@@ -365,6 +365,16 @@ class StudySpec(_Strict):
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     storage: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if "/" in v or "\\" in v:  # the default storage, artifacts and report are files named after it
+            raise ValueError(
+                f"{v!r} holds a path separator; name the study without '/' or '\\' (e.g. "
+                f"{v.replace('/', '-').replace(chr(92), '-')!r})"
+            )
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _primus_yaml(cls, data: Any, info: ValidationInfo) -> Any:
