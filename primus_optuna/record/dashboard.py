@@ -75,8 +75,23 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
         if attrs.get(key):
             lines += ["", f"**{label}**: {attrs[key]}"]
     if attrs.get("log_tail"):
-        lines += ["", "### Log tail", "", "```", str(attrs["log_tail"])[-2000:], "```"]
+        lines += ["", "### Log tail", "", "```", *_pane_lines(str(attrs["log_tail"])), "```"]
     return redact("\n".join(lines) + "\n")
+
+
+NOTE_WIDTH = 100
+"""characters per line of a code block in a note (the note pane does not wrap code)"""
+NOTE_LOG_LINES = 30
+
+
+def _pane_lines(text: str) -> list[str]:
+    """The last :data:`NOTE_LOG_LINES` lines of a log, each wrapped at :data:`NOTE_WIDTH` characters."""
+    import textwrap
+
+    out: list[str] = []
+    for line in text.splitlines()[-NOTE_LOG_LINES:]:
+        out += textwrap.wrap(line, NOTE_WIDTH, subsequent_indent="  ", drop_whitespace=False) or [""]
+    return out
 
 
 def _f(v: Any) -> float | None:
@@ -145,9 +160,52 @@ def artifact_dir_for(storage_url: str, study_name: str | None = None) -> Path:
     return sibling_dir(storage_url, study_name or "study", "-artifacts")
 
 
+ATTR_CHARS = 1024
+"""optuna-dashboard's cut-off for one attribute's text (``MAX_ATTR_LENGTH``)"""
+
+
+def readable_attr(value: Any) -> str:
+    """An attribute value as the dashboard's attribute table shows it: strings and numbers as they are, a
+    mapping as ``key: value`` pairs and a list as items, each with its own characters (``→``, not
+    ``\\u2192``), cut at :data:`ATTR_CHARS` with a pointer to the full value."""
+    import json
+
+    def one(v: Any) -> str:
+        if isinstance(v, str):
+            return v
+        if isinstance(v, bool) or v is None or isinstance(v, (int, float)):
+            return json.dumps(v)
+        return json.dumps(v, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+    if isinstance(value, bytes):
+        return "<binary object>"
+    if isinstance(value, dict):
+        text = "; ".join(f"{k}: {one(v)}" for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        text = ", ".join(one(v) for v in value)
+    else:
+        text = one(value)
+    if len(text) > ATTR_CHARS:
+        text = text[: ATTR_CHARS - 60].rstrip() + " … (cut; the full value is in the report)"
+    return text
+
+
+def _readable_attrs() -> None:
+    """Make optuna-dashboard's attribute table use :func:`readable_attr` (its own writes ``json.dumps``
+    with ASCII escapes, so a sweep note reads ``tp 1\\u21922``)."""
+    from optuna_dashboard import _serializer
+
+    def serialize_attrs(attrs: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"key": k, "value": readable_attr(v)} for k, v in attrs.items()]
+
+    _serializer.serialize_attrs = serialize_attrs  # type: ignore[assignment]
+
+
 def dashboard_app(storage: Any, artifact_dir: str | Path | None = None) -> Any:
     """optuna-dashboard's WSGI app over ``storage`` with the file artifact store in ``artifact_dir``."""
     import optuna_dashboard
+
+    _readable_attrs()
     from optuna.artifacts import FileSystemArtifactStore
 
     store = None
@@ -167,6 +225,7 @@ def serve_dashboard(
 
     from .storage import make_storage, normalize_url
 
+    _readable_attrs()
     url = normalize_url(storage)
     adir = Path(artifact_dir) if artifact_dir is not None else artifact_dir_for(url)
     store = FileSystemArtifactStore(str(adir)) if adir.is_dir() else None

@@ -115,3 +115,22 @@ def test_no_api_key_in_notes_or_artifacts(served) -> None:
 def test_trial_note_without_attrs() -> None:
     text = trial_note({}, None, 3)
     assert text.startswith("## Trial 3") and "estimated: -" in text
+
+
+def test_study_attrs_read_as_text_not_escaped_json(served) -> None:
+    base, study, _ = served
+    study.set_user_attr("sweep", {"centre": "tp2-pp1", "centre_note": "moved tp 1→2", "points": 4})
+    sid = _get(f"{base}/api/studies")["study_summaries"][0]["study_id"]
+    attrs = {a["key"]: a["value"] for a in _get(f"{base}/api/studies/{sid}")["user_attrs"]}
+    assert attrs["sweep"] == "centre: tp2-pp1; centre_note: moved tp 1→2; points: 4"
+    assert "\\u2192" not in attrs["sweep"]
+
+
+def test_trial_note_log_tail_fits_the_pane() -> None:
+    from primus_optuna.record.dashboard import NOTE_WIDTH
+
+    tail = "\n".join(f"line {i} " + "x" * 300 for i in range(200))
+    note = trial_note({"log_tail": tail, "rationale": "r"}, None, 1)
+    block = note.split("### Log tail")[1].split("```")[1].strip("\n").splitlines()
+    assert block and max(len(x) for x in block) <= NOTE_WIDTH
+    assert "line 199" in note and "line 100 " not in note  # the end of the log, not all of it
