@@ -85,8 +85,8 @@ def report(storage: str, study_name: str | None, out: str | None) -> None:
 
     study, url = _study(storage, study_name)
     paths = build_report(url, study.study_name, out or default_report_dir(study.study_name, url))
-    click.echo(f"wrote {paths['md']}")
-    click.echo(f"wrote {paths['html']}")
+    click.echo(f"wrote {paths['md'].resolve()}")
+    click.echo(f"wrote {paths['html'].resolve()}")
 
 
 @click.command()

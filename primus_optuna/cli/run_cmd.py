@@ -300,7 +300,7 @@ def run(
         why = "; ".join(reasons) or (mem.reason() if mem is not None and not mem.fits else "")
         say(
             f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
-            f"{design.centre}"
+            f"{design.centre.key()}"
         )
     first_new = len(st.trials)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"

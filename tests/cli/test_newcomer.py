@@ -174,3 +174,31 @@ def test_the_study_name_is_the_value_column_a_user_can_type(tmp_path):
     assert loaded.metric_names == ["tokens_per_s_per_gpu"]  # no slash: a name a user can type
     pytest.importorskip("pandas")
     assert "values_tokens_per_s_per_gpu" in loaded.trials_dataframe().columns
+
+
+def test_the_centre_warning_names_the_centre_used_and_the_real_reason(tmp_path):
+    """A baseline outside the study's axes fits in memory: the warning says it is outside the axes (not a
+    memory figure) and names the centre the sampler actually sweeps from."""
+    data = small_moe_study(axes={"recompute": ["none", "full"]})
+    data["search"]["baseline"]["recompute"] = "full:1"
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    r = CliRunner().invoke(cli, ["run", str(_write(tmp_path, data)), "--storage", url, "--n-trials", "1"])
+    assert r.exit_code == 0, r.output
+    warning = next(x for x in r.output.splitlines() if x.startswith("warning: "))
+    assert "uses values outside the study's axes (recompute=full:1)" in warning
+    assert "<=" not in warning and "GiB usable" not in warning  # no memory figure posing as the reason
+    centre = optuna.load_study(study_name="small-moe", storage=url).user_attrs["sweep"]["centre"]
+    assert warning.endswith(f"the sweep starts from {centre}")
+
+
+@pytest.mark.slow
+def test_run_sh_names_the_report_it_writes(tmp_path):
+    env = {**os.environ, "PRIMUS_OPTUNA_STORAGE": f"sqlite:///{tmp_path / 'r.db'}"}
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run.sh"), "--n-trials", "2"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    html = tmp_path / "r-report" / "report.html"
+    assert f"report: {html}" in r.stdout and f"wrote {html}" in r.stdout and html.is_file()
+    assert "source " in r.stderr and ".venv/bin/activate" in r.stderr
