@@ -356,7 +356,9 @@ def run(
                     + "; run the same command again to resume (interrupted trials are re-run first)",
                     err=True,
                 )
-            refresh_study_note(st, handle.storage_url)
+            from ._common import program
+
+            refresh_study_note(st, handle.storage_url, program=program())
             _print_summary(st, handle.storage_url, as_json)
     except KeyboardInterrupt as exc:  # a second interrupt while writing the summary
         interrupted = interrupted or (exc if isinstance(exc, Interrupted) else Interrupted())

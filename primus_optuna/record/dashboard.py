@@ -109,10 +109,10 @@ def note_hook(trial: Any, attrs: dict[str, Any]) -> None:
     save_note(trial, trial_note(merged, trial.params, trial.number))
 
 
-def study_summary(rec: StudyRecord) -> str:
+def study_summary(rec: StudyRecord, program: str = "primus-optuna") -> str:
     """The study note: the study's :class:`~primus_optuna.record.summary.StudySummary` (the same figures as
     ``run``'s summary and the report's executive summary), as short Markdown lines."""
-    s = summarize_study(rec)
+    s = summarize_study(rec, program=program)
     w = rec.spec.workload
     lines = [
         f"## {rec.study_name}",
@@ -144,11 +144,12 @@ def study_summary(rec: StudyRecord) -> str:
     return redact("\n".join(lines) + "\n", names=extra)
 
 
-def refresh_study_note(study: Any, storage_url: str = "") -> str:
-    """Write the current summary as the study note; returns the Markdown."""
+def refresh_study_note(study: Any, storage_url: str = "", program: str = "primus-optuna") -> str:
+    """Write the current summary as the study note (its next commands call ``program``); returns the
+    Markdown."""
     from optuna_dashboard import save_note
 
-    body = study_summary(record_of(study, storage_url=storage_url))
+    body = study_summary(record_of(study, storage_url=storage_url), program=program)
     save_note(study, body)
     return body
 

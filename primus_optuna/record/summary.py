@@ -242,11 +242,11 @@ class StudySummary:
         ref = self.baseline if self.gain_over == "baseline" else self.centre
         if self.gain is not None and ref is not None:
             kind = "measured" if ref.measured else "estimated"
+            figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
             if self.gain_over == "baseline":
-                what = f"the baseline (trial {ref.trial}"
-            else:
-                what = f"the sweep centre (trial {ref.trial}; the study's baseline was not run: {self.centre_note}"
-            return f"gain over {what}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}): {self.gain:+.1%}"
+                return f"gain over the baseline ({figures}): {self.gain:+.1%}"
+            why = f": {self.centre_note}" if self.centre_note else ""
+            return f"gain over the sweep centre ({figures}; the study's baseline was not run{why}): {self.gain:+.1%}"
         if self.baseline is None:
             return "gain over the baseline: n/a (the baseline has not been tried)"
         est = f"; estimated gain {self.estimated_gain:+.1%}" if self.estimated_gain is not None else ""
