@@ -6,10 +6,12 @@ memory, timeout, no throughput — or was stopped early by a pruner after it sta
 the sum of their wall times × the cluster's GPUs. A trial pruned before launch — by the memory filter, as
 illegal, or as a duplicate — spent none. Analytical trials cost no GPU time.
 
+Its text is written by :class:`~primus_optuna.record.summary.StudySummary` (one wording everywhere).
+
 Example::
 
     acc = budget_accounting(study.get_trials(), gpus=64)
-    print("\\n".join(acc.lines()))
+    acc.launched, acc.to_dict()
 """
 
 from __future__ import annotations
@@ -54,16 +56,6 @@ class BudgetAccounting:
             "gpus": self.gpus,
             "gpu_hours_spent": round(self.gpu_hours_spent, 4),
         }
-
-    def lines(self) -> list[str]:
-        """Human lines for ``run``'s summary and the report."""
-        pre = ", ".join(f"{k} {v}" for k, v in self.pruned_before_launch.most_common()) or "none"
-        out = [
-            f"budget: {self.trials} trials — {self.launched} launched ({self.failed_launched} of them failed), "
-            f"{self.analytical} analytical (no GPU), {self.n_pruned_before_launch} pruned before launch ({pre})"
-            + (f", {self.pruned_other} stopped while running" if self.pruned_other else "")
-        ]
-        return out
 
 
 def reason_category(reason: Any) -> str:
@@ -123,15 +115,3 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
             hours.append(seconds / 3600.0 * gpus)
     acc.gpu_hours_spent = sum(hours)
     return acc
-
-
-def study_gpus(study: optuna.Study) -> int | None:
-    """The cluster's GPU count from the study's stored spec (``None`` without one)."""
-    from ..search.pruner import stored_spec_data
-
-    spec = stored_spec_data(study) or {}
-    cluster = spec.get("cluster") or {}
-    try:
-        return int(cluster["nodes"]) * int(cluster["gpus_per_node"])
-    except (KeyError, TypeError, ValueError):
-        return None
