@@ -1,6 +1,10 @@
-"""Fit the A100 GEMM curve and host issue time on a random half of the vTrain single-node groups; report the
-ranking fidelity (per-group Spearman, median relative error after one global scale) on the held-back half and
-on all groups.
+"""Fit the A100 GEMM curve and host issue time on a random half of the vTrain single-node groups; report on the
+held-back half: per-group Spearman, the iteration-time mean absolute error without any scale, whether the
+model's top 3 of each group holds a configuration within 3% of the measured best, and the median relative
+error after one global scale.
+
+The rows are estimated as vTrain ran them (tests/helpers/vtrain.py: recompute full, no gradient bucketing,
+fp16 gradients, no sequence parallelism).
 
     python scripts/fit_vtrain.py            # report with the constants in physics/calibration.py
     python scripts/fit_vtrain.py --fit      # grid-search the constants on the fitting half, then report
@@ -55,31 +59,33 @@ def report(rows: list[Row], est: list[float], keep: set, scale: float | None = N
 
 
 def loss(rep: FidelityReport) -> float:
-    """What the fit minimises: the worst and mean rank disagreement plus the absolute error."""
+    """What the fit minimises: the worst and mean rank disagreement plus the unscaled absolute error."""
     rho = list(rep.spearman.values())
-    return (1 - min(rho)) + (1 - sum(rho) / len(rho)) + rep.median_rel_error
+    return (1 - min(rho)) + (1 - sum(rho) / len(rho)) + rep.mean_abs_error
 
 
 def fit(rows: list[Row], fit_groups: set) -> calibration.FamilyConstants:
     base = calibration.FAMILIES["ampere"]
     best = (math.inf, base)
+    rows = [r for r in rows if r.group in fit_groups]
     grid = itertools.product(
-        (1e8, 3e8, 1e9, 3e9),  # GEMM half-work (multiply-adds)
-        (0.0, 20.0, 25.0, 30.0, 35.0, 40.0),  # host issue time per kernel (µs)
-        (4.0, 6.0, 8.0, 12.0),  # GPU fixed cost per kernel (µs)
+        (0.75, 0.80, 0.85, 0.90),  # GEMM peak fraction
+        (1e9, 3e9),  # GEMM half-work (multiply-adds)
+        (25.0, 35.0, 45.0),  # host issue time per kernel (µs)
+        (4.0, 8.0, 12.0),  # GPU fixed cost per kernel (µs)
     )
-    for half, host, kern in grid:
+    for peak, half, host, kern in grid:
         fam = dataclasses.replace(
             base,
-            gemm=dataclasses.replace(base.gemm, half_work=half),
+            gemm=dataclasses.replace(base.gemm, peak_fraction=peak, half_work=half),
             host_kernel_us=host,
             kernel_us=kern,
         )
         rep = report(rows, estimates(rows, fam), fit_groups)
         val = loss(rep)
         print(
-            f"  half {half:.0e} host {host:4.0f} µs kernel {kern:3.0f} µs: min rho {rep.min_spearman:.3f} "
-            f"median rho {rep.median_spearman:.3f} err {rep.median_rel_error:.3f}",
+            f"  peak {peak:.2f} half {half:.0e} host {host:4.0f} µs kernel {kern:3.0f} µs: min rho "
+            f"{rep.min_spearman:.3f} median rho {rep.median_spearman:.3f} MAE {rep.mean_abs_error:.3f}",
             file=sys.stderr,
         )
         if val < best[0]:
@@ -89,15 +95,21 @@ def fit(rows: list[Row], fit_groups: set) -> calibration.FamilyConstants:
 
 def table(name: str, rep: FidelityReport) -> str:
     lines = [
-        f"### {name}: {len(rep.spearman)} groups with >= 10 rows; global scale {rep.scale:.3f}; "
-        f"median relative error {rep.median_rel_error * 100:.1f}%; Spearman min {rep.min_spearman:.3f}, "
-        f"median {rep.median_spearman:.3f}",
+        f"### {name}: {len(rep.spearman)} groups with >= 10 rows; iteration-time MAE (no scale) "
+        f"{rep.mean_abs_error * 100:.1f}%; Spearman min {rep.min_spearman:.3f}, median "
+        f"{rep.median_spearman:.3f}; measured best in the model's top 3 (within 3%) in {rep.top3_groups} of "
+        f"{len(rep.spearman)} groups; after one global scale {rep.scale:.3f}: median relative error "
+        f"{rep.median_rel_error * 100:.1f}%",
         "",
-        "| hidden | layers | GBS | rows | Spearman |",
-        "|---|---|---|---|---|",
+        "| hidden | layers | GBS | rows | Spearman | best in top 3 |",
+        "|---|---|---|---|---|---|",
     ]
+    top3 = rep.top3 or {}
     for (h, layers, gbs), rho in sorted(rep.spearman.items()):
-        lines.append(f"| {h} | {layers} | {gbs} | {rep.rows[(h, layers, gbs)]} | {rho:.3f} |")
+        key = (h, layers, gbs)
+        lines.append(
+            f"| {h} | {layers} | {gbs} | {rep.rows[key]} | {rho:.3f} | {'yes' if top3.get(key) else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -112,7 +124,8 @@ def main() -> None:
     fam = fit(rows, fit_g) if args.fit else None
     if fam is not None:
         print(
-            f"fitted: gemm half_work {fam.gemm.half_work:.0e}, host_kernel_us {fam.host_kernel_us}, "
+            f"fitted: gemm peak_fraction {fam.gemm.peak_fraction}, half_work {fam.gemm.half_work:.0e}, "
+            f"host_kernel_us {fam.host_kernel_us}, "
             f"kernel_us {fam.kernel_us}"
         )
     est = estimates(rows, fam)

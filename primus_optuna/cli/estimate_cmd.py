@@ -1,7 +1,8 @@
 """``estimate``: the analytical per-stage memory and step time of one configuration (legality first).
 
 Exit code 0 when the configuration is legal, 1 when it is not (the reasons are printed; memory is still
-estimated when the divisions allow it; the step time only for legal configurations).
+estimated when the divisions allow it; the step time only for legal configurations). ``--explain-comm``
+adds the collective model's NCCL-style bus bandwidths on the study's cluster (1-64 nodes).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from typing import Any
 
 import click
 
+from ..physics.calibration import family_constants
+from ..physics.comm import Topology, bus_bandwidth_table, format_bus_bandwidth
 from ..physics.layer_mix import StageMix, stage_mixes
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
 from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
@@ -97,16 +100,44 @@ def _memory_table(mem: dict[str, Any]) -> list[str]:
     return lines
 
 
+def comm_topology(spec: StudySpec) -> Topology:
+    """The collective model of the study's cluster, with its GPU family's efficiencies."""
+    k = family_constants(spec.cluster.gpu)
+    return Topology(spec.cluster.gpu, spec.cluster.gpus_per_node, k.coll_eff, k.a2a_eff, k.a2a_inter_eff)
+
+
+def comm_section(spec: StudySpec) -> list[dict[str, Any]]:
+    """``estimate --json --explain-comm``: one entry per collective, group and message size."""
+    return [
+        {
+            "collective": r.collective,
+            "nodes": r.nodes,
+            "ranks": r.ranks,
+            "bytes": r.nbytes,
+            "seconds": r.seconds,
+            "bus_gbs": r.bus_gbs,
+        }
+        for r in bus_bandwidth_table(comm_topology(spec))
+    ]
+
+
 @click.command()
 @study_argument
 @config_option
 @json_option
+@click.option(
+    "--explain-comm",
+    is_flag=True,
+    help="also print the collective model's NCCL-style bus bandwidths on this cluster (1-64 nodes)",
+)
 @user_errors
-def estimate(study: str, config_text: str, as_json: bool) -> None:
+def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) -> None:
     """Estimate one configuration's per-GPU memory per stage and its step time (exit 1 when illegal)."""
     spec, sp = load_study(study)
     config = config_from_option(sp, config_text)
     doc = estimate_document(spec, sp, config)
+    if explain_comm:
+        doc["communication"] = comm_section(spec)
     if as_json:
         emit_json(doc)
         raise SystemExit(0 if doc["legal"] else 1)
@@ -122,5 +153,7 @@ def estimate(study: str, config_text: str, as_json: bool) -> None:
         click.echo("memory: not estimated (the configuration's sizes do not divide)")
     if doc["legal"]:
         click.echo(format_throughput(estimate_throughput(spec, config)))
+    if explain_comm:
+        click.echo(format_bus_bandwidth(bus_bandwidth_table(comm_topology(spec))))
     if not doc["legal"]:
         raise SystemExit(1)

@@ -7,7 +7,8 @@ or record (tests/package/test_layers.py asserts it).
 """
 
 from .calibration import BREAKDOWN_TERMS, Calibration
-from .fidelity import FidelityReport, ranking_fidelity, spearman
+from .comm import BusBandwidth, Group, Topology, bus_bandwidth_table, format_bus_bandwidth
+from .fidelity import FidelityReport, ranking_fidelity, spearman, top3_holds_best
 from .gemm_efficiency import EfficiencyCurve, gemm_seconds
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
 from .plan import PlanEntry, PlanResult, no_fit_message, plan_space
@@ -31,7 +32,13 @@ from .throughput import ThroughputEstimate, estimate_throughput, format_throughp
 __all__ = [
     "BREAKDOWN_KEYS",
     "BREAKDOWN_TERMS",
+    "BusBandwidth",
     "Calibration",
+    "Group",
+    "Topology",
+    "bus_bandwidth_table",
+    "format_bus_bandwidth",
+    "top3_holds_best",
     "EfficiencyCurve",
     "FidelityReport",
     "gemm_seconds",

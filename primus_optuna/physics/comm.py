@@ -1,19 +1,35 @@
-"""Collective costs on the real topology.
+"""Collective costs on the real topology, after NCCL's own cost model (``src/graph/tuning.cc``).
 
 Placement (Megatron-Core ``RankGenerator``, order ``tp-cp-ep/dp-pp``): TP is innermost, then CP, then
 DP (EP for expert layers, with ``expert_tensor_parallel_size = 1`` so an EP group is ``ep`` consecutive
 ranks), PP outermost. A group of ``size`` ranks whose members are ``inner`` ranks apart is intra-node iff
-``size · inner ≤ gpus_per_node``; otherwise it crosses nodes and its bottleneck is the per-GPU NIC.
+``size · inner ≤ gpus_per_node``; otherwise it spans ``N = size / k`` nodes with ``k`` members on each.
 
 Bandwidth (shared/reference/hardware.md): an NVSwitch node gives any group the full per-GPU NVLink bandwidth;
 an xGMI full mesh splits a GPU's egress over its ``links`` peers, so an intra-node group of ``g`` GPUs sees
-``(g − 1)/links`` of the aggregate (one link for a point-to-point transfer). Collectives reach ``coll_eff``
-of it (~70-90% for large messages), all-to-all ``a2a_eff``.
+``(g − 1)/links`` of the aggregate (one link for a point-to-point transfer). A GPU's share of the network is
+``nics_per_node · NIC bandwidth / gpus_per_node`` (:meth:`Topology.nic_share`). Collectives reach
+``coll_eff`` of the bus bandwidth (~70-90% for large messages), all-to-all ``a2a_eff``.
 
-Costs (``S`` = bytes of the full, gathered tensor; ``n`` ranks; ``α`` fixed cost per hop):
+Across nodes, a ring crosses each node boundary once per channel and NCCL spreads its channels over the node's
+NICs: a group with ``k`` members per node has the bus bandwidth ``min(fabric, k · nic_share)`` (NCCL
+``tuning.cc``: ``busBw = nChannels · bwInter``, one channel per NIC the group's GPUs reach), and only the
+node-crossing steps pay the network latency (``nInterSteps = nNodes − 1``, doubled for all-reduce;
+``(nsteps − nInterSteps)·intraLat + nInterSteps·interLat``).
 
-- all-gather / reduce-scatter (ring): ``(n−1)/n · S/bw + (n−1)·α``;
-- all-reduce: the cheaper of ring ``2(n−1)/n · S/bw + 2(n−1)·α`` and tree ``2·S/bw + 2⌈log₂n⌉·α``;
+Costs (``S`` = bytes of the full, gathered tensor; ``n`` ranks on ``N`` nodes, ``k`` per node; ``B`` = bus
+bandwidth · ``coll_eff``; ``αi``/``αx`` intra/inter-node step latency):
+
+- all-gather / reduce-scatter (ring): ``(n−1)/n · S/B + (n−N)·αi + (N−1)·αx``;
+- all-reduce: the cheapest of the ring ``2(n−1)/n · S/B + 2(n−N)·αi + 2(N−1)·αx`` and NCCL's tree
+  (intra-node chain, inter-node double binary tree: ``2·S/(0.92·B) + 2((k−1)·αi + ⌈log₂N⌉·αx)``; NCCL's
+  tree bandwidth is 92% of the ring's, ``tuning.cc`` ``busBw * .92``), which wins for small messages on
+  many nodes;
+- data-parallel groups (``hierarchical=True``) may also run 2-D: reduce-scatter inside the node over the
+  ``k`` local members, the inter-node collective of ``S/k`` over the ``N`` nodes (each local member on its
+  own NIC share), all-gather inside the node: Megatron-Core's ``num_distributed_optimizer_instances > 1``
+  (``megatron/core/distributed/param_and_grad_buffer.py@d98e8a64``:737-759, intra-instance reduce-scatter
+  then inter-instance all-reduce) and NCCL's NVLS-tree on NVSwitch nodes; the cheapest of the three counts;
 - all-to-all (``S`` = bytes one rank sends, itself included): the intra-node share over the fabric and the
   off-node share over the NIC, in parallel, plus ``(1 + ⌈log₂n⌉)·α``;
 - point-to-point: ``S/bw + α``;
@@ -21,6 +37,8 @@ Costs (``S`` = bytes of the full, gathered tensor; ``n`` ranks; ``α`` fixed cos
   that holds one of its top-k experts inside the node, and once to each destination *node* across nodes
   (DeepEP's internode kernels send over RDMA once per node and forward over NVLink), so fine-grained MoE
   (many experts, top-k > experts per rank) moves fewer bytes than an all-to-all of ``k`` copies.
+
+:func:`bus_bandwidth_table` prints NCCL-style bus bandwidths (``primus-optuna estimate --explain-comm``).
 """
 
 from __future__ import annotations
@@ -29,6 +47,9 @@ import math
 from dataclasses import dataclass
 
 from ..spec.hardware import GB, GPUSpec
+
+TREE_BW_FACTOR = 0.92
+"""NCCL's tree all-reduce reaches 92% of the ring's bus bandwidth (``src/graph/tuning.cc``: ``busBw * .92``)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +77,10 @@ class Topology:
         self.a2a_eff = a2a_eff
         self.a2a_inter_eff = a2a_eff if a2a_inter_eff is None else a2a_inter_eff
         self.intra_bw = gpu.intra_node_bw_gbs * GB
-        self.inter_bw = gpu.inter_node_bw_gbs * GB
+        nics = gpu.nics_per_node if gpu.nics_per_node is not None else gpus_per_node
+        self.inter_bw = gpu.inter_node_bw_gbs * GB * nics / gpus_per_node
+        """one GPU's share of its node's NICs (bytes/s)"""
+        self.node_net_bw = gpu.inter_node_bw_gbs * GB * nics
         self.intra_lat = gpu.intra_node_latency_us * 1e-6
         self.inter_lat = gpu.inter_node_latency_us * 1e-6
         self.mesh = gpu.topology == "mesh"
@@ -72,6 +96,15 @@ class Topology:
             return g.size
         return max(1, min(g.size, self.gpn // max(1, g.inner)))
 
+    def nodes(self, g: Group) -> int:
+        """How many nodes the group spans."""
+        return max(1, -(-g.size // self.members_per_node(g)))
+
+    @property
+    def nic_share(self) -> float:
+        """One GPU's share of its node's network bandwidth (bytes/s)."""
+        return self.inter_bw
+
     def fabric_bw(self, peers: int) -> float:
         """Intra-node bandwidth a GPU can use towards ``peers`` other GPUs of its node (bytes/s)."""
         if peers <= 0:
@@ -81,32 +114,85 @@ class Topology:
         return self.intra_bw
 
     def ring_bw(self, g: Group) -> tuple[float, float]:
-        """(bandwidth, latency) a ring over ``g`` sees: the fabric inside a node, the NIC across nodes."""
+        """(bus bandwidth, latency of a node-crossing step) of a ring over ``g``: the fabric inside a node;
+        across nodes ``min(fabric, k · nic_share)`` for ``k`` members per node (NCCL spreads a ring's channels
+        over the NICs its GPUs reach), never more than the node's NICs."""
         if self.intra(g):
             return self.fabric_bw(g.size - 1), self.intra_lat
         k = self.members_per_node(g)
-        bw = self.inter_bw if k <= 1 else min(self.inter_bw, self.fabric_bw(k - 1))
+        net = min(k * self.inter_bw, self.node_net_bw)
+        bw = net if k <= 1 else min(net, self.fabric_bw(k - 1))
         return bw, self.inter_lat
 
+    def _steps_latency(self, g: Group, rounds: int) -> float:
+        """Latency of ``rounds`` passes of a ring over ``g`` (1 = all-gather, 2 = all-reduce): only the
+        ``N − 1`` node-crossing steps of each pass pay the network latency (NCCL ``tuning.cc``)."""
+        n, nn = g.size, self.nodes(g)
+        inter = nn - 1 if n > 1 and not self.intra(g) else 0
+        return rounds * ((n - 1 - inter) * self.intra_lat + inter * self.inter_lat)
+
     # --- collectives ------------------------------------------------------------------------------------------
-    def all_gather(self, nbytes: float, g: Group) -> float:
+    def ring_all_gather(self, nbytes: float, g: Group) -> float:
+        """Ring all-gather (= reduce-scatter) of ``nbytes`` (the gathered size) over ``g``."""
         n = g.size
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, lat = self.ring_bw(g)
-        return (n - 1) / n * nbytes / (bw * self.coll_eff) + (n - 1) * lat
+        bw, _ = self.ring_bw(g)
+        return (n - 1) / n * nbytes / (bw * self.coll_eff) + self._steps_latency(g, 1)
+
+    def all_gather(self, nbytes: float, g: Group, hierarchical: bool = False) -> float:
+        """All-gather (= reduce-scatter) of ``nbytes``: NCCL's ring; ``hierarchical`` (DP groups): or 2-D."""
+        ring = self.ring_all_gather(nbytes, g)
+        if hierarchical and ring > 0:
+            two_d = self._two_d(nbytes, g, self.ring_all_gather, 1)
+            return min(ring, two_d)
+        return ring
 
     reduce_scatter = all_gather
 
-    def all_reduce(self, nbytes: float, g: Group) -> float:
+    def ring_all_reduce(self, nbytes: float, g: Group) -> float:
         n = g.size
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, lat = self.ring_bw(g)
-        eff_bw = bw * self.coll_eff
-        ring = 2 * (n - 1) / n * nbytes / eff_bw + 2 * (n - 1) * lat
-        tree = 2 * nbytes / eff_bw + 2 * math.ceil(math.log2(n)) * lat
-        return min(ring, tree)
+        bw, _ = self.ring_bw(g)
+        return 2 * (n - 1) / n * nbytes / (bw * self.coll_eff) + self._steps_latency(g, 2)
+
+    def tree_all_reduce(self, nbytes: float, g: Group) -> float:
+        """NCCL's tree all-reduce: a chain through the ``k`` members of each node, a double binary tree over
+        the ``N`` nodes; bandwidth :data:`TREE_BW_FACTOR` of the ring's (NCCL ``tuning.cc``)."""
+        n = g.size
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        bw, _ = self.ring_bw(g)
+        k, nn = self.members_per_node(g), self.nodes(g)
+        lat = 2 * ((k - 1) * self.intra_lat + math.ceil(math.log2(nn)) * self.inter_lat)
+        return 2 * nbytes / (bw * self.coll_eff * TREE_BW_FACTOR) + lat
+
+    def all_reduce(self, nbytes: float, g: Group, hierarchical: bool = False) -> float:
+        """The cheapest of NCCL's ring and tree all-reduce (NCCL picks by its own time model);
+        ``hierarchical`` (DP groups): also the 2-D decomposition."""
+        if g.size <= 1 or nbytes <= 0:
+            return 0.0
+        best = min(self.ring_all_reduce(nbytes, g), self.tree_all_reduce(nbytes, g))
+        if hierarchical:
+            best = min(best, self._two_d(nbytes, g, self._flat_all_reduce, 2))
+        return best
+
+    def _flat_all_reduce(self, nbytes: float, g: Group) -> float:
+        return min(self.ring_all_reduce(nbytes, g), self.tree_all_reduce(nbytes, g))
+
+    def _two_d(self, nbytes: float, g: Group, inter_op, passes: int) -> float:
+        """2-D: ``passes`` intra-node ring passes over the ``k`` local members (reduce-scatter, and for an
+        all-reduce the all-gather after it) around ``inter_op`` of ``nbytes / k`` over the ``N`` nodes, one
+        member per node on its own NIC share."""
+        if self.intra(g):
+            return math.inf
+        k, nn = self.members_per_node(g), self.nodes(g)
+        if k <= 1:
+            return math.inf
+        local = Group(k, g.inner)
+        across = Group(nn, g.inner * max(1, self.gpn // max(1, g.inner)))
+        return passes * self.ring_all_gather(nbytes, local) + inter_op(nbytes / k, across)
 
     def all_to_all(
         self, nbytes: float, g: Group, intra_eff: float | None = None, inter_eff: float | None = None
@@ -169,3 +255,67 @@ def _miss(experts: int, held: float, topk: int) -> float:
     for i in range(topk):
         out *= max(0.0, (experts - held - i) / (experts - i))
     return out
+
+
+# --- the communication check (``estimate --explain-comm``, scripts/check_comm.py) ------------------------------
+COMM_SIZES = (2**20, 16 * 2**20, 256 * 2**20, 2**30)
+"""message sizes of :func:`bus_bandwidth_table` (bytes: 1 MiB, 16 MiB, 256 MiB, 1 GiB)"""
+COMM_NODES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class BusBandwidth:
+    """One collective over every GPU of ``nodes`` nodes: time and NCCL-tests bus bandwidth."""
+
+    collective: str
+    nodes: int
+    ranks: int
+    nbytes: float
+    seconds: float
+
+    @property
+    def bus_gbs(self) -> float:
+        """nccl-tests' bus bandwidth: ``S/t · 2(n−1)/n`` (all-reduce), ``S/t · (n−1)/n`` (all-gather, RS)."""
+        n = self.ranks
+        factor = 2 * (n - 1) / n if self.collective == "all_reduce" else (n - 1) / n
+        return self.nbytes / self.seconds * factor / GB if self.seconds > 0 else 0.0
+
+
+def bus_bandwidth_table(
+    topo: Topology,
+    nodes: tuple[int, ...] = COMM_NODES,
+    sizes: tuple[int, ...] = COMM_SIZES,
+    gpus: tuple[int, ...] | None = None,
+) -> list[BusBandwidth]:
+    """All-reduce / all-gather / reduce-scatter over every GPU of 1-64 nodes (``gpus``: single-node group
+    sizes instead), NCCL's algorithms (ring, tree) as the model prices them."""
+    groups = [Group(g, 1) for g in gpus] if gpus else [Group(n * topo.gpn, 1) for n in nodes]
+    out = []
+    for g in groups:
+        for size in sizes:
+            for name, fn in (
+                ("all_reduce", topo.all_reduce),
+                ("all_gather", topo.all_gather),
+                ("reduce_scatter", topo.reduce_scatter),
+            ):
+                out.append(BusBandwidth(name, topo.nodes(g), g.size, float(size), fn(size, g)))
+    return out
+
+
+def format_bus_bandwidth(rows: list[BusBandwidth]) -> str:
+    """A text table: one line per (collective, group), bus bandwidth (GB/s) per message size."""
+    sizes = sorted({r.nbytes for r in rows})
+    head = f"{'collective':<15}{'nodes':>6}{'ranks':>6}" + "".join(f"{_size_label(s):>11}" for s in sizes)
+    lines = ["NCCL-style bus bandwidth (GB/s) by message size:", head]
+    keyed: dict[tuple[str, int], dict[float, float]] = {}
+    for r in rows:
+        keyed.setdefault((r.collective, r.ranks), {})[r.nbytes] = r.bus_gbs
+    for (name, ranks), by_size in keyed.items():
+        nodes = next(r.nodes for r in rows if r.collective == name and r.ranks == ranks)
+        cells = "".join(f"{by_size.get(s, 0.0):>11.1f}" for s in sizes)
+        lines.append(f"{name:<15}{nodes:>6}{ranks:>6}{cells}")
+    return "\n".join(lines)
+
+
+def _size_label(nbytes: float) -> str:
+    return f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:g} MiB"

@@ -1,9 +1,10 @@
 """Ranking fidelity of the step-time model against measurements: what a search needs is the *order*.
 
 For groups of configurations a search compares (one model, one global batch), :func:`ranking_fidelity`
-gives each group's Spearman rank correlation between estimated and measured throughput, and the median
-relative error of the estimates after one global scale (the geometric-mean ratio measured/estimated over
-all rows given).
+gives each group's Spearman rank correlation between estimated and measured throughput, whether the model's
+top 3 of the group holds a configuration within 3% of the measured best, the mean absolute error of the
+iteration time *without* any scale, and the median relative error after one global scale (the
+geometric-mean ratio measured/estimated over all rows given).
 
 Example::
 
@@ -61,6 +62,10 @@ class FidelityReport:
     """measured / estimated throughput, geometric mean over all rows"""
     median_rel_error: float
     """median |scale · estimate − measured| / measured over all rows"""
+    mean_abs_error: float = float("nan")
+    """mean |estimated − measured| / measured iteration time over all rows, no scale"""
+    top3: dict[Hashable, bool] | None = None
+    """per group (with ``min_rows``): the model's 3 fastest hold one within 3% of the measured best"""
 
     @property
     def min_spearman(self) -> float:
@@ -69,6 +74,19 @@ class FidelityReport:
     @property
     def median_spearman(self) -> float:
         return statistics.median(self.spearman.values()) if self.spearman else float("nan")
+
+    @property
+    def top3_groups(self) -> int:
+        """groups whose model top 3 holds a configuration within 3% of the measured best"""
+        return sum(self.top3.values()) if self.top3 else 0
+
+
+def top3_holds_best(rows: Sequence[tuple[float, float]], within: float = 0.03, top: int = 3) -> bool:
+    """Whether the ``top`` rows the estimate ranks fastest hold one within ``within`` of the measured best
+    (rows: ``(estimated, measured)`` throughput)."""
+    best = max(m for _, m in rows)
+    ranked = sorted(rows, key=lambda r: -r[0])[:top]
+    return any(m >= (1 - within) * best for _, m in ranked)
 
 
 def ranking_fidelity(
@@ -81,12 +99,12 @@ def ranking_fidelity(
         raise ValueError("ranking_fidelity: no positive (estimated, measured) pairs")
     s = math.exp(statistics.fmean(math.log(m / e) for e, m in pairs)) if scale is None else scale
     err = statistics.median(abs(s * e - m) / m for e, m in pairs)
-    rho = {
-        k: spearman([e for e, _ in rows], [m for _, m in rows])
-        for k, rows in groups.items()
-        if len(rows) >= min_rows
-    }
-    return FidelityReport(rho, {k: len(v) for k, v in groups.items()}, s, err)
+    # iteration time ∝ 1 / throughput: |t_est − t_meas| / t_meas = |m / e − 1|
+    mae = statistics.fmean(abs(m / e - 1) for e, m in pairs)
+    big = {k: rows for k, rows in groups.items() if len(rows) >= min_rows}
+    rho = {k: spearman([e for e, _ in rows], [m for _, m in rows]) for k, rows in big.items()}
+    top3 = {k: top3_holds_best(rows) for k, rows in big.items()}
+    return FidelityReport(rho, {k: len(v) for k, v in groups.items()}, s, err, mae, top3)
 
 
-__all__ = ["FidelityReport", "ranking_fidelity", "spearman"]
+__all__ = ["FidelityReport", "ranking_fidelity", "spearman", "top3_holds_best"]

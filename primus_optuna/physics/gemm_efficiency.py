@@ -11,8 +11,10 @@ table of :mod:`.calibration` with the data that fitted it.
 
 The interface is shape-based so that any layer (dense, MoE, MLA, shared experts) plugs in: pass the GEMM's
 ``M, N, K`` and ``count``. A batched GEMM (``count`` independent problems in one kernel, e.g. attention
-scores per head) fills the GPU with its total work ``w·count``; a grouped MoE GEMM is sized by the tokens
-each local expert receives (``grouped=True``: ``M`` per expert, padded to whole tiles).
+scores per head) fills the GPU with its total work ``w·count``; so does a grouped MoE GEMM (``grouped=True``:
+``M`` = tokens per local expert, padded to whole tiles): a grouped kernel (CUTLASS grouped GEMM, TE
+GroupedLinear, hipBLASLt grouped GEMM) schedules the output tiles of all local experts over the device at
+once, so its efficiency follows the group's total work, not one expert's.
 
 Example::
 
@@ -62,13 +64,13 @@ def gemm_seconds(
 ) -> float:
     """Seconds of ``count`` GEMMs ``[m, k] x [k, n]`` (one kernel): the roofline of FLOPs at the curve's
     achievable fraction and of HBM traffic. ``grouped``: a MoE grouped GEMM, ``m`` = tokens per local expert
-    (padded to :data:`TILE` rows and sized per expert)."""
+    (padded to :data:`TILE` rows), sized by the whole group's work."""
     if count <= 0 or m <= 0:
         return 0.0
     if grouped:
         mp = math.ceil(m / TILE) * TILE
-        work = mp * n * k
-        flops = 2.0 * mp * n * k * count
+        work = mp * n * k * count
+        flops = 2.0 * work
     else:
         work = m * n * k * count
         flops = 2.0 * work

@@ -7,8 +7,9 @@ per-layer activation function and the real execution can be compared byte for by
 
 Megatron-Core conventions assumed throughout (shared/reference/models.md):
 
-- tensor parallelism (TP = t) splits attention heads, KV groups and FFN widths; t > 1 implies sequence
-  parallelism, so everything outside the TP-split GEMMs (norms, dropout, residual) holds ``tokens / t``;
+- tensor parallelism (TP = t) splits attention heads, KV groups and FFN widths; with sequence parallelism
+  (``workload.sequence_parallel``, the default) everything outside the TP-split GEMMs (norms, dropout,
+  residual) holds ``tokens / t``, without it all tokens (Korthikanti et al. 2022, Table 2: ``10 + 24/t``);
 - context parallelism (CP = c) divides the sequence: each rank holds ``seq / c`` tokens;
 - experts are split by expert parallelism only (``expert_tensor_parallel_size = 1``): an expert is never TP
   split, and each rank computes the ``tokens_local · top-k`` token copies it receives (balanced routing);
@@ -118,7 +119,7 @@ class LayerShape:
             ffn=m.ffn_hidden_size // config.tp,
             seq=seq,
             mbs=config.mbs,
-            tp=config.tp,
+            tp=config.tp if spec.workload.sequence_parallel else 1,
             moe=m.is_moe,
             experts=m.experts,
             local_experts=m.experts // config.ep if m.is_moe else 1,

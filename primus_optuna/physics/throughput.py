@@ -4,7 +4,8 @@ The step is built bottom-up (each piece's source is in the module it comes from)
 
 1. per layer and micro-batch on one rank (:mod:`.flops`, :mod:`.gemm_efficiency`): linear-layer GEMMs on
    the family's per-shape curve (roofline x an achievable fraction growing with M·N·K; MoE grouped GEMMs
-   sized by the tokens per local expert, with a penalty only when a rank holds several experts; FP8 at the
+   sized by the whole group's work (every local expert's tokens padded to tiles), with the family's grouped
+   multiplier when a rank holds several experts and a fixed cost per local expert; FP8 at the
    family's measured FP8/BF16 speed-up); attention fused (flash, its own curve; TE's 2·cp − 1 half-size
    kernels and output corrections under CP) unless ``workload.flash_attention`` is false (full s x s score
    GEMMs plus softmax traffic); memory-bound "other" kernels (norms, residuals, activation, rotary, MoE
@@ -13,7 +14,9 @@ The step is built bottom-up (each piece's source is in the module it comes from)
 2. communication inside a layer (:mod:`.comm`): TP with sequence parallelism as TransformerEngine runs it
    (forward all-gather, FP8 under FP8, and reduce-scatter; backward the synchronous grad all-gather, the
    input re-gather hidden under dgrad and the reduce-scatter hidden under wgrad unless zero-bubble defers
-   wgrad; ``workload.tp_comm_overlap`` hides the rest under the adjacent GEMMs); CP = ring exchange of K/V
+   wgrad; ``workload.tp_comm_overlap`` hides the rest under the adjacent GEMMs; without
+   ``workload.sequence_parallel`` each block all-reduces its output in forward, exposed, and its input gradient
+   in backward under the weight-gradient GEMM, and norms/residuals run on all tokens); CP = ring exchange of K/V
    hidden under the core attention up to ``cp_overlap``; EP = dispatch + combine per MoE layer and pass,
    all-to-all or DeepEP (de-duplicated bytes per destination rank/node, its own bandwidths), never hidden
    under the same micro-batch's experts, plus the host sync in forward (DeepEP: unless
@@ -167,6 +170,7 @@ class _Context:
         self.gaf = w.gradient_accumulation_fusion
         self.is_moe = m.is_moe
         self.overlap_grad_reduce = w.overlap_grad_reduce
+        self.sp = w.sequence_parallel
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
@@ -188,6 +192,8 @@ class _Context:
             elt_bytes=elt,
             grouped=grouped,
         )
+        if grouped:
+            t += g.count * self.k.grouped_expert_us * 1e-6
         return t + self.kernel_s
 
     def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str, moe: bool = True) -> _Layer:
@@ -238,7 +244,8 @@ class _Context:
         # memory-bound kernels, forward (bytes on this rank)
         h = md.hidden_size
         tokens = mbs * self.seq / cp
-        local = tokens / tp
+        sp = tp > 1 and self.sp
+        local = tokens / tp if sp else tokens  # without sequence parallelism every TP rank holds all tokens
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
         nbytes = 20 * local * h * ACT / 2  # 2 norms (read+write) + 2 residual adds (2 reads, 1 write)
         if self.rope:
@@ -282,8 +289,20 @@ class _Context:
         cols = [self.gemm(g.attention[0])] + ([self.gemm(mlp_block[0])] if mlp_block else [])
         rows = [self.gemm(g.attention[-1])] + ([self.gemm(mlp_block[1])] if mlp_block else [])
         tp_f = tp_b = tp_b_zb = 0.0
-        uo = self.spec.workload.tp_comm_overlap
+        uo = (
+            self.spec.workload.tp_comm_overlap and sp
+        )  # Megatron: --tp-comm-overlap needs sequence parallelism
+        ar = 0.0 if sp else topo.all_reduce(full, tp_grp)
         for col, row in zip(cols, rows, strict=True):
+            if not sp:
+                # Megatron without sequence parallelism (Korthikanti 2022 §4.2): the row-parallel output is
+                # all-reduced in forward (exposed); the column-parallel input gradient is all-reduced in
+                # backward, asynchronously under its weight-gradient GEMM (Megatron's async grad all-reduce;
+                # exposed when wgrad is deferred)
+                tp_f += ar
+                tp_b += ar - keep * min(ar, col)
+                tp_b_zb += ar
+                continue
             if uo:
                 tp_f += ag_in - keep * min(ag_in, col) + rs - keep * min(rs, row)
                 grad_ag = ag - keep * min(ag, row)
@@ -370,10 +389,17 @@ class _Context:
             t = self.gemm(g, linear=False)
             ce = g.m * g.n * (ACT + 4 + 4) / self.hbm + 4 * self.kernel_s  # vocab-parallel cross entropy
             # sequence parallelism: the final norm output is all-gathered before the output layer, and its
-            # input gradient reduce-scattered in backward
+            # input gradient reduce-scattered in backward; without it the input gradient is all-reduced in
+            # backward, under the output layer's weight-gradient GEMM
             full = g.m * self.model.hidden_size * ACT
-            sp = self.topo.all_gather(full, Group(tp, 1)) if tp > 1 else 0.0
-            r = self.logits[key] = (t + ce + sp, t + ce + sp, t)
+            if tp > 1 and self.sp:
+                sp_f = sp_b = self.topo.all_gather(full, Group(tp, 1))
+            elif tp > 1:
+                ar = self.topo.all_reduce(full, Group(tp, 1))
+                sp_f, sp_b = 0.0, ar - (1.0 - self.k.overlap_interference) * min(ar, t)
+            else:
+                sp_f = sp_b = 0.0
+            r = self.logits[key] = (t + ce + sp_f, t + ce + sp_b, t)
         return r
 
     def mix(self, pp: int, vpp: int, schedule: str) -> list[StageMix]:
@@ -420,16 +446,16 @@ class _Context:
         edp = max(1, (tp * cp * dp) // ep)
         edp_grp = Group(edp, ep)
         if self.spec.workload.distributed_optimizer:
-            rs = topo.reduce_scatter(dense * self.grad_bytes, dp_grp) + topo.reduce_scatter(
-                expert * self.grad_bytes, edp_grp
+            rs = topo.reduce_scatter(dense * self.grad_bytes, dp_grp, True) + topo.reduce_scatter(
+                expert * self.grad_bytes, edp_grp, True
             )
-            ag = topo.all_gather(dense * self.gather_bytes, dp_grp) + topo.all_gather(
-                expert * self.gather_bytes, edp_grp
+            ag = topo.all_gather(dense * self.gather_bytes, dp_grp, True) + topo.all_gather(
+                expert * self.gather_bytes, edp_grp, True
             )
             local = dense / (dp * cp) + expert / edp
         else:
-            rs = topo.all_reduce(dense * self.grad_bytes, dp_grp) + topo.all_reduce(
-                expert * self.grad_bytes, edp_grp
+            rs = topo.all_reduce(dense * self.grad_bytes, dp_grp, True) + topo.all_reduce(
+                expert * self.grad_bytes, edp_grp, True
             )
             ag = 0.0
             local = dense + expert

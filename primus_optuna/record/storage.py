@@ -34,7 +34,7 @@ from ..errors import SpecError
 from ..search.pruner import store_spec, stored_spec_data
 from ..space import Space
 from ..spec import StudySpec
-from ..spec.study import PRECISION_AWARE_FIELDS, WorkloadSpec
+from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 
 HEARTBEAT_INTERVAL_S = 30
 GRACE_FACTOR = 3
@@ -160,13 +160,13 @@ def space_hash(spec: StudySpec) -> str:
 
 
 def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
-    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields enter only when they
-    differ from Megatron's defaults, so study files written before they existed keep their hash (fp32
-    everywhere then, as now)."""
+    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields and
+    ``sequence_parallel`` enter only when they differ from their defaults, so study files written before they
+    existed keep their hash (fp32 everywhere and sequence parallelism then, as now)."""
     return {
         k: v
         for k, v in workload.items()
-        if k not in PRECISION_AWARE_FIELDS or v != WorkloadSpec.model_fields[k].default
+        if k not in HASHED_WHEN_CHANGED or v != WorkloadSpec.model_fields[k].default
     }
 
 

@@ -26,7 +26,7 @@ def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any
         "expert_model_parallel_size": c.ep,
         "context_parallel_size": c.cp,
         "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 else None,
-        "sequence_parallel": c.tp > 1,
+        "sequence_parallel": c.tp > 1 and spec.workload.sequence_parallel,
         "micro_batch_size": c.mbs,
         "global_batch_size": spec.workload.global_batch_size,
         "seq_length": spec.workload.seq_length,

@@ -48,6 +48,8 @@ class Facts:
     """FP8 training with delayed scaling (Megatron's default FP8 recipe)"""
     shared_ffn: int = 0
     """total shared-expert width (TP splits it)"""
+    sequence_parallel: bool = True
+    """workload.sequence_parallel (Megatron's --sequence-parallel when tp > 1)"""
     model: ModelSpec | None = field(default=None, compare=False)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec, compare=False)
     memo: dict[tuple[int, int], str | None] = field(default_factory=dict, compare=False)
@@ -76,6 +78,7 @@ class Facts:
             model=m,
             pipeline=spec.pipeline,
             shared_ffn=m.shared_expert_ffn,
+            sequence_parallel=w.sequence_parallel,
         )
 
 
@@ -139,6 +142,16 @@ def _seq_tp(f: Facts, c: Any) -> str | None:
         return (
             f"seq_length={f.seq} is not divisible by tp·cp={c.tp * c.cp} (sequence parallelism splits each "
             "context-parallel chunk over tp)"
+        )
+    return None
+
+
+def _moe_tp_sp(f: Facts, c: Any) -> str | None:
+    # megatron/core/transformer/moe/moe_layer.py@d98e8a64:636-640 raises in training
+    if f.is_moe and c.tp > 1 and not f.sequence_parallel:
+        return (
+            f"tp={c.tp} on an MoE model needs sequence parallelism (Megatron-Core's MoE layer raises without it); "
+            "set workload.sequence_parallel: true or use tp=1"
         )
     return None
 
@@ -321,6 +334,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_ffn", ("tp",), "tp divides the FFN widths", _tp_ffn),
     Rule("seq_cp", ("cp",), "seq_length divisible by 2·cp", _seq_cp),
     Rule("seq_tp", ("tp", "cp"), "seq_length divisible by tp·cp when tp>1 (sequence parallel)", _seq_tp),
+    Rule("moe_tp_sp", ("tp",), "MoE with tp>1 needs sequence parallelism", _moe_tp_sp),
     Rule("world", _P, "tp·cp·pp divides the world size", _world),
     Rule("pp_layers", ("pp",), "pp divides the layers (or pipeline.layout / first-last split)", _pp_layers),
     Rule("ep_moe", ("ep",), "ep>1 only for MoE models", _ep_moe),

@@ -46,7 +46,17 @@ class GPUSpec(BaseModel):
     )
     intra_node_links: int = Field(default=7, ge=1, description="peers a GPU links to directly (mesh only)")
     intra_node_latency_us: float = Field(default=8.0, ge=0, description="fixed cost of an intra-node hop, us")
-    inter_node_bw_gbs: float = Field(gt=0, description="per-GPU one-direction network bandwidth, GB/s")
+    inter_node_bw_gbs: float = Field(
+        gt=0,
+        description="one NIC's one-direction bandwidth, GB/s (the catalog's nodes have one NIC per GPU, so this "
+        "is also a GPU's share of the network)",
+    )
+    nics_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        description="NICs per node (None = one per GPU): a GPU's network share is "
+        "nics_per_node x inter_node_bw_gbs / gpus_per_node",
+    )
     inter_node_latency_us: float = Field(
         default=20.0, ge=0, description="fixed cost of an inter-node hop, us"
     )

@@ -300,6 +300,11 @@ def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
         out["precision"] = "bf16"
     if "use_distributed_optimizer" in args and args["use_distributed_optimizer"] is not None:
         out["distributed_optimizer"] = _truthy(args["use_distributed_optimizer"])
+    # --sequence-parallel when written (Primus's language_model.yaml sets it true; the study default is true);
+    # at TP 1 Megatron turns it off anyway (arguments.py@d98e8a64:1430-1439), so it says nothing there
+    tp = int(args.get("tensor_model_parallel_size") or 1)
+    if tp > 1 and args.get("sequence_parallel") is not None and not _truthy(args["sequence_parallel"]):
+        out["sequence_parallel"] = False
     if out.get("precision") == "fp8" and _truthy(args.get("fp8_param_gather", False)):
         out["fp8_param_gather"] = True
     # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py); its dtypes are legal only with

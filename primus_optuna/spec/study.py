@@ -147,6 +147,13 @@ class WorkloadSpec(_Strict):
     default is off, Primus's and Megatron-Bridge's recipes turn them on); false = both after the pipeline"""
     tp_comm_overlap: bool = False
     """TransformerEngine userbuffers TP communication overlap (``--tp-comm-overlap``)"""
+    sequence_parallel: bool = True
+    """Megatron's ``--sequence-parallel`` with TP > 1 (Primus's default: ``primus/configs/models/megatron/
+    language_model.yaml@fd1eeabb``:166; Megatron's own default is off, ``model_parallel_config.py@d98e8a64``:94):
+    norms, dropout and residual adds run on ``tokens / tp`` and TP communicates by all-gather/reduce-scatter.
+    False: they run on all tokens on every TP rank, activations outside the TP-split GEMMs are not divided by
+    tp, and each block all-reduces its output (forward) and its input gradient (backward) (Korthikanti et al.
+    2022, §4.2, Table 2)"""
     moe_sync_free: bool = False
     """Primus's sync-free MoE (``turbo_sync_free_moe_stage`` >= 2): the DeepEP path does not wait on the host
     for token counts (the all-to-all dispatcher always does, once per dispatch in forward)"""
@@ -211,6 +218,9 @@ class WorkloadSpec(_Strict):
 OPTIMIZER_DTYPE_FIELDS = ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 """The precision-aware optimizer's dtypes (Megatron argument names, fp32 by default)."""
 PRECISION_AWARE_FIELDS = ("precision_aware_optimizer", *OPTIMIZER_DTYPE_FIELDS)
+HASHED_WHEN_CHANGED = (*PRECISION_AWARE_FIELDS, "sequence_parallel")
+"""workload fields that enter the space hash only when they differ from their default (study files written
+before they existed keep their hash)"""
 
 
 class BaselineSpec(_Strict):

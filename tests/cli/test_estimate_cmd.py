@@ -90,3 +90,17 @@ def test_estimate_includes_the_step_time_breakdown() -> None:
     # an illegal configuration has no throughput section
     bad = json.loads(runner.invoke(cli, ["estimate", str(FLAGSHIP), "--config", "tp=3", "--json"]).output)
     assert "throughput" not in bad and bad["legal"] is False
+
+
+def test_explain_comm_prints_nccl_style_bus_bandwidths() -> None:
+    """``--explain-comm`` (issue 21): all-reduce/all-gather/reduce-scatter bus bandwidths for 1-64 nodes of
+    the study's cluster; across nodes never above the node's NICs (8 x 50 GB/s on the MI355X flagship)."""
+    code, out = run("--explain-comm")
+    assert code == 0
+    assert "NCCL-style bus bandwidth" in out
+    for name in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert name in out
+    code, out = run("--explain-comm", "--json")
+    rows = json.loads(out)["communication"]
+    assert {r["nodes"] for r in rows} == {1, 2, 4, 8, 16, 32, 64}
+    assert all(0 < r["bus_gbs"] <= 400 for r in rows if r["nodes"] > 1)

@@ -2,9 +2,11 @@
 
 Rows are kept when their model is in the catalog (or GPT-OSS-120B, given inline) and their GPU is H100, B200,
 GB200 (B200 silicon at GB200's clocks: 2.5 PFLOP/s BF16, 5 PFLOP/s FP8 dense per GPU, NVIDIA GB200 NVL72
-datasheet, in an NVLink domain of up to 64 of the run's GPUs) or an AMD MI325X. MXFP8/FP8 current scaling
-map to ``fp8``; ``flex`` dispatchers to ``deepep``; recompute to ``selective`` when the row names modules.
-The rest (MLA models, GB300/B300, models not in the catalog) is skipped until the model can express it.
+datasheet, in an NVLink domain of up to 64 of the run's GPUs), an AMD MI325X or MI355X. MXFP8/FP8 current
+scaling map to ``fp8``; ``flex``/``turbo`` dispatchers to ``deepep``; recompute to ``selective`` when the row
+names modules. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for Llama3.1-8B,
+GBS 256 for 70B (the assumption of tests/physics/test_throughput_validation.py). The rest (GB300/B300, models
+not in the catalog) is skipped until the model can express it.
 """
 
 from __future__ import annotations
@@ -42,10 +44,34 @@ MODELS: dict[str, Any] = {
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "GPT-OSS-120B": GPT_OSS_120B,
+    "DeepSeek-V2-236B": "deepseek-v2",
 }
 GB200 = {"catalog": "b200", "name": "gb200", "bf16_tflops": 2500, "fp8_tflops": 5000}
-GPUS: dict[str, Any] = {"H100-SXM": "h100", "B200": "b200", "GB200": GB200, "MI325X": "mi325x"}
-FAMILY = {"H100-SXM": "hopper", "B200": "blackwell", "GB200": "blackwell", "MI325X": "cdna3"}
+GPUS: dict[str, Any] = {
+    "H100-SXM": "h100",
+    "B200": "b200",
+    "GB200": GB200,
+    "MI325X": "mi325x",
+    "MI355X": "mi355x",
+}
+FAMILY = {
+    "H100-SXM": "hopper",
+    "B200": "blackwell",
+    "GB200": "blackwell",
+    "MI325X": "cdna3",
+    "MI355X": "cdna4",
+}
+
+
+def _gbs(r: dict[str, str]) -> int | None:
+    """The row's GBS, or the stated assumption for the MI325X rows that do not give it."""
+    if r["gbs"]:
+        return int(r["gbs"])
+    if r["gpu"] != "MI325X":
+        return None
+    if r["model"].startswith("Llama3.1-8B"):
+        return 4 * int(r["mbs"]) * int(r["gpus"])
+    return 256
 
 
 @dataclass(frozen=True)
@@ -70,7 +96,8 @@ def load_published() -> list[Published]:
     with CSV.open() as fh:
         for r in csv.DictReader(fh):
             name = r["model"].split(" ")[0]
-            if name not in MODELS or r["gpu"] not in GPUS or not r["gbs"]:
+            gbs = _gbs(r)
+            if name not in MODELS or r["gpu"] not in GPUS or gbs is None:
                 continue
             gpus = int(r["gpus"])
             gpn = min(gpus, 64) if r["gpu"] == "GB200" else min(gpus, 8)
@@ -83,7 +110,7 @@ def load_published() -> list[Published]:
                     "cluster": {"gpu": GPUS[r["gpu"]], "nodes": gpus // gpn, "gpus_per_node": gpn},
                     "workload": {
                         "seq_length": int(r["seq"]),
-                        "global_batch_size": int(r["gbs"]),
+                        "global_batch_size": gbs,
                         "precision": "fp8" if fp8 else "bf16",
                         "distributed_optimizer": r["dist_opt"] != "False",
                         "tp_comm_overlap": "tp_comm_overlap userbuffers" in r["other_memory_flags"],

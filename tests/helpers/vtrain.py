@@ -1,8 +1,10 @@
 """The vTrain A100 single-node measurements (tests/data/vtrain-a100-single-node.csv) as study specs + configs.
 
-Megatron-DeepSpeed as vTrain ran it: GPT (GeLU 4h MLP, LayerNorm, learned positions, vocab 51200), fp16,
-unfused attention, no distributed optimizer, gradient all-reduce after the backward (no overlap), no
-recompute. A *group* is one model (hidden, layers) and global batch: the configurations a search compares.
+Megatron-DeepSpeed as vTrain ran it (vTrain ``config/validation/single/*.json``, shared/reference/data/
+README.md): GPT (GeLU 4h MLP, LayerNorm, learned positions, vocab 51200), fp16, unfused attention, no
+distributed optimizer, full activation checkpointing (``use_checkpoint``: recompute ``full``), no gradient
+bucketing (one fp16 gradient all-reduce after the last backward: ``overlap_grad_reduce: false``, 2-byte
+gradients), the 1F1B schedule and no sequence parallelism. A *group* is one model (hidden, layers) and global batch: the configurations a search compares.
 """
 
 from __future__ import annotations
@@ -56,11 +58,16 @@ def load_rows() -> list[Row]:
                             "distributed_optimizer": False,
                             "flash_attention": False,
                             "overlap_grad_reduce": False,
+                            "grad_reduce_in_fp32": False,
+                            "sequence_parallel": False,
                         },
                     }
                 )
             c = TrainingConfig(
-                tp=int(r["tensor parallelism"]), pp=int(r["pipeline parallelism"]), mbs=int(r["micro batch"])
+                tp=int(r["tensor parallelism"]),
+                pp=int(r["pipeline parallelism"]),
+                mbs=int(r["micro batch"]),
+                recompute="full",
             ).derive(g, gbs)
             out.append(Row((h, layers, gbs), g, specs[key], c, float(r["iteration time (ms)"]) / 1000))
     return out

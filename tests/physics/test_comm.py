@@ -113,3 +113,86 @@ def test_p2p_on_a_mesh_uses_one_link() -> None:
     t = topo(MI355X)
     one_link = MI355X.intra_node_bw_gbs * GB / 7 * 0.8
     assert t.p2p(S, Group(2, 1)) == pytest.approx(S / one_link + MI355X.intra_node_latency_us * 1e-6)
+
+
+# --- issue 21: NCCL's collective model across nodes (NVIDIA/nccl src/graph/tuning.cc) --------------------------
+def test_cross_node_ring_bus_bandwidth_is_k_nic_shares_capped_by_the_fabric() -> None:
+    """NCCL: ``busBw = nChannels * bwInter`` with a ring's channels spread over the NICs its GPUs reach: a group
+    with k members per node gets min(fabric, k x per-GPU NIC share)."""
+    t = topo(H100)
+    nic = H100.inter_node_bw_gbs * GB
+    assert t.ring_bw(Group(16, 1))[0] == pytest.approx(min(H100.intra_node_bw_gbs * GB, 8 * nic))  # TP 16
+    assert t.ring_bw(Group(8, 2))[0] == pytest.approx(4 * nic)  # 4 members per node
+    assert t.ring_bw(Group(8, 8))[0] == pytest.approx(nic)  # one member per node
+    # TP across two nodes is no longer priced at one GPU's NIC share
+    assert t.all_gather(S, Group(16, 1)) < t.all_gather(S, Group(16, 8)) / 4
+
+
+def test_only_node_crossing_steps_pay_the_network_latency() -> None:
+    """NCCL: ``(nsteps − nInterSteps)·intraLat + nInterSteps·interLat``, ``nInterSteps = nNodes − 1`` (doubled
+    for all-reduce)."""
+    t = topo(H100)
+    tiny = 1.0
+    lat_i, lat_x = H100.intra_node_latency_us * 1e-6, H100.inter_node_latency_us * 1e-6
+    g = Group(64, 1)  # 8 nodes x 8
+    bw, _ = t.ring_bw(g)
+    bwt = tiny * 63 / 64 / (bw * 0.8)
+    assert t.all_gather(tiny, g) == pytest.approx(bwt + (63 - 7) * lat_i + 7 * lat_x)
+    assert t.ring_all_reduce(tiny, g) == pytest.approx(2 * bwt + 2 * ((63 - 7) * lat_i + 7 * lat_x))
+
+
+def test_tree_all_reduce_where_nccl_picks_it() -> None:
+    """NCCL's tree: ``2((ppn − 1)·intraLat + log2(nNodes)·interLat)`` latency at 92% of the ring's bandwidth:
+    cheaper for small messages on many nodes, the ring for large messages."""
+    t = topo(H100)
+    g = Group(64, 8)  # one member per node, 64 nodes
+    small, large = 64e3, 4e9
+    assert t.tree_all_reduce(small, g) < t.ring_all_reduce(small, g)
+    assert t.all_reduce(small, g) == pytest.approx(t.tree_all_reduce(small, g))
+    assert t.ring_all_reduce(large, g) < t.tree_all_reduce(large, g)
+    assert t.all_reduce(large, g) == pytest.approx(t.ring_all_reduce(large, g))
+
+
+def test_data_parallel_groups_may_run_two_dimensional() -> None:
+    """2-D (intra-node reduce-scatter, inter-node all-reduce of S/k on each member's NIC share, intra-node
+    all-gather; Megatron-Core num_distributed_optimizer_instances): it sends half the bytes over the network
+    that a flat ring over two nodes does, so it wins where the network is the bottleneck (here 100 Gb/s NICs),
+    and never costs more than the flat algorithms (the cheapest counts)."""
+    slow_net = H100.model_copy(update={"inter_node_bw_gbs": 12.5})
+    t = topo(slow_net)
+    g = Group(16, 1)
+    flat = t.all_reduce(S, g)
+    two_d = t.all_reduce(S, g, hierarchical=True)
+    assert two_d < 0.8 * flat
+    assert two_d >= S / 8 / (12.5 * GB * 0.8)  # the inter-node all-reduce of S/8 over 2 nodes
+    fast = topo(H100)
+    assert fast.all_reduce(S, g, hierarchical=True) <= fast.all_reduce(S, g)
+    # one member per node: nothing to split, same as flat
+    assert fast.all_reduce(S, Group(8, 8), hierarchical=True) == fast.all_reduce(S, Group(8, 8))
+
+
+def test_nic_share_from_the_cluster() -> None:
+    """The per-GPU network share is nics_per_node x NIC bandwidth / gpus_per_node (hardware.md: 8 NICs per
+    8-GPU node in the catalog)."""
+    assert topo(H100).nic_share == pytest.approx(H100.inter_node_bw_gbs * GB)
+    four_nics = H100.model_copy(update={"nics_per_node": 4})
+    assert topo(four_nics).nic_share == pytest.approx(H100.inter_node_bw_gbs * GB / 2)
+    assert topo(four_nics).all_gather(S, Group(8, 8)) > topo(H100).all_gather(S, Group(8, 8))
+
+
+def test_a100_all_reduce_against_vtrain_luts() -> None:
+    """VIA-Research/vTrain trace/a100/AR_GPU{2,8}_1M_1024M_LUT (f8dda84, measured nccl all-reduce on 8 A100
+    SXM): busbw at 1 GiB 197.3 GB/s (2 GPUs) and 229.4 GB/s (8 GPUs); time at 1 MiB 44 us and 93 us. The model's
+    large-message bus bandwidth (300 GB/s x coll_eff 0.8 = 240 GB/s) is within 25% of both. At 1 MiB the model
+    gives 20 us (2 GPUs) and 120 us (8 GPUs), within a factor 2.5: the LUTs show ~36 us per call plus ~4 us
+    per ring step, the model 8 us per step and nothing per call (catalog latency, not refitted here)."""
+    a100 = GPU_CATALOG["a100-80gb"]
+    t = Topology(a100, 8, coll_eff=0.8)
+    for n, busbw in ((2, 197.28e9), (8, 229.35e9)):
+        g = Group(n, 1)
+        size = 1024 * 2**20
+        model_busbw = 2 * (n - 1) / n * size / t.all_reduce(size, g)
+        assert model_busbw == pytest.approx(busbw, rel=0.25)
+    for n, us in ((2, 44.21), (8, 92.79)):
+        got = t.all_reduce(2**20, Group(n, 1)) * 1e6
+        assert us / 2.5 <= got <= us * 2.5

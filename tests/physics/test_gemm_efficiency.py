@@ -28,14 +28,19 @@ def test_roofline_never_faster_than_hbm() -> None:
     assert t == pytest.approx((8192 + 8192 * 8192 + 8192) * 2 / 1e12)
 
 
-def test_grouped_gemm_is_sized_per_expert_and_padded() -> None:
+def test_grouped_gemm_is_sized_by_the_group_and_padded() -> None:
+    """A grouped kernel (CUTLASS grouped GEMM, TE GroupedLinear, hipBLASLt grouped GEMM) fills the device with
+    the tiles of all local experts: its efficiency follows the group's total (padded) work (issue 21 item 3)."""
     c = EfficiencyCurve(0.8, 1e9, "test")
     kw = dict(peak_flops=1e15, hbm_bytes_per_s=1e13, elt_bytes=2)
-    # 8 experts of 100 tokens: padded to 128 rows each, efficiency of one 128-row expert GEMM
+    # 8 experts of 100 tokens: padded to 128 rows each, efficiency of the whole group's 8 x 128 rows
     grouped = gemm_seconds(c, 100, 4096, 4096, 8, grouped=True, **kw)
-    one = 2 * 128 * 4096 * 4096 * 8 / (1e15 * c.fraction(128 * 4096 * 4096))
-    assert grouped == pytest.approx(one)
-    # the same rows as one dense GEMM fill the GPU better
+    work = 8 * 128 * 4096 * 4096
+    assert grouped == pytest.approx(2 * work / (1e15 * c.fraction(work)))
+    # more experts in the group run at a higher rate than one expert alone
+    one = gemm_seconds(c, 100, 4096, 4096, 1, grouped=True, **kw)
+    assert grouped < 8 * one
+    # the same rows unpadded as one dense GEMM never take longer
     assert gemm_seconds(c, 800, 4096, 4096, **kw) < grouped
 
 

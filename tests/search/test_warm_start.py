@@ -143,8 +143,12 @@ def test_the_fallback_ranks_with_the_imported_evidence(earlier, tmp_path):
     assert factors.log_factor(b.replace(pp_schedule="zb1p")) < factors.log_factor(
         b.replace(pp_schedule="1f1b")
     )
-    # and it moves the ranking: the model's favourite uses ZBV, the warm-started one no zero-bubble schedule
-    assert "-zb" not in ws.ranking["top1"] and ws.ranking["top1_was"] > 1 and ws.ranking["spearman"] < 1.0
+    # and it moves the ranking (issue 21's step-time model already ranks a plain-1F1B, no-recompute layout
+    # first here, so the #1 may stay): the warm-started #1 avoids what the evidence penalises, and the order
+    # below it changes
+    r = ws.ranking
+    assert "-zb" not in r["top1"] and "selective" not in r["top1"]
+    assert r["spearman"] < 1.0 and (r["top1_was"] > 1 or r["top10_overlap"] < 10)
 
 
 def test_a_study_of_another_model_is_refused_unless_forced(earlier, tmp_path):
