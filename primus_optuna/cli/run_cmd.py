@@ -44,19 +44,22 @@ class ProgressLines:
     every_s = 10.0
 
     def __init__(self, n_trials: int) -> None:
+        import threading
         import time
 
         self.n = n_trials
         self.done = 0
         self.last = float("-inf")
         self.clock = time.monotonic
+        self.lock = threading.Lock()  # --n-jobs: trials finish in several threads
 
     def __call__(self, study: Any, trial: Any) -> None:
-        self.done += 1
-        now = self.clock()
-        if self.done not in (1, self.n) and now - self.last < self.every_s:
-            return
-        self.last = now
+        with self.lock:
+            self.done += 1
+            done, now = self.done, self.clock()
+            if done not in (1, self.n) and now - self.last < self.every_s:
+                return
+            self.last = now
         value = f" {trial.values[0]:.1f} tokens/s/GPU" if trial.values else ""
         reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason")
         try:
@@ -64,7 +67,7 @@ class ProgressLines:
         except (ValueError, IndexError):
             best = ""
         click.echo(
-            f"[{self.done}/{self.n}] trial {trial.number} {trial.state.name.lower()}{value}"
+            f"[{done}/{self.n}] trial {trial.number} {trial.state.name.lower()}{value}"
             + (f" ({reason})" if reason and not value else "")
             + best,
             err=True,
