@@ -32,13 +32,17 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
     """The Markdown note of one trial from its user attrs (and params)."""
     lines = [f"## Trial {number}" if number is not None else "## Trial"]
     if params:
-        lines.append("\n**Configuration**: " + " ".join(f"`{a}={params[a]}`" for a in AXES if a in params))
+        lines += ["", "**Configuration**:", ""]
+        lines.append("- " + " ".join(f"`{a}={params[a]}`" for a in AXES[:6] if a in params))
+        rest = [f"`{a}={params[a]}`" for a in AXES[6:] if a in params]
+        if rest:
+            lines.append("- " + " ".join(rest))
     meta = [f"phase **{attrs.get('phase', '-')}**", f"proposer {attrs.get('proposer', '-')}"]
     if attrs.get("source"):
         meta.append(f"source {attrs['source']}")
     lines += ["", ", ".join(meta)]
     if attrs.get("rationale"):
-        lines += ["", "### Rationale", "", str(attrs["rationale"])]
+        lines += ["", "### Rationale", "", *_prose(str(attrs["rationale"]))]
     lines += ["", "### Estimate", ""]
     est = attrs.get("estimate_tokens_per_s_per_gpu")
     lines.append(f"- tokens/s/GPU estimated: {fmt_tok(_f(est))}")
@@ -73,7 +77,7 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
         ("fallback_reason", "Fallback"),
     ):
         if attrs.get(key):
-            lines += ["", f"**{label}**: {attrs[key]}"]
+            lines += ["", *_prose(f"**{label}**: {attrs[key]}")]
     if attrs.get("log_tail"):
         lines += ["", "### Log tail", "", "```", *_pane_lines(str(attrs["log_tail"])), "```"]
     return redact("\n".join(lines) + "\n")
@@ -82,6 +86,15 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
 NOTE_WIDTH = 100
 """characters per line of a code block in a note (the note pane does not wrap code)"""
 NOTE_LOG_LINES = 30
+
+
+def _prose(text: str) -> list[str]:
+    """A paragraph as lines of at most :data:`NOTE_WIDTH` characters, each ending in a Markdown line break
+    (optuna-dashboard's note pane does not wrap long lines: a long rationale would run out of it)."""
+    import textwrap
+
+    wrapped = textwrap.wrap(text, NOTE_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]
+    return [line + "  " for line in wrapped[:-1]] + wrapped[-1:]
 
 
 def _pane_lines(text: str) -> list[str]:
@@ -171,12 +184,14 @@ def readable_attr(value: Any) -> str:
     ``\\u2192``), cut at :data:`ATTR_CHARS` with a pointer to the full value."""
     import json
 
-    def one(v: Any) -> str:
+    def one(v: Any) -> str:  # nested values without quotes or escapes: {axis: ep, value: 2, reason: ...}
         if isinstance(v, str):
             return v
-        if isinstance(v, bool) or v is None or isinstance(v, (int, float)):
-            return json.dumps(v)
-        return json.dumps(v, ensure_ascii=False, separators=(", ", ": "), default=str)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k}: {one(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(one(x) for x in v) + "]"
+        return json.dumps(v, default=str)
 
     if isinstance(value, bytes):
         return "<binary object>"
