@@ -33,10 +33,13 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
     lines = [f"## Trial {number}" if number is not None else "## Trial"]
     if params:
         lines += ["", "**Configuration**:", ""]
-        lines.append("- " + " ".join(f"`{a}={params[a]}`" for a in AXES[:6] if a in params))
-        rest = [f"`{a}={params[a]}`" for a in AXES[6:] if a in params]
-        if rest:
-            lines.append("- " + " ".join(rest))
+        row: list[str] = []
+        for item in (f"`{a}={params[a]}`" for a in AXES if a in params):  # bullets that fit the pane
+            if row and len(" ".join([*row, item])) + 2 > NOTE_WIDTH:
+                lines.append("- " + " ".join(row))
+                row = []
+            row.append(item)
+        lines.append("- " + " ".join(row))
     meta = [f"phase **{attrs.get('phase', '-')}**", f"proposer {attrs.get('proposer', '-')}"]
     if attrs.get("source"):
         meta.append(f"source {attrs['source']}")
