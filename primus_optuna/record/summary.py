@@ -116,17 +116,15 @@ class TrialBrief:
         def gib(v: float | None) -> str:
             return "-" if v is None else f"{v:.2f}"
 
-        cal = (
-            f", calibrated estimate {gib(self.calibrated_peak_memory_gib)} GiB"
-            if self.calibrated_peak_memory_gib is not None
-            else ""
-        )
+        cal = self.calibrated_peak_memory_gib
+        cal_text = f"calibrated estimate {gib(cal)} GiB" if cal is not None else ""
         if self.measured_peak_memory_gib is not None:
-            return (
-                f"peak memory {gib(self.measured_peak_memory_gib)} GiB measured "
-                f"(estimate {gib(self.estimated_peak_memory_gib)} GiB{cal})"
+            beside = ", ".join(
+                x for x in (f"estimate {gib(self.estimated_peak_memory_gib)} GiB", cal_text) if x
             )
-        return f"peak memory {gib(self.estimated_peak_memory_gib)} GiB estimated{cal.replace(', ', ' (', 1) + ')' if cal else ''}"
+            return f"peak memory {gib(self.measured_peak_memory_gib)} GiB measured ({beside})"
+        est = f"peak memory {gib(self.estimated_peak_memory_gib)} GiB estimated"
+        return f"{est} ({cal_text})" if cal_text else est
 
 
 def _brief(t: TrialRow, mcal: MemoryCalibration) -> TrialBrief:
