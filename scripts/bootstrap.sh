@@ -3,7 +3,8 @@
 #  - creates .venv if missing (PRIMUS_OPTUNA_VENV overrides the location);
 #  - keeps an already-installed torch, otherwise installs ${PRIMUS_OPTUNA_TORCH:-torch==2.13.0}
 #    (GPU users: PRIMUS_OPTUNA_TORCH='torch==2.x.y' with their index, or pre-install torch in the venv);
-#  - installs the project (editable) with its dev extras; re-installs only when pyproject.toml changed.
+#  - installs the project (editable) with every extra (llm, dashboard, plots, profile, scripts: pandas and
+#    plotly) and the dev tools; re-installs only when pyproject.toml changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PRIMUS_OPTUNA_VENV:-$ROOT/.venv}"
@@ -36,7 +37,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     _pip "$spec"
   fi
   echo "[bootstrap] installing primus-optuna and its dependencies" >&2
-  _pip -e "$ROOT[dev]"
+  _pip -e "$ROOT[all,dev]"
   echo "$want" > "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

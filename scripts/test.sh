@@ -6,8 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source scripts/bootstrap.sh
 echo "[test] ruff check + format check"
-ruff check primus_optuna tests scripts
-ruff format --check primus_optuna tests scripts
+ruff check primus_optuna tests scripts hub
+ruff format --check primus_optuna tests scripts hub
 if [ -f scripts/services.sh ]; then source scripts/services.sh; fi
 echo "[test] pytest"
 python -m pytest -q -p no:cacheprovider "$@"

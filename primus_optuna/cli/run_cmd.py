@@ -23,7 +23,7 @@ def _summary(study: Any, storage_url: str) -> Any:
     from ..record.summary import study_summary
     from ._common import program
 
-    return study_summary(record_of(study, storage_url), program=program())
+    return study_summary(record_of(study, storage_url), program=program(), exhausted=_exhausted(study))
 
 
 def summarize(study: Any, storage_url: str) -> list[str]:
@@ -103,6 +103,12 @@ class _QuietInterrupt(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.failed: set[str] = set()
+
+
+def _exhausted(study: Any) -> bool:
+    """Whether the study's PrimusSampler has nothing left to propose (:meth:`PrimusSampler.is_exhausted`)."""
+    is_exhausted = getattr(study.sampler, "is_exhausted", None)
+    return bool(is_exhausted(study)) if callable(is_exhausted) else False
 
 
 def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
@@ -328,6 +334,9 @@ def run(
     show_bar = not no_progress and not as_json and sys.stderr.isatty()
     lines = not no_progress and not show_bar
     interrupted: Interrupted | None = None
+    if _exhausted(st):
+        say("nothing left to run: every legal configuration that fits in memory has been tried")
+        n = 0
     try:
         with handle_signals():
             try:

@@ -260,23 +260,22 @@ def parse_export(text: str, fmt: str, spec: StudySpec | None = None) -> Training
 
 
 def study_spec(study: Any) -> StudySpec:
-    """The :class:`StudySpec` a primus-optuna study stored (its ``primus_spec`` attr)."""
-    from ..search.pruner import stored_spec_data
+    """The :class:`StudySpec` a primus-optuna study stored (``primus:spec``, see
+    :func:`~primus_optuna.search.state.stored_spec`)."""
+    from ..search.state import stored_spec
 
-    data = stored_spec_data(study)
-    if not isinstance(data, dict):
-        raise SpecError(
-            f"study {study.study_name!r} was not created by primus-optuna (no 'primus_spec' study attr)"
-        )
-    return StudySpec.from_dict(data, source=f"study {study.study_name!r}")
+    spec = stored_spec(study, required="export")
+    assert spec is not None
+    return spec
 
 
 def trial_config(trial: Any, spec: StudySpec) -> TrainingConfig:
-    """The canonical, derived configuration of a trial (its Optuna params are the ten axes)."""
-    from ..search.suggest import complete_config
+    """The configuration a trial ran (:func:`primus_optuna.search.configs.trial_config`), or a
+    :class:`SpecError` when it has none."""
+    from ..search.configs import trial_config as converted
     from ..space import Space
 
-    config = complete_config(Space(spec), trial.params)
+    config = converted(Space(spec), trial)
     if config is None:
         raise SpecError(
             f"trial {trial.number} does not have all ten axes as parameters: {sorted(trial.params)}"

@@ -6,9 +6,8 @@ Default storage is ``sqlite:///<study name>.db`` in the working directory. Any O
 (:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize`` once it is older than
 the grace period (default 3 x the heartbeat interval).
 
-At creation the study stores ``primus_spec`` (the study file as JSON, a study system attr, with a one-line
-``primus_study`` user attr) and ``primus_space_hash`` in its user
-attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.
+At creation the study stores the study file (system attr ``primus:spec``, see :mod:`primus_optuna.search.state`,
+with a one-line ``primus_study`` user attr) and ``primus_space_hash`` in its user attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.
 
 Example::
 
@@ -18,8 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import time
 import warnings
@@ -31,10 +28,8 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
 from ..errors import SpecError
-from ..search.pruner import store_spec, stored_spec_data
-from ..space import Space
+from ..search.state import SPACE_HASH, hashed_workload, space_hash, store_spec, stored_spec_data  # noqa: F401 (re-exported)
 from ..spec import StudySpec
-from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 
 HEARTBEAT_INTERVAL_S = 30
 GRACE_FACTOR = 3
@@ -135,41 +130,6 @@ def _schema_race(exc: BaseException) -> bool:
     return any(k in text for k in ("uniqueviolation", "already exists", "duplicate key", "integrityerror"))
 
 
-def space_hash(spec: StudySpec) -> str:
-    """A hash of everything that defines the search space, the estimates and the sweep plan.
-
-    Covers the candidate values of every axis and the whole model, cluster (GPU figures included) and workload,
-    the objectives, memory margin, baseline, axes and sweep order: each of them changes which configuration a
-    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget,
-    seed or early-stopping thresholds keeps the hash.
-    """
-    data = spec.to_dict()
-    # the trial budget and the sweep's share of it only say where the sweep stops: a longer sweep extends a
-    # shorter one (see search.sweep), so changing them keeps every position's meaning; early-stopping thresholds only decide when a job stops
-    search = {
-        k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "sweep_trials", "early_stop")
-    }
-    doc = {
-        "candidates": Space(spec).candidates,
-        "model": data["model"],
-        "cluster": data["cluster"],
-        "workload": hashed_workload(data["workload"]),
-        "search": search,
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
-    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields and
-    ``sequence_parallel`` enter only when they differ from their defaults, so study files written before they
-    existed keep their hash (fp32 everywhere and sequence parallelism then, as now)."""
-    return {
-        k: v
-        for k, v in workload.items()
-        if k not in HASHED_WHEN_CHANGED or v != WorkloadSpec.model_fields[k].default
-    }
-
-
 HASHED_SECTIONS = ("model", "cluster", "workload", "search")
 
 
@@ -246,7 +206,7 @@ def open_study(
     h = space_hash(spec)
     if existed:
         attrs = optuna.load_study(study_name=name, storage=store).user_attrs
-        old = attrs.get("primus_space_hash")
+        old = attrs.get(SPACE_HASH)
         if old is not None and old != h:
             changed = changed_fields(
                 stored_spec_data(optuna.load_study(study_name=name, storage=store)), spec
@@ -271,9 +231,7 @@ def open_study(
         )
     except ValueError as exc:
         raise SpecError(f"study {name!r} in {url}: {exc}") from None
-    if study.user_attrs.get("primus_space_hash") is None:
-        store_spec(study, spec)  # a system attr: optuna-dashboard's study page lists user attrs only
-        study.set_user_attr("primus_space_hash", h)
+    store_spec(study, spec)  # a system attr: optuna-dashboard's study page lists user attrs only
     if study.metric_names is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

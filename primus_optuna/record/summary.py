@@ -14,7 +14,7 @@ Rules (one each):
 - **baseline and centre**: the study's baseline trial (its configuration) and the sweep's centre (the trial
   the sweep started from; the baseline itself unless it is illegal or does not fit); the gain is over the
   baseline when it completed, else over the centre, and says which;
-- **GPU-hours** from :func:`~primus_optuna.record.gpu_hours.gpu_hours_account`; **LLM** usage from
+- **GPU-hours** from :func:`~primus_optuna.record.report.gpu_hours.gpu_hours_account`; **LLM** usage from
   :func:`llm_usage` (the study's stored accounting);
 - **peak memory** of a trial: the measured peak when the run measured one, the estimate and the calibrated
   estimate (the one the memory filter compares) beside it.
@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 from ..physics.memory_calibration import MemoryCalibration
 from ..redaction import redact_url
 from .budget import account, reason_category
-from .gpu_hours import gpu_hours_account
 from .storage import sibling_dir, storage_file
 
 if TYPE_CHECKING:  # the report package imports this module (its executive summary)
@@ -210,6 +209,8 @@ class StudySummary:
     llm: LLMUsage
     pareto: list[TrialBrief] = field(default_factory=list)
     noise: str = ""
+    exhausted: bool = False
+    """every legal configuration that fits has been tried (a placeholder trial, or the sampler says so)"""
     next: list[str] = field(default_factory=list)
 
     # --- text ----------------------------------------------------------------------------------------------
@@ -299,7 +300,7 @@ class StudySummary:
             out.append(f"sweep centre: {self.centre_key} ({self.centre_note})")
         if self.pruned_by_reason:
             out.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in self.pruned_by_reason.items()))
-        if self.placeholders:
+        if self.exhausted:
             out.append("the search is complete: every legal configuration that fits in memory has been tried")
         if self.failed_by_reason:
             out.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in self.failed_by_reason.items()))
@@ -348,8 +349,9 @@ def _noise(done: list[TrialRow]) -> str:
     )
 
 
-def study_summary(rec: StudyRecord, program: str = PROGRAM) -> StudySummary:
-    """The :class:`StudySummary` of a study read back from storage (or live)."""
+def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = False) -> StudySummary:
+    """The :class:`StudySummary` of a study read back from storage (or live); ``exhausted``: the sampler has
+    nothing left to propose (``PrimusSampler.is_exhausted``, known to a live study only)."""
     rows = rec.trials
     states = Counter(t.state.lower() for t in rows)
     placeholders = sum(
@@ -379,6 +381,8 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM) -> StudySummary:
     est_gain = None
     if best_row is not None and base_row is not None and best_row.estimate and base_row.estimate:
         est_gain = best_row.estimate / base_row.estimate - 1.0
+    from .report.gpu_hours import gpu_hours_account  # the report package imports this module
+
     g = gpu_hours_account(rec)
     return StudySummary(
         study=rec.study_name,
@@ -410,5 +414,6 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM) -> StudySummary:
         llm=llm_usage(rec.user_attrs),
         pareto=[_brief(t, mcal) for t in rec.pareto()],
         noise=_noise(rec.complete),
+        exhausted=exhausted or placeholders > 0,
         next=next_commands(rec.storage_url, rec.study_name, program) if rec.storage_url else [],
     )

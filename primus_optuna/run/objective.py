@@ -10,7 +10,11 @@ artifact, ``memory_model_miss`` for an OOM the memory model did not predict) and
 ``catch=(RunFailure,)`` so the trial is FAIL and the study goes on. A successful run's log is attached too.
 The trial hooks (e.g. the dashboard note) run for every outcome: complete, pruned or failed. An interrupt
 (Ctrl-C, SIGTERM: a :class:`KeyboardInterrupt`) is recorded as ``failure_reason: interrupted`` and re-raised
-(Optuna marks the trial FAIL); :func:`requeue_interrupted` enqueues such trials again when the study resumes.
+(Optuna marks the trial FAIL); :func:`requeue_interrupted` enqueues such trials again when the study resumes
+(``primus-optuna run`` does), and :class:`~primus_optuna.search.sampler.PrimusSampler` re-runs any failed point
+once by itself, so a Python-API study resumes the same way. Nothing is refitted here: measured trials, peaks
+and out-of-memory runs are evidence that :func:`~primus_optuna.search.calibrations.study_calibrations` reads.
+The first trial stores the study file in the study (``primus:spec``).
 
 Example::
 
@@ -29,16 +33,13 @@ from typing import Any
 
 import optuna
 
-from ..physics.calibration import Calibration
 from ..physics.memory import estimate_memory
-from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..redaction import looks_secret, redact
-from ..search.fallback import measured_pairs
-from ..search.pruner import CALIBRATION_ATTR, MemoryPrefilterPruner, prune_if_infeasible
-from ..search.sampler import trial_config
+from ..search.configs import trial_config
+from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
+from ..search.state import store_spec
 from ..search.suggest import suggest_config
-from ..search.warm_start import warm_start_memory, warm_start_pairs
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
@@ -139,6 +140,9 @@ def make_objective(
 
     def run_trial(trial: optuna.Trial) -> Any:
         study = trial.study
+        store_spec(
+            study, spec
+        )  # a Python-API study becomes a full citizen (report, export, warm start, note)
         config = suggest_config(trial, spec, space)
         dup = duplicate_of(study, trial, space, config)
         if dup:
@@ -199,8 +203,6 @@ def make_objective(
                     "estimate_error": round(est.tokens_per_s_per_gpu / m_tps - 1.0, 5),
                 }
             set_attrs(trial, stopped)
-            if exc.tokens_per_s_per_gpu:
-                update_calibration(study, spec, space, (est, exc.tokens_per_s_per_gpu))
             _attach_log(artifact_store, trial, exc.log_path, hide)
             _notify(hooks, trial, {**attrs, **stopped})
             raise optuna.TrialPruned(stopped["prune_reason"]) from None
@@ -215,12 +217,8 @@ def make_objective(
             if exc.reason == "oom" and _memory_fitted(trial, mem):
                 failed["memory_model_miss"] = True
             if exc.reason == "oom" and not getattr(runner, "measures_cluster_memory", True):
-                failed["oom_counts_for_memory"] = False  # e.g. a local profiling run: not the cluster's GPU
+                failed["counts_for_memory"] = False  # e.g. a local profiling run: not the cluster's GPU
             set_attrs(trial, failed)
-            if exc.reason == "oom" and mem.peak_gib > 0 and getattr(runner, "measures_cluster_memory", True):
-                update_memory_calibration(
-                    study, oom_bound=mem.capacity_gib / mem.peak_gib, capacity=mem.capacity_gib
-                )
             _attach_log(artifact_store, trial, exc.log_path, hide)
             _notify(hooks, trial, {**attrs, **failed})
             raise
@@ -242,18 +240,14 @@ def make_objective(
             )
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
-                if mem.peak_gib > 0 and getattr(runner, "measures_cluster_memory", True):
-                    update_memory_calibration(
-                        study, ratio=m.peak_memory_gib / mem.peak_gib, capacity=mem.capacity_gib
-                    )
+                if not getattr(runner, "measures_cluster_memory", True):
+                    result["counts_for_memory"] = False
         if repeated:
             result.update(repeated)
         if m.log_path and Path(m.log_path).is_file():
             result["log_tail"] = hide(_tail(Path(m.log_path)))
             _attach_log(artifact_store, trial, m.log_path, hide)
         set_attrs(trial, result)
-        if m.source != "analytical" and m.tokens_per_s_per_gpu > 0:
-            update_calibration(study, spec, space, (est, m.tokens_per_s_per_gpu))
         attrs.update(result)
         attrs["value"] = m.tokens_per_s_per_gpu
         _notify(hooks, trial, attrs)
@@ -320,39 +314,6 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
         study.enqueue_trial(params, user_attrs=attrs)
         out.append(t.number)
     return out
-
-
-def update_calibration(
-    study: optuna.Study, spec: StudySpec, space: Space, current: tuple[Any, float]
-) -> None:
-    """Refit the study's running :class:`Calibration` (study user attr ``calibration``) from the warm start's
-    imported pairs, every measured trial (complete, or stopped early: partial) and the one finishing now; the fallback and report read it."""
-    done = study.get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    )
-    prior = [(e, meas) for _, e, meas in warm_start_pairs(space, study)]
-    pairs = prior + [(e, meas) for _, e, meas in measured_pairs(spec, space, done)] + [current]
-    study.set_user_attr("calibration", Calibration.fit(pairs).to_dict())
-
-
-def update_memory_calibration(
-    study: optuna.Study, *, capacity: float, ratio: float | None = None, oom_bound: float | None = None
-) -> None:
-    """Refit the study's :class:`MemoryCalibration` (study user attr ``memory_calibration``) from the warm
-    start's imported evidence, every completed trial with a measured peak, every out-of-memory trial (also one
-    still being recorded by another worker), and the trial finishing now."""
-    ratios, bounds = warm_start_memory(study)
-    for t in study.get_trials(deepcopy=False):
-        est = t.user_attrs.get("memory_peak_gib")
-        if not est:
-            continue
-        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("measured_peak_memory_gib"):
-            ratios.append(float(t.user_attrs["measured_peak_memory_gib"]) / float(est))
-        elif t.user_attrs.get("failure_reason") == "oom" and t.user_attrs.get("oom_counts_for_memory", True):
-            bounds.append(capacity / float(est))
-    ratios += [ratio] if ratio else []
-    bounds += [oom_bound] if oom_bound else []
-    study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
 
 
 def _follower(trial: optuna.Trial) -> Callable[[LiveIteration, bool], str | None]:

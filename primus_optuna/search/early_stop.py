@@ -46,16 +46,31 @@ MEDIAN_SE = 1.2533
 
 
 def slow_verdict(
-    values: list[float], best: float, *, min_iters: int = 3, margin: float = 0.05, z: float = 2.0
+    values: list[float],
+    best: float,
+    *,
+    min_iters: int = 3,
+    margin: float = 0.05,
+    z: float = 2.0,
+    minimize: bool = False,
 ) -> str | None:
     """``"slow: ..."`` when ``values`` (a running trial's per-iteration tokens/s/GPU) meet the rule of the
-    module docstring against ``best``; ``None`` otherwise."""
+    module docstring against ``best``; ``None`` otherwise. With ``minimize`` (a study that minimises, e.g. step
+    time) the rule is mirrored: pruned when ``m − z·se > (1 + margin)·best``."""
     n = len(values)
     if n < min_iters or best <= 0:
         return None
     m = statistics.median(values)
     s = MAD_TO_SIGMA * statistics.median(abs(v - m) for v in values)
     se = MEDIAN_SE * s / math.sqrt(n)
+    if minimize:
+        bar = (1.0 + margin) * best
+        if m - z * se <= bar:
+            return None
+        return (
+            f"slow: {m:.4g} over {n} iterations (±{se:.2g}) is {m / best - 1.0:.0%} above the best completed "
+            f"trial's {best:.4g} (stop above {bar:.4g} = best + {margin:.0%}, {z:g} standard errors of slack)"
+        )
     bar = (1.0 - margin) * best
     if m + z * se >= bar:
         return None
@@ -69,7 +84,8 @@ def slow_verdict(
 class ThroughputPruner(BasePruner):
     """Prune a running trial whose reported throughput is clearly below the best completed trial's.
 
-    The rule is the module docstring's; single-objective (maximised tokens/s/GPU) studies only.
+    The rule is the module docstring's, mirrored for a study that minimises (``study.direction``);
+    single-objective studies only (Optuna's ``should_prune`` is).
     """
 
     def __init__(self, *, min_iters: int = 3, margin: float = 0.05, z: float = 2.0) -> None:
@@ -87,13 +103,14 @@ class ThroughputPruner(BasePruner):
         done = study._storage.get_all_trials(
             study._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)
         )
-        best = max(
-            (t.values[0] for t in done if t.values and t.user_attrs.get("source") not in ESTIMATED),
-            default=None,
-        )
-        if best is None:
+        minimize = study.direction == optuna.study.StudyDirection.MINIMIZE
+        measured = [t.values[0] for t in done if t.values and t.user_attrs.get("source") not in ESTIMATED]
+        if not measured:
             return False
-        verdict = slow_verdict(values, best, min_iters=self.min_iters, margin=self.margin, z=self.z)
+        best = min(measured) if minimize else max(measured)
+        verdict = slow_verdict(
+            values, best, min_iters=self.min_iters, margin=self.margin, z=self.z, minimize=minimize
+        )
         if verdict is None:
             return False
         study._storage.set_trial_user_attr(trial._trial_id, "prune_reason", verdict)

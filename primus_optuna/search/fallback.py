@@ -16,8 +16,8 @@ It ranks every untried, legal configuration that fits in memory by what the meas
 Every completed trial that is not analytical teaches it: its value is the measurement (plain Optuna
 objectives included), see :func:`~primus_optuna.search.learner.trial_measurement`. Measurements imported
 from earlier studies (``prior=`` :func:`~primus_optuna.search.learner.prior_observations`) join them with a
-larger noise. Randomness derives from ``(seed, index)`` only, where ``index`` is the sampler's
-storage-derived count of earlier free trials, so the choice is reproducible, resumable and thread-safe. For
+larger noise. Randomness derives from ``(seed, index)`` only, where ``index`` is the trial number
+(storage-unique), so the choice is reproducible, resumable and thread-safe. For
 a Pareto study the score is ``log(tokens/s) - w·log(peak GiB)`` with ``w`` drawn per trial from [0, 1].
 
 Example::
@@ -96,8 +96,8 @@ class Ranked:
 
 
 def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
-    """The generator of one draw: a pure function of ``(seed, index, salt)``."""
-    return np.random.default_rng([abs(int(seed)), int(index), salt])
+    """The generator of one draw: a pure function of ``(seed, index, salt)`` (``s`` and ``-s`` differ)."""
+    return np.random.default_rng([int(seed) % 2**64, int(index) % 2**64, int(salt) % 2**64])
 
 
 def calibration_from_trials(
@@ -244,6 +244,16 @@ class ModelGuidedProposer:
         self._usable = 0.0
         self._row_cache: dict[TrainingConfig, Row] = {}
         self._tables: dict[float, _Table] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_tables"] = {}  # rebuilt on first use (numpy tables of every feasible configuration)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def _all_peaks(self) -> list[tuple[TrainingConfig, float]]:

@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
-from .suggest import complete_config
+from .configs import trial_config
 
 NOISE = 0.02
 """standard deviation of one measurement in log space (run-to-run variation of a training job: ~1-3%)"""
@@ -76,11 +77,16 @@ class Observation:
 def trial_measurement(t: optuna.trial.FrozenTrial) -> float | None:
     """The measured tokens/s/GPU of a completed trial: its value (the attr when present), ``None`` for an
     analytical trial (the estimate itself) or one without a positive value. A job stopped early for being slow
-    (PRUNED with ``measured_partial``) counts with the median of the iterations it ran."""
+    (PRUNED with ``measured_partial``) counts with the median of the iterations it ran, and so does a trial a
+    plain objective's pruner stopped (e.g. ``MedianPruner``: PRUNED with intermediate values and no
+    ``prune_reason`` of this package), the median of its reported values: the model-guided phase learns that
+    such configurations are slow instead of proposing them again."""
     partial = t.state == optuna.trial.TrialState.PRUNED and bool(t.user_attrs.get("measured_partial"))
-    if t.state != optuna.trial.TrialState.COMPLETE and not partial:
-        return None
     if t.user_attrs.get("source") == "analytical":
+        return None
+    if plain_pruned(t):
+        return _positive(statistics.median(v for v in t.intermediate_values.values() if math.isfinite(v)))
+    if t.state != optuna.trial.TrialState.COMPLETE and not partial:
         return None
     measured = t.user_attrs.get("measured_tokens_per_s_per_gpu")
     if measured is None and t.values:
@@ -92,6 +98,19 @@ def trial_measurement(t: optuna.trial.FrozenTrial) -> float | None:
     return value if value is not None and value > 0 and math.isfinite(value) else None
 
 
+def plain_pruned(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial stopped by a user's pruner after reporting (not pruned before launch by this package)."""
+    return (
+        t.state == optuna.trial.TrialState.PRUNED
+        and not t.user_attrs.get("prune_reason")
+        and any(math.isfinite(v) for v in t.intermediate_values.values())
+    )
+
+
+def _positive(value: float | None) -> float | None:
+    return value if value is not None and value > 0 and math.isfinite(value) else None
+
+
 def observations(space: Space, trials: Iterable[optuna.trial.FrozenTrial]) -> list[Observation]:
     """Every completed, non-analytical trial as an :class:`Observation` (plain objectives included)."""
     out = []
@@ -99,7 +118,7 @@ def observations(space: Space, trials: Iterable[optuna.trial.FrozenTrial]) -> li
         measured = trial_measurement(t)
         if measured is None:
             continue
-        config = complete_config(space, t.params)
+        config = trial_config(space, t)
         if config is not None:
             out.append(Observation(config, measured))
     return out

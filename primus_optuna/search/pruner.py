@@ -1,19 +1,27 @@
-"""Memory prefilter: prune a trial whose configuration would not fit in GPU memory, before any GPU time.
+"""The pre-launch feasibility gate: prune a trial whose configuration would not fit in GPU memory, before any
+GPU time.
 
-:class:`MemoryPrefilterPruner` is an Optuna pruner: at the *first* ``trial.should_prune()`` of a trial —
-whether or not the objective called ``report()`` before — it reads the trial's configuration from its
-parameters (the ten axes, whichever sampler set them; missing axes come from the study's baseline), estimates
-its memory and prunes it when the peak stage exceeds the usable memory. Later calls go to the wrapped pruner
-(which also gets the first call when steps were reported). Call ``should_prune()`` before launching anything.
+The gate is stateless: it decides on the *trial's suggested configuration* (what
+:func:`~primus_optuna.search.suggest.suggest_config` recorded, or all ten axis params) and records its verdict
+on the trial (system attr ``primus:memory_check``), so the decision is made once per trial, whichever process
+asks, and survives a restart.
 
-Multi-objective studies cannot call ``should_prune``; their objectives call :func:`prune_if_infeasible`,
-which writes the same user attrs and raises :class:`optuna.TrialPruned`.
+- :class:`MemoryPrefilterPruner`: at the first ``trial.should_prune()`` after the configuration was suggested
+  — whether or not the objective called ``report()`` before — it checks memory and prunes when the peak stage
+  exceeds the usable memory. Before a configuration exists it decides nothing (an early ``should_prune()``
+  never checks the baseline in its place). Later calls go to the wrapped pruner.
+- Under another pruner (``PatientPruner(MemoryPrefilterPruner(...))``, any wrapper that may not call it before
+  launch): :func:`suggest_config` finds the gate anywhere in the study's pruner chain and applies it at once,
+  so composition never skips the check.
+- Multi-objective studies cannot call ``should_prune``; their objectives call :func:`prune_if_infeasible`,
+  which writes the same attrs, sets the trial constraint ``memory_gib`` (calibrated peak − usable; ≤ 0 fits,
+  so constrained samplers learn from it) and raises :class:`optuna.TrialPruned`.
 
-User attrs written (both paths): ``memory_peak_gib``, ``memory_usable_gib``, ``memory_peak_stage``, and
-``prune_reason`` (e.g. ``"memory: 301.2 GiB on stage 3 > 259.2 GiB usable"``) when pruned. When the study
-holds a :class:`~primus_optuna.physics.memory_calibration.MemoryCalibration` (study user attr
-``memory_calibration``, refitted by the objective from measured peaks and out-of-memory runs), the calibrated
-peak decides (``memory_peak_calibrated_gib``) and the reason says so.
+User attrs written: ``memory_peak_gib``, ``memory_usable_gib``, ``memory_peak_stage``, and ``prune_reason``
+(e.g. ``"memory: 301.2 GiB on stage 3 > 259.2 GiB usable"``) when pruned. The study's
+:class:`~primus_optuna.physics.memory_calibration.MemoryCalibration` (derived from its trials by
+:func:`~primus_optuna.search.calibrations.study_calibrations`) decides when it is not the identity
+(``memory_peak_calibrated_gib``; the reason says so).
 
 Example::
 
@@ -22,7 +30,6 @@ Example::
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import optuna
@@ -33,51 +40,22 @@ from ..physics.memory import MemoryEstimate, estimate_memory
 from ..physics.memory_calibration import MemoryCalibration
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from ..spec.study import AXES
+from .calibrations import study_calibrations
+from .configs import config_from_params, trial_config
+from .state import MEMORY_CHECK, set_trial_state, stored_spec, system_attrs
 
 __all__ = [
     "MemoryPrefilterPruner",
     "config_from_params",
+    "feasibility_gate",
     "memory_attrs",
     "memory_check",
     "prune_if_infeasible",
-    "store_spec",
-    "stored_spec_data",
     "study_memory_calibration",
 ]
 
-SPEC_ATTR = "primus_spec"
-"""the study file as a dict: a study *system* attr (optuna-dashboard does not list those; older studies have it
-as a user attr, still read); the user attr ``primus_study`` is a one-line summary"""
-SUMMARY_ATTR = "primus_study"
-
-
-def stored_spec_data(study: optuna.Study) -> Any:
-    """The study file a primus-optuna study stored (system attr, else the user attr of older studies)."""
-    data = study._storage.get_study_system_attrs(study._study_id).get(SPEC_ATTR)
-    return data if data is not None else study.user_attrs.get(SPEC_ATTR)
-
-
-def store_spec(study: optuna.Study, spec: StudySpec) -> None:
-    """Store ``spec`` in the study (system attr ``primus_spec``) with a short summary user attr."""
-    study._storage.set_study_system_attr(study._study_id, SPEC_ATTR, spec.to_public_dict())
-    g = spec.cluster.gpu
-    study.set_user_attr(
-        SUMMARY_ATTR,
-        f"{spec.model.name} on {spec.cluster.nodes}x{spec.cluster.gpus_per_node} {g.name}, seq "
-        f"{spec.workload.seq_length}, GBS {spec.workload.global_batch_size}, {spec.workload.precision}",
-    )
-
-
-def config_from_params(space: Space, params: dict[str, Any]) -> TrainingConfig:
-    """The canonical, derived configuration of a trial's params (other params are ignored; missing axes
-    come from the study's baseline)."""
-    axes = {k: v for k, v in params.items() if k in AXES}
-    validated = TrainingConfig.from_params(axes)
-    return space.canonical(space.baseline_raw.replace(**{k: getattr(validated, k) for k in axes}))
-
-
-CALIBRATION_ATTR = "memory_calibration"
+CONSTRAINT = "memory_gib"
+"""the trial constraint set by :func:`prune_if_infeasible`: calibrated peak − usable GiB (≤ 0: fits)"""
 
 
 def memory_attrs(
@@ -104,9 +82,9 @@ def memory_attrs(
     return fits, attrs
 
 
-def study_memory_calibration(study: optuna.Study) -> MemoryCalibration:
-    """The study's :class:`MemoryCalibration` (identity until the objective has stored one)."""
-    return MemoryCalibration.from_dict(study.user_attrs.get(CALIBRATION_ATTR))
+def study_memory_calibration(study: optuna.Study, spec: StudySpec | None = None) -> MemoryCalibration:
+    """The study's :class:`MemoryCalibration`, derived from its trials now (identity without evidence)."""
+    return study_calibrations(study, spec, step=False).memory
 
 
 def memory_check(
@@ -118,60 +96,124 @@ def memory_check(
     return est, fits, attrs
 
 
+def _gate(study: optuna.Study, trial: Any, spec: StudySpec, config: TrainingConfig) -> tuple[bool, str]:
+    """Check ``config`` for ``trial`` once: record the attrs and the verdict; ``(fits, reason)``."""
+    done = system_attrs(trial).get(MEMORY_CHECK)
+    if isinstance(done, dict) and done.get("key") == config.key():
+        return bool(done["fits"]), str(done.get("reason", ""))
+    fits, attrs = memory_attrs(estimate_memory(spec, config), study_memory_calibration(study, spec))
+    for key, value in attrs.items():
+        if isinstance(trial, optuna.Trial):
+            trial.set_user_attr(key, value)
+        else:
+            study._storage.set_trial_user_attr(trial._trial_id, key, value)
+    reason = str(attrs.get("prune_reason", ""))
+    set_trial_state(study, trial, MEMORY_CHECK, {"key": config.key(), "fits": fits, "reason": reason})
+    return fits, reason
+
+
 class MemoryPrefilterPruner(BasePruner):
     """Prune configurations that do not fit before they run; delegate later decisions to ``wrapped``.
 
-    ``spec`` defaults to the study file the study stored (:func:`store_spec`), read once.
+    ``spec`` defaults to the study file the study stored (:func:`~primus_optuna.search.state.store_spec`).
+    Holds no per-trial state (picklable; any number of processes share one decision per trial).
     """
 
     def __init__(self, wrapped: BasePruner | None = None, spec: StudySpec | None = None) -> None:
         self.wrapped = wrapped
         self._spec = spec
-        self._space: Space | None = Space(spec) if spec is not None else None
-        self._checked: set[tuple[int, int]] = set()  # trials whose memory was checked (by this process)
-        self._lock = threading.Lock()
+        self._space: Space | None = None
 
-    def _space_for(self, study: optuna.Study) -> Space:
+    def space_for(self, study: optuna.Study) -> Space:
         if self._space is None:
-            data = stored_spec_data(study)
-            if data is None:
-                raise SpecError(
-                    "MemoryPrefilterPruner needs the study spec: pass spec=... or store it with "
-                    "store_spec(study, spec)"
-                )
-            self._spec = StudySpec.from_dict(data, source=f"study attr {SPEC_ATTR}")
-            self._space = Space(self._spec)
+            self._space = Space(self.spec_for(study))
         return self._space
 
+    def spec_for(self, study: optuna.Study) -> StudySpec:
+        if self._spec is None:
+            self._spec = stored_spec(
+                study, required="MemoryPrefilterPruner needs the study spec: pass spec=..."
+            )
+        assert self._spec is not None
+        return self._spec
+
+    def _delegate(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return self.wrapped.prune(study, trial) if self.wrapped is not None else False
+
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        key = (trial._trial_id, trial.number)
-        with self._lock:
-            first = key not in self._checked
-            self._checked.add(key)
-        if not first:
-            return self.wrapped.prune(study, trial) if self.wrapped is not None else False
-        if self.wrapped is not None and trial.last_step is not None and self.wrapped.prune(study, trial):
+        spec = self.spec_for(study)
+        sa = study._storage.get_trial_system_attrs(trial._trial_id)
+        if sa.get(MEMORY_CHECK):  # decided already (this or another process): the wrapped pruner's turn
+            return (not sa[MEMORY_CHECK]["fits"]) or self._delegate(study, trial)
+        config = trial_config(self.space_for(study), _WithAttrs(trial, sa))
+        if config is None:  # no configuration suggested yet: nothing to check (never the baseline instead)
+            return self._delegate(study, trial) if trial.last_step is not None else False
+        if trial.last_step is not None and self._delegate(study, trial):
             return True
-        space = self._space_for(study)
-        _, fits, attrs = memory_check(
-            space.spec, config_from_params(space, trial.params), study_memory_calibration(study)
-        )
-        storage = study._storage
-        for key, value in attrs.items():
-            storage.set_trial_user_attr(trial._trial_id, key, value)
+        fits, _ = _gate(study, trial, spec, config)
         return not fits
+
+
+class _WithAttrs:
+    """A frozen trial seen with the system attrs just read from storage (the pruner's copy may be older)."""
+
+    def __init__(self, trial: optuna.trial.FrozenTrial, sa: dict[str, Any]) -> None:
+        self.params, self.system_attrs = trial.params, sa
+
+
+def feasibility_gate(pruner: Any) -> MemoryPrefilterPruner | None:
+    """The :class:`MemoryPrefilterPruner` anywhere in a pruner chain (``PatientPruner``'s
+    ``_wrapped_pruner``, this package's ``wrapped``, any wrapper with a ``wrapped``/``_wrapped_pruner``/
+    ``_pruner`` attribute), else ``None``."""
+    seen: set[int] = set()
+    while pruner is not None and id(pruner) not in seen:
+        seen.add(id(pruner))
+        if isinstance(pruner, MemoryPrefilterPruner):
+            return pruner
+        pruner = next(
+            (
+                getattr(pruner, a)
+                for a in ("wrapped", "_wrapped_pruner", "_pruner")
+                if getattr(pruner, a, None)
+            ),
+            None,
+        )
+    return None
+
+
+def gate_now(trial: optuna.Trial, spec: StudySpec, config: TrainingConfig) -> None:
+    """Apply a feasibility gate nested under another pruner at once (its wrapper may never call it before the
+    job launches): raises :class:`optuna.TrialPruned` when ``config`` does not fit."""
+    study = trial.study
+    gate = feasibility_gate(study.pruner)
+    if gate is None or gate is study.pruner or study._is_multi_objective():
+        return
+    fits, reason = _gate(study, trial, gate.spec_for(study) if gate._spec else spec, config)
+    if not fits:
+        raise optuna.TrialPruned(reason)
 
 
 def prune_if_infeasible(
     trial: optuna.Trial, spec: StudySpec, config: TrainingConfig | None = None
 ) -> MemoryEstimate:
-    """For multi-objective studies (no ``should_prune``): record the estimate on ``trial`` and raise
-    :class:`optuna.TrialPruned` when it does not fit. ``config`` defaults to the trial's params."""
+    """For multi-objective studies (no ``should_prune``) and any objective that wants the gate without the
+    pruner: record the estimate on ``trial`` and the constraint ``memory_gib``; raise
+    :class:`optuna.TrialPruned` when it does not fit. ``config`` defaults to the trial's configuration."""
     space = Space(spec)
-    cfg = space.canonical(config) if config is not None else config_from_params(space, trial.params)
-    est, fits, attrs = memory_check(spec, cfg, study_memory_calibration(trial.study))
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
+    cfg = space.canonical(config) if config is not None else trial_config(space, trial)
+    if cfg is None:
+        if not trial.params:
+            raise SpecError(
+                "prune_if_infeasible: the trial has no configuration yet; call suggest_config first"
+            )
+        cfg = config_from_params(space, trial.params)
+    study = trial.study
+    fits, reason = _gate(study, trial, spec, cfg)
+    est = estimate_memory(spec, cfg)
+    peak = float(trial.user_attrs.get("memory_peak_calibrated_gib", est.peak_gib))
+    if f"constraints:{CONSTRAINT}" not in study._storage.get_trial_system_attrs(trial._trial_id):
+        trial.set_constraint(CONSTRAINT, peak - est.usable_gib)
     if not fits:
-        raise optuna.TrialPruned(attrs["prune_reason"])
+        trial.set_user_attr("prune_reason", reason)
+        raise optuna.TrialPruned(reason)
     return est

@@ -1,20 +1,30 @@
 """:class:`PrimusSampler`: a resumable one-axis sweep, then LLM-planned or model-guided whole configurations.
 
-All state comes from the study's storage; nothing is counted in memory:
+The sampler works as Optuna's ``GridSampler`` does: it decides in ``before_trial`` and records the decision at
+once as the trial *system* attr ``primus:proposal`` (phase, proposer, configuration, key; sweep index,
+``retry_of``), then serves each axis parameter from it in ``sample_independent``. Everything else is derived
+from storage at each decision (:mod:`~primus_optuna.search.proposers`):
 
-- A *free* trial (created by the sampler, not enqueued and not a heartbeat retry) takes sweep position
-  ``k`` = the number of free trials with a smaller trial number. Trial numbers are unique per storage, so a
-  rerun continues at the next point and N workers never get the same position (as Optuna's GridSampler).
-- After the sweep, a free trial asks the planner (when configured and within budget) for a round of
-  candidates: the first becomes this trial, the rest are enqueued in storage (``phase=planner``) and are taken
-  by the next trials of any worker. Otherwise the model-guided fallback picks the configuration.
-- Whole configurations are returned by :meth:`sample_relative` over a fixed categorical search space (the
-  study's candidate values), so they pass through :func:`suggest_config` unchanged.
+- the chain: a failed point is retried once → the warm start's offers → the sweep's first point not covered by
+  a finished or running trial → the LLM planner (when configured and within budget) → the model-guided
+  proposer. A configuration that is running, waiting, finished or failed twice is never proposed again;
+- a heartbeat retry copies the system attrs, so it runs the same decision (also when the worker was killed
+  while choosing: a retry without a decision decides afresh); ``study.add_trial`` covers the point it
+  measured; an enqueued trial runs its params (a partial ``enqueue_trial`` is completed with the nearest
+  configuration that fits, with a warning);
+- threads of one process decide one at a time; other processes see a decision as soon as it is written, and a
+  worker that finds its choice claimed by another in-flight trial chooses again;
+- when nothing is left, :meth:`is_exhausted` is true, ``optimize`` is stopped after the last trial, and a trial
+  asked anyway is pruned (``exhausted: ...``) without parameters instead of running random ones;
+- parameters that are not axes (or an axis asked with a distribution that does not hold the decision's value)
+  are sampled by an independent :class:`~optuna.samplers.RandomSampler` (``seed``; reseeded by
+  :meth:`reseed_rng`).
 
-Every proposed trial gets user attrs ``phase`` (sweep|planner|fallback), ``proposer``, ``rationale``,
-``config_key``, ``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also ``sweep_index``,
-``sweep_axis`` and ``sweep_value``. Duplicate configurations that slip through concurrency (e.g. an enqueued
-trial popped twice on SQLite) are pruned by the objective's duplicate guard.
+Every proposed trial gets user attrs ``phase`` (sweep|warm_start|planner|fallback|enqueued), ``proposer``,
+``rationale``, ``config_key``, ``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also
+``sweep_index``, ``sweep_axis`` and ``sweep_value``; retries ``retry_of``. Creating the sampler's first trial
+stores the study file in the study (``primus:spec``), so report, export, ``--warm-start`` and the dashboard
+work on a study made with the Python API.
 
 Example::
 
@@ -27,89 +37,63 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
-from ..errors import SpecError
 from ..physics.memory import estimate_memory
 from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
-from .fallback import ModelGuidedProposer, rng_for
+from .calibrations import study_calibrations
+from .configs import complete_config, config_from_params, legal_config, trial_config
+from .fallback import ModelGuidedProposer
 from .learner import Observation
-from .pruner import memory_attrs, study_memory_calibration
-from .suggest import axis_distributions, complete_config
+from .nearest import Nearest
+from .proposers import (
+    Context,
+    ModelGuided,
+    PlannerProposer,
+    Proposal,
+    Retry,
+    Sweep,
+    WarmStartOffers,
+)
+from .proposers.base import ACTIVE
+from .pruner import memory_attrs
+from .state import EXHAUSTED, PROPOSAL, set_trial_state, store_spec
 from .sweep import SweepDesign, SweepPoint, sweep_design
-from .warm_start import PHASE as WARM_PHASE
-from .warm_start import next_offer, warm_start_observations
+
+__all__ = ["EXHAUSTED_REASON", "PrimusSampler", "Proposal", "is_free"]
 
 log = logging.getLogger(__name__)
-RUNNING = optuna.trial.TrialState.RUNNING
-EXHAUSTED = "exhausted: every legal configuration that fits in memory has been tried"
-SWEEP_ATTR = "sweep"
-"""study user attr: the sweep's centre, budget and what it skipped and why (:meth:`SweepDesign.summary`)"""
-PLANNER_CONTEXT = 12
-"""configurations of the corrected ranking shown to the planner"""
-PENDING_S = 60.0
-"""a free trial still without a configuration this long after its start is a killed sampling, not a
-concurrent one (a proposal takes milliseconds, a planner call at most the LLM timeout)"""
-
-
-def _counts_as_tried(t: FrozenTrial, mem_cal: MemoryCalibration) -> bool:
-    """Whether ``t`` uses up its configuration: not when it was pruned as a duplicate (both of a concurrent
-    pair may be), was an exhausted-space placeholder, or was pruned by memory but fits under the study's
-    current memory calibration (measured runs showed the model was pessimistic)."""
-    attrs = t.user_attrs
-    reason = str(attrs.get("prune_reason", ""))
-    if reason.startswith("duplicate") or attrs.get("phase") == "exhausted":
-        return False
-    if t.state == optuna.trial.TrialState.PRUNED and reason.startswith("memory") and not mem_cal.is_identity:
-        peak, usable = attrs.get("memory_peak_gib"), attrs.get("memory_usable_gib")
-        if peak and usable and float(peak) * mem_cal.scale <= float(usable):
-            return False
-    return True
-
-
-@dataclass
-class Proposal:
-    config: TrainingConfig
-    phase: str
-    proposer: str
-    rationale: str
-    extra: dict[str, Any] = field(default_factory=dict)
+EXHAUSTED_REASON = "exhausted: every legal configuration that fits in memory has been tried"
+CLAIM_ATTEMPTS = 4
+"""how many times a worker chooses again when another in-flight trial claimed the same configuration"""
 
 
 def is_free(trial: FrozenTrial) -> bool:
-    """Whether the sampler chose this trial's params (not enqueued, not a heartbeat retry)."""
-    return "fixed_params" not in trial.system_attrs and "failed_trial" not in trial.system_attrs
-
-
-def trial_config(space: Space, trial: FrozenTrial) -> TrainingConfig | None:
-    """The configuration a trial has or is queued with (``None`` while its params are incomplete)."""
-    params = trial.system_attrs.get("fixed_params") or trial.params
-    try:
-        return complete_config(space, params)
-    except SpecError:
-        return None
+    """Whether the sampler chooses this trial's configuration (not enqueued, no inherited decision)."""
+    sa = trial.system_attrs
+    return "fixed_params" not in sa and PROPOSAL not in sa and not trial.params
 
 
 class PrimusSampler(BaseSampler):
-    """Sweep, then plan (LLM) or model-guided fallback; state derived from storage.
+    """Sweep, then plan (LLM) or model-guided fallback; every decision recorded on its trial.
 
     Args:
         spec: the study.
-        seed: seeds exploration (with the count of earlier free trials) and any non-axis parameter (with the
-            trial number).
+        seed: seeds the model-guided proposer's exploration (with the trial number) and the independent
+            sampler of non-axis parameters; ``None`` draws one.
         llm: ``None`` (no planner), a LiteLLM model string, an :class:`~primus_optuna.spec.study.LLMSpec`, or a
             ``dspy.BaseLM`` (e.g. ``dspy.utils.DummyLM`` in tests).
         fallback: ``"model"`` (calibrated step-time ranking) or ``"random"``.
@@ -128,7 +112,7 @@ class PrimusSampler(BaseSampler):
         self,
         spec: StudySpec,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         llm: Any = None,
         fallback: str = "model",
         proposals_per_round: int = 4,
@@ -140,46 +124,67 @@ class PrimusSampler(BaseSampler):
     ) -> None:
         self.spec = spec
         self.space = Space(spec)
-        self.seed = seed
+        self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)
         self.proposals_per_round = proposals_per_round
-        self.planner_context = PLANNER_CONTEXT
-        self._dists = axis_distributions(self.space)
         self._design: SweepDesign | None = None
-        self._lock = threading.Lock()
+        self._nearest: Nearest | None = None
+        self._lock = threading.RLock()
+        self._independent = RandomSampler(seed=seed)
         self.fallback = ModelGuidedProposer(
             spec,
             self.space,
-            seed=seed,
+            seed=self.seed,
             mode=fallback,
             prior=prior,
             **({"exploration": exploration} if exploration is not None else {}),
         )
-        self.planner = None
-        if llm is not None and llm is not False:
-            from .planner import Planner
+        self._planner_args = (
+            None
+            if llm is None or llm is False
+            else {
+                "llm": llm,
+                "api_base": llm_api_base,
+                "artifact_store": artifact_store,
+                "cache_dir": cache_dir,
+            }
+        )
+        self.planner = self._make_planner()
 
-            self.planner = Planner(
-                spec,
-                self.space,
-                llm,
-                api_base=llm_api_base,
-                artifact_store=artifact_store,
-                cache_dir=cache_dir,
-                usable_gib=estimate_memory(spec, self.space.canonical(self.space.baseline)).usable_gib,
-            )
+    def _make_planner(self) -> Any:
+        if self._planner_args is None:
+            return None
+        from .planner import Planner
+
+        a = self._planner_args
+        return Planner(
+            self.spec,
+            self.space,
+            a["llm"],
+            api_base=a["api_base"],
+            artifact_store=a["artifact_store"],
+            cache_dir=a["cache_dir"],
+            usable_gib=estimate_memory(self.spec, self.space.canonical(self.space.baseline)).usable_gib,
+        )
+
+    # --- pickling (a Study holding this sampler can be pickled; locks and caches are rebuilt) -------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["planner"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+        self.planner = self._make_planner()
 
     # --- the plan ------------------------------------------------------------------------------------------
-    def _score(self, config: TrainingConfig) -> float | None:
-        """The model's tokens/s/GPU of a legal configuration that fits (``None`` otherwise), from the
-        fallback's table of every feasible configuration (computed once)."""
-        return self.fallback.estimate_of(config)
-
     @property
     def design(self) -> SweepDesign:
         """The sweep (computed once; deterministic from the study file), with what it skipped and why."""
         with self._lock:
             if self._design is None:
-                self._design = sweep_design(self.space, self._score)
+                self._design = sweep_design(self.space, self.fallback.estimate_of)
             return self._design
 
     @property
@@ -189,129 +194,168 @@ class PrimusSampler(BaseSampler):
 
     # --- BaseSampler ---------------------------------------------------------------------------------------
     def reseed_rng(self) -> None:
-        """Nothing to reseed: randomness derives from ``(seed, trial.number)``."""
+        """Reseed the independent sampler (Optuna calls this per worker thread); the proposals' randomness
+        derives from ``(seed, trial number)``."""
+        self._independent.reseed_rng()
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial
     ) -> dict[str, BaseDistribution]:
-        return dict(self._dists)
+        return {}
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        if not search_space or not is_free(trial):
-            return {}
-        proposal = self.propose(study, trial)
-        if proposal is None:  # every feasible configuration has been tried: this trial runs nothing
-            for key, value in (("phase", "exhausted"), ("prune_reason", EXHAUSTED)):
-                study._storage.set_trial_user_attr(trial._trial_id, key, value)
-                trial.user_attrs[key] = value
-            return {}
-        self._record(study, trial, proposal)
-        return proposal.config.to_params()
+        return {}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
-        rng = rng_for(self.seed, trial.number, salt=sum(map(ord, param_name)))
-        if isinstance(param_distribution, CategoricalDistribution):
-            return param_distribution.choices[int(rng.integers(len(param_distribution.choices)))]
-        return RandomSampler(seed=int(rng.integers(2**31))).sample_independent(
-            study, trial, param_name, param_distribution
-        )
-
-    # --- proposals -----------------------------------------------------------------------------------------
-    def propose(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
-        """The configuration for a free trial: its sweep point, else a planner or fallback choice."""
-        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
-        k = sum(1 for t in trials if t.number < trial.number and is_free(t))
-        # warm start: the earlier studies' best configurations right after the baseline; sweep points they
-        # measured already (legal here) are skipped
-        known: set[TrainingConfig] = set()
-        if k >= 1:
-            offer, taken, known = next_offer(self.space, study, trials, trial.number)
-            if offer is not None:
-                return Proposal(
-                    offer, WARM_PHASE, "warm-start", "best measured in an earlier study (warm start)"
+        if param_name in AXES:
+            proposal = trial.system_attrs.get(PROPOSAL)
+            if isinstance(proposal, dict) and param_name in proposal.get("config", {}):
+                value = proposal["config"][param_name]
+                if _contains(param_distribution, value):
+                    return value
+                log.warning(
+                    "trial %d: %s=%r (the sampler's decision) is not in %s; sampled independently",
+                    trial.number,
+                    param_name,
+                    value,
+                    param_distribution,
                 )
-            k -= taken
-        plan = [(i, p) for i, p in enumerate(self.plan) if i == 0 or p.config not in known]
-        if k < len(plan):
-            if SWEEP_ATTR not in study._storage.get_study_user_attrs(study._study_id):
-                study._storage.set_study_user_attr(study._study_id, SWEEP_ATTR, self.design.summary())
-            i, p = plan[k]
-            value = p.value if p.axis else p.config.key()
-            extra = {"sweep_index": i, "sweep_axis": p.axis or "baseline", "sweep_value": value}
-            return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
-        others = [t for t in trials if t.number != trial.number]
-        mem_cal = study_memory_calibration(study)
-        counted = [t for t in others if _counts_as_tried(t, mem_cal)]
-        ordered = [c for c in (trial_config(self.space, t) for t in counted) if c is not None]
-        exclude = set(ordered)
-        # concurrent workers: a trial being proposed right now has its config_key attr before its params, and
-        # an earlier free trial still being sampled has neither; skip the former's choice and leave the latter
-        # the better-ranked picks, so simultaneous fallback trials spread instead of colliding
-        claimed = {
-            str(t.user_attrs["config_key"])
-            for t in counted
-            if t.state == RUNNING and t.user_attrs.get("config_key")
-        }
-        now = datetime.now()
-        pending = sum(
-            1
-            for t in others
-            if t.number < trial.number
-            and t.state == RUNNING
-            and is_free(t)
-            and not t.params
-            and "config_key" not in t.user_attrs
-            and t.datetime_start is not None
-            and (now - t.datetime_start).total_seconds() < PENDING_S  # a killed sampling is not pending
-        )
-        note = ""
-        warm = warm_start_observations(self.space, study)
-        if self.planner is not None:
-            out = self.planner.propose(
-                study,
-                others,
-                n=self.proposals_per_round,
-                tried=list(dict.fromkeys(c.key() for c in ordered)),
-                validate=lambda d: self.validate(d, exclude, mem_cal),
-                trial_number=trial.number,
-                ranking=self.fallback.ranking(
-                    others, k=self.planner_context, exclude=exclude, memory_scale=mem_cal.scale, prior=warm
-                ),
-            )
-            if out.accepted:
-                for config, rationale in out.accepted[1:]:
-                    study.enqueue_trial(
-                        config.to_params(),
-                        user_attrs=self._attrs(Proposal(config, "planner", self.planner.model, rationale)),
-                        skip_if_exists=True,
-                    )
-                config, rationale = out.accepted[0]
-                return Proposal(config, "planner", self.planner.model, rationale)
-            note = (
-                f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
-            )
-        found = self.fallback.propose(
-            others,
-            index=k,
-            exclude=exclude,
-            exclude_keys=claimed,
-            skip=pending,
-            memory_scale=mem_cal.scale,
-            prior=warm,
-        )
-        if found is None:
+            elif trial.system_attrs.get(EXHAUSTED):
+                reason = str(trial.system_attrs[EXHAUSTED])
+                study._storage.set_trial_user_attr(trial._trial_id, "prune_reason", reason)
+                raise optuna.TrialPruned(reason)
+        return self._independent.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        store_spec(study, self.spec)
+        sa = trial.system_attrs
+        if PROPOSAL in sa:  # a heartbeat retry (system attrs copied): the same decision
+            return
+        if "fixed_params" in sa:
+            self._enqueued(study, trial)
+            return
+        if trial.params:  # e.g. a retry of a trial whose params were set without this sampler
+            return
+        with self._lock:
+            proposal = self._decide(study, trial)
+        if proposal is None:
+            set_trial_state(study, trial, EXHAUSTED, EXHAUSTED_REASON)
+            self._set_user_attrs(study, trial, {"phase": "exhausted", "prune_reason": EXHAUSTED_REASON})
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        if self.is_exhausted(study):
             log.info("every feasible configuration has been tried; stopping the study")
             try:
                 study.stop()
-            except RuntimeError:
+            except RuntimeError:  # ask/tell: the caller checks is_exhausted()
                 pass
-            return None
-        config, rationale = found
-        return Proposal(config, "fallback", f"fallback-{self.fallback.mode}", note + rationale)
+
+    # --- decisions -----------------------------------------------------------------------------------------
+    def _context(self, study: optuna.Study, trial: FrozenTrial | None) -> Context:
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        others = [t for t in trials if trial is None or t.number != trial.number]
+        mem_cal = study_calibrations(study, self.spec, self.space, step=False).memory
+        return Context(self, study, trial or _NO_TRIAL, others, mem_cal)
+
+    def proposers(self) -> list[Any]:
+        """The chain, in order (a fresh planner proposer per decision carries its note to the fallback)."""
+        planner = PlannerProposer()
+        return [Retry(), WarmStartOffers(), Sweep(), planner, _Noted(planner)]
+
+    def propose(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
+        """The decision for a trial the sampler chooses (``None``: nothing left); writes nothing."""
+        ctx = self._context(study, trial)
+        for proposer in self.proposers():
+            proposal = proposer.propose(ctx)
+            if proposal is not None:
+                return proposal
+        return None
+
+    def _decide(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
+        ctx = self._context(study, trial)
+        proposal = None
+        chain = self.proposers()  # one chain per decision: the planner is asked at most once
+        for _ in range(CLAIM_ATTEMPTS):
+            proposal = next((p for pr in chain if (p := pr.propose(ctx)) is not None), None)
+            if proposal is None:
+                return None
+            self._record(
+                study, trial, proposal, user_attrs=False
+            )  # the claim, visible to every worker at once
+            if not self._claimed_elsewhere(study, trial, proposal.config):
+                break
+            ctx.exclude.add(proposal.config)  # another worker took it meanwhile: choose again
+        assert proposal is not None
+        self._set_user_attrs(study, trial, self.proposal_attrs(proposal))  # (user attrs cannot be taken back)
+        return proposal
+
+    def _claimed_elsewhere(self, study: optuna.Study, trial: FrozenTrial, config: TrainingConfig) -> bool:
+        active = study._storage.get_all_trials(study._study_id, deepcopy=False, states=ACTIVE)
+        return any(t.number != trial.number and trial_config(self.space, t) == config for t in active)
+
+    def is_exhausted(self, study: optuna.Study) -> bool:
+        """Whether nothing is left to propose: no failed point to retry, no sweep point and no feasible
+        configuration that was not tried or is not in flight."""
+        ctx = self._context(study, None)
+        if ctx.state.retry or Sweep().remaining(ctx):
+            return False
+        table = self.fallback.rows(ctx.mem_cal.scale)
+        covered = ctx.covered
+        return all(r.config in covered for r in table)
+
+    def _enqueued(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """An enqueued trial: record its decision; complete partial axis params with the nearest configuration
+        that fits (and say so)."""
+        fixed = dict(trial.system_attrs["fixed_params"])
+        axes = {k: v for k, v in fixed.items() if k in AXES}
+        ua = trial.user_attrs
+        if not axes:
+            return  # not a configuration (another objective's params)
+        config = complete_config(self.space, axes)
+        if config is None:
+            config = self._complete(study, axes)
+            if config is None:
+                return
+            missing = [a for a in AXES if a not in axes]
+            msg = (
+                f"trial {trial.number}: enqueue_trial gave {', '.join(f'{k}={v}' for k, v in axes.items())}; "
+                f"completed {', '.join(missing)} with the nearest configuration that fits: {config.key()}"
+            )
+            warnings.warn(msg, UserWarning, stacklevel=2)
+            log.warning(msg)
+            fixed.update(config.to_params())
+            set_trial_state(study, trial, "fixed_params", fixed)
+            ua = {**ua, "rationale": str(ua.get("rationale") or msg)}
+        proposal = Proposal(
+            config,
+            str(ua.get("phase") or "enqueued"),
+            str(ua.get("proposer") or "user"),
+            str(ua.get("rationale", "")),
+        )
+        self._record(study, trial, proposal, user_attrs=not ua.get("config_key"))
+
+    def _complete(self, study: optuna.Study, axes: dict[str, Any]) -> TrainingConfig | None:
+        cands = self.space.candidates
+        keep = tuple(a for a in axes if axes[a] in cands[a])
+        ref = config_from_params(self.space, axes)
+        if self._nearest is None:
+            self._nearest = Nearest(self.space)
+        nearest = self._nearest
+        mem_scale = study_calibrations(study, self.spec, self.space, step=False).memory.scale
+        found = nearest.nearest(
+            ref, lambda c: self.fallback.fits(c, mem_scale), self.fallback.estimate_of, fixed=keep
+        )
+        return found or nearest.nearest(ref, lambda c: True, None, fixed=keep)
 
     def validate(
         self,
@@ -320,20 +364,9 @@ class PrimusSampler(BaseSampler):
         memory_calibration: MemoryCalibration | None = None,
     ) -> tuple[TrainingConfig | None, str]:
         """Accept a candidate only if it is legal, within the study's axes, fits in memory and is new."""
-        try:
-            config = self.space.canonical(
-                TrainingConfig.from_params({a: params[a] for a in AXES if a in params})
-            )
-        except SpecError as exc:
-            return None, f"invalid: {exc}"
-        reasons = self.space.check(config)
-        if reasons:
-            return None, "illegal: " + "; ".join(reasons)
-        outside = [a for a in AXES if getattr(config, a) not in self.space.candidates[a]]
-        if outside:
-            return None, "outside the study's axes: " + ", ".join(
-                f"{a}={getattr(config, a)}" for a in outside
-            )
+        config, reason = legal_config(self.space, params)
+        if config is None:
+            return None, reason
         fits, attrs = memory_attrs(estimate_memory(self.spec, config), memory_calibration)
         if not fits:
             return None, attrs["prune_reason"]
@@ -341,7 +374,8 @@ class PrimusSampler(BaseSampler):
             return None, "duplicate: already tried or queued"
         return config, ""
 
-    def _attrs(self, p: Proposal) -> dict[str, Any]:
+    def proposal_attrs(self, p: Proposal) -> dict[str, Any]:
+        """The user attrs a proposal writes (what a user reads)."""
         mem = estimate_memory(self.spec, p.config)
         est = estimate_throughput(self.spec, p.config)
         return {
@@ -354,8 +388,58 @@ class PrimusSampler(BaseSampler):
             **p.extra,
         }
 
-    def _record(self, study: optuna.Study, trial: FrozenTrial, p: Proposal) -> None:
-        # sample_relative sees the trial cached before before_trial; write through the storage and the cache
-        for key, value in self._attrs(p).items():
+    def _record(
+        self, study: optuna.Study, trial: FrozenTrial, p: Proposal, *, user_attrs: bool = True
+    ) -> None:
+        decision = {
+            "phase": p.phase,
+            "proposer": p.proposer,
+            "config": p.config.to_params(),
+            "key": p.config.key(),
+        }
+        for k in ("sweep_index", "retry_of"):
+            if k in p.extra:
+                decision["index" if k == "sweep_index" else k] = p.extra[k]
+        set_trial_state(study, trial, PROPOSAL, decision)
+        if user_attrs:
+            self._set_user_attrs(study, trial, self.proposal_attrs(p))
+
+    @staticmethod
+    def _set_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> None:
+        for key, value in attrs.items():
             study._storage.set_trial_user_attr(trial._trial_id, key, value)
             trial.user_attrs[key] = value
+
+
+class _Noted:
+    """The model-guided proposer, prefixed with the planner's note (why the planner proposed nothing)."""
+
+    name = "model-guided"
+
+    def __init__(self, planner: PlannerProposer) -> None:
+        self.planner = planner
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        return ModelGuided(self.planner.note).propose(ctx)
+
+
+def _contains(dist: BaseDistribution, value: Any) -> bool:
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (ValueError, TypeError, KeyError):
+        return False
+
+
+_NO_TRIAL = FrozenTrial(
+    number=-1,
+    state=TrialState.RUNNING,
+    value=None,
+    datetime_start=None,
+    datetime_complete=None,
+    params={},
+    distributions={},
+    user_attrs={},
+    system_attrs={},
+    intermediate_values={},
+    trial_id=-1,
+)

@@ -1,8 +1,19 @@
-"""Turn an Optuna trial into a :class:`TrainingConfig`, with any sampler.
+"""Turn an Optuna trial into a :class:`TrainingConfig`, with any sampler; the one trial→configuration converter.
 
 Every axis is one categorical parameter named like the axis (``tp pp ep cp vpp mbs recompute moe_dispatcher
-pp_schedule ep_overlap``) whose choices are the study's candidate values, so TPE, Random or :class:`PrimusSampler` can all
-drive the same study. An illegal combination is pruned with ``prune_reason = "illegal: ..."``.
+pp_schedule ep_overlap``) whose choices are the study's *legal values* of that axis (the candidate values that
+appear in at least one legal configuration), so TPE, GP, Random or :class:`PrimusSampler` can all drive the
+same study.
+
+What a plain sampler can and cannot know: it sees ten independent categorical axes. It cannot know Megatron's
+coupling rules (``tp·cp·pp`` divides the world, the layers divide into ``pp·vpp`` chunks, ``ep`` divides the
+experts and the data-parallel ranks, the global batch divides into micro-batches, ...), so most raw
+combinations break one. :func:`suggest_config` therefore maps an illegal suggestion to the *nearest legal
+configuration* (fewest axes moved, then the smallest steps in the candidate lists; deterministic), records the
+mapping (trial system attr ``primus:mapped``, user attr ``suggested_config_key``) and runs that configuration
+(system attr ``primus:config``): the sampler learns the value of ``f(nearest_legal(x))``, and TPE/GP/Random
+comparisons are fair. Pass ``map_illegal=False`` to prune an illegal combination instead (``prune_reason =
+"illegal: ..."``). Memory is not a coupling rule: whether a configuration fits is the memory gate's decision.
 
 Example::
 
@@ -13,46 +24,86 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
 from optuna.distributions import CategoricalDistribution
 
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from ..spec.study import AXES, BOOL_AXES
+from ..spec.study import AXES
+from .configs import complete_config, config_from_params, legal_config, nearest_legal, trial_config
+from .pruner import gate_now
+from .state import CONFIG, EXHAUSTED, MAPPED, set_trial_state, system_attrs
+
+__all__ = [
+    "axis_distributions",
+    "complete_config",
+    "config_from_params",
+    "legal_config",
+    "nearest_legal",
+    "recorded_distributions",
+    "suggest_config",
+    "trial_config",
+]
 
 
 def axis_distributions(space: Space) -> dict[str, CategoricalDistribution]:
-    """One fixed categorical distribution per axis (the same in every trial, as Optuna requires)."""
-    return {a: CategoricalDistribution(list(space.candidates[a])) for a in AXES}
+    """One fixed categorical distribution per axis over its legal values (the same in every trial, as Optuna
+    requires)."""
+    legal = space.legal_values()
+    return {a: CategoricalDistribution(list(legal[a] or space.candidates[a])) for a in AXES}
 
 
-def complete_config(space: Space, params: dict[str, Any]) -> TrainingConfig | None:
-    """The canonical configuration of a trial's params (``None`` unless all ten axes are present; a boolean
-    axis missing from a trial recorded before it existed reads as false)."""
-    if any(a not in params and a not in BOOL_AXES for a in AXES):
-        return None
-    return space.canonical(TrainingConfig.from_params({a: params.get(a, False) for a in AXES}))
+def recorded_distributions(study: optuna.Study) -> dict[str, CategoricalDistribution]:
+    """The axis distributions the study's trials already use (Optuna's storages require one set of choices per
+    parameter name in a study, so a study recorded with other choices, e.g. before the legal values were used,
+    keeps its own)."""
+    out: dict[str, CategoricalDistribution] = {}
+    for t in study._storage.get_all_trials(study._study_id, deepcopy=False):
+        for a in AXES:
+            d = t.distributions.get(a)
+            if a not in out and isinstance(d, CategoricalDistribution):
+                out[a] = d
+        if len(out) == len(AXES):
+            break
+    return out
 
 
-def suggest_config(trial: optuna.Trial, spec: StudySpec, space: Space | None = None) -> TrainingConfig:
-    """Suggest all ten axes, canonicalise, and prune an illegal combination.
+def suggest_config(
+    trial: optuna.Trial, spec: StudySpec, space: Space | None = None, *, map_illegal: bool = True
+) -> TrainingConfig:
+    """Suggest the ten axes over their legal values and return the configuration the trial runs.
 
-    Records user attr ``config_key``; an illegal combination records ``prune_reason`` = ``"illegal: <rules>"``
-    and raises :class:`optuna.TrialPruned`.
+    An illegal combination is mapped to the nearest legal configuration (see the module docstring), or, with
+    ``map_illegal=False``, pruned with ``prune_reason = "illegal: <rules>"``. Records user attr ``config_key``
+    and system attr ``primus:config``. A trial for which :class:`PrimusSampler` had nothing left is pruned
+    (``exhausted: ...``) before any parameter is suggested.
     """
     space = space or Space(spec)
-    params = {a: trial.suggest_categorical(a, list(space.candidates[a])) for a in AXES}
-    if trial.user_attrs.get("phase") == "exhausted":  # PrimusSampler has nothing left to propose
-        reason = str(trial.user_attrs.get("prune_reason", "exhausted"))
-        raise optuna.TrialPruned(reason)
-    config = space.canonical(TrainingConfig.from_params(params))
-    if trial.user_attrs.get("config_key") != config.key():  # PrimusSampler has usually written it already
-        trial.set_user_attr("config_key", config.key())
-    reasons = space.check(config)
-    if reasons:
-        reason = "illegal: " + "; ".join(reasons)
+    sa = system_attrs(trial)
+    if sa.get(EXHAUSTED):
+        reason = str(sa[EXHAUSTED])
         trial.set_user_attr("prune_reason", reason)
         raise optuna.TrialPruned(reason)
+    dists = {**axis_distributions(space), **recorded_distributions(trial.study)}
+    params = {a: trial.suggest_categorical(a, list(dists[a].choices)) for a in AXES}
+    suggested = space.canonical(TrainingConfig.from_params(params))
+    config, reason = legal_config(space, suggested)
+    if config is None:
+        if not map_illegal:
+            trial.set_user_attr("prune_reason", reason)
+            raise optuna.TrialPruned(reason)
+        config = nearest_legal(space, suggested)
+        if config is None:
+            trial.set_user_attr("prune_reason", reason)
+            raise optuna.TrialPruned(reason)
+        moves = sum(getattr(config, a) != getattr(suggested, a) for a in AXES)
+        set_trial_state(
+            trial.study, trial, MAPPED, {"from": suggested.to_params(), "moves": moves, "why": reason}
+        )
+        trial.set_user_attr("suggested_config_key", suggested.key())
+    if sa.get(CONFIG) != config.to_params():
+        set_trial_state(trial.study, trial, CONFIG, config.to_params())
+    if trial.user_attrs.get("config_key") != config.key():  # PrimusSampler has usually written it already
+        trial.set_user_attr("config_key", config.key())
+    gate_now(trial, spec, config)  # a memory gate nested under another pruner decides here, before launch
     return config

@@ -40,13 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..space import Space, TrainingConfig
 from ..spec.study import AXES
-
-Score = Callable[[TrainingConfig], "float | None"]
-"""Expected tokens/s/GPU of a configuration, or ``None`` when it does not fit in memory."""
+from .nearest import MEMORY_LEVERS, Nearest, Score  # noqa: F401 (MEMORY_LEVERS re-exported)
+from .suggest import legal_config
 
 
 @dataclass(frozen=True)
@@ -69,12 +66,8 @@ class SweepPoint:
         return text + (f"; {self.note}" if self.note else "")
 
 
-def _in_candidates(space: Space, c: TrainingConfig) -> bool:
-    return all(getattr(c, a) in space.candidates[a] for a in AXES)
-
-
 def _legal(space: Space, c: TrainingConfig) -> bool:
-    return _in_candidates(space, c) and not space.check(c)
+    return legal_config(space, c)[0] is not None
 
 
 def _diff_note(base: TrainingConfig, c: TrainingConfig, skip: str | None) -> str:
@@ -122,8 +115,6 @@ def _step(space: Space, axis: str, old: Any, new: Any) -> int:
     return len(cands)
 
 
-MEMORY_LEVERS = ("recompute", "mbs")
-"""axes that trade speed for memory without changing the parallel layout: moved first to make a point fit"""
 MAX_REPAIR_MOVES = 2
 """a sweep point that does not fit may move at most this many other axes to fit"""
 MAX_PRUNED_POINTS = 2
@@ -179,62 +170,6 @@ def sweep_budget(space: Space) -> int:
     return max(2, int(search.n_trials * SWEEP_SHARE))
 
 
-class _Nearest:
-    """Legal configurations as code arrays, for "nearest fitting configuration" searches."""
-
-    def __init__(self, space: Space) -> None:
-        self.space = space
-        self.configs = space.configs()
-        self.codes = np.array(
-            [[space.candidates[a].index(getattr(c, a)) for a in AXES] for c in self.configs], dtype=np.int16
-        )
-        self.lever = np.array([a in MEMORY_LEVERS for a in AXES])
-
-    def code(self, config: TrainingConfig) -> np.ndarray:
-        cands = self.space.candidates
-        return np.array(
-            [cands[a].index(getattr(config, a)) if getattr(config, a) in cands[a] else -99 for a in AXES]
-        )
-
-    def nearest(
-        self,
-        ref: TrainingConfig,
-        fits: Callable[[TrainingConfig], bool],
-        score: Score | None,
-        *,
-        fixed: str | None = None,
-        max_moves: int | None = None,
-    ) -> TrainingConfig | None:
-        """The fitting legal configuration nearest to ``ref`` (keeping ``fixed`` at ``ref``'s value)."""
-        r = self.code(ref)
-        diff = self.codes != r
-        if fixed is not None:
-            j = AXES.index(fixed)
-            mask = self.codes[:, j] == r[j]
-            diff[:, j] = False
-        else:
-            mask = np.ones(len(self.configs), dtype=bool)
-        moves = diff.sum(axis=1)
-        if max_moves is not None:
-            mask &= moves <= max_moves
-        steps = np.where(r >= 0, np.abs(self.codes - r), 3).sum(axis=1)
-        parallel = (diff & ~self.lever).sum(axis=1)
-        idx = np.flatnonzero(mask)
-        order = idx[np.lexsort((steps[idx], moves[idx], parallel[idx]))]
-        best: tuple[tuple[int, int, int], float, str, TrainingConfig] | None = None
-        for i in order:
-            rank = (int(parallel[i]), int(moves[i]), int(steps[i]))
-            if best is not None and rank != best[0]:
-                break  # ties broken by the estimate; nothing nearer remains
-            c = self.configs[i]
-            if not fits(c):
-                continue
-            s = (score(c) or 0.0) if score is not None else 0.0
-            if best is None or (-s, c.key()) < (-best[1], best[2]):
-                best = (rank, s, c.key(), c)
-        return best[3] if best is not None else None
-
-
 def _moved(base: TrainingConfig, c: TrainingConfig, skip: str | None = None) -> str:
     return ", ".join(
         f"{a} {getattr(base, a)}→{getattr(c, a)}"
@@ -247,7 +182,7 @@ def sweep_center(
     space: Space,
     fits: Callable[[TrainingConfig], bool] | None = None,
     score: Score | None = None,
-    nearest: _Nearest | None = None,
+    nearest: Nearest | None = None,
 ) -> tuple[TrainingConfig, str]:
     """The sweep's centre and a note: the baseline if it is legal and fits, else the nearest one that does."""
     base = space.canonical(space.baseline)
@@ -259,7 +194,7 @@ def sweep_center(
         if fixed is None:
             return base, "the baseline is illegal and has no legal neighbour"
         return fixed, f"the study's baseline is illegal; moved {_moved(space.baseline, fixed)}"
-    found = (nearest or _Nearest(space)).nearest(space.baseline if not legal else base, fits, score)
+    found = (nearest or Nearest(space)).nearest(space.baseline if not legal else base, fits, score)
     if found is None:
         return base, "nothing in the space fits in memory; the baseline is kept"
     if legal:
@@ -350,7 +285,7 @@ def sweep_design(
     if fits is None and score is not None:
         fits = lambda c: score(c) is not None  # noqa: E731
     budget = sweep_budget(space) if budget is None else budget
-    nearest = _Nearest(space) if fits is not None else None
+    nearest = Nearest(space) if fits is not None else None
     center, note = sweep_center(space, fits, score, nearest)
     explicit = space.spec.search.sweep_order
     legal = space.legal_values()

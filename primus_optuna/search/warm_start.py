@@ -9,12 +9,13 @@ error per breakdown term and per axis value still informs the fit). Measured pea
 become memory-calibration evidence when the GPU is the same (the ratio is the memory model's error on that
 device). A study of another model is refused unless ``force``.
 
-:func:`apply_warm_start` stores the import in the study user attr ``warm_start`` and refits the study's
-``calibration`` (step time) and ``memory_calibration`` from the imported evidence plus the study's own; the
-sampler's fallback (per-axis-value corrections included) and the objective's refits read the imported pairs
-through :func:`warm_start_pairs` and :func:`warm_start_memory`; the earlier studies' best configurations that
-are legal here and fit are offered first after the baseline, and the sweep skips the points they measured
-(:func:`next_offer`).
+:func:`apply_warm_start` stores the import in the study system attr ``primus:warm_start`` (nothing is refitted:
+:func:`~primus_optuna.search.calibrations.study_calibrations` derives the calibrations from the import *and*
+the study's own trials whenever they are read, so a warm start never forgets the study's own out-of-memory
+runs); the sampler's fallback (per-axis-value corrections included) reads the imported pairs through
+:func:`warm_start_observations`; the earlier studies' best configurations that are legal here and fit are
+offered first after the baseline, and the sweep skips the points they measured
+(:mod:`~primus_optuna.search.proposers.warm`).
 
 Earlier studies are opened from ``STORAGE_URL[:STUDY_NAME]`` by :mod:`primus_optuna.record.earlier`, whose
 :func:`~primus_optuna.record.earlier.warm_start` is the Python entry point.
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,14 +39,15 @@ from ..errors import SpecError
 from ..physics.calibration import Calibration
 from ..physics.memory import estimate_memory
 from ..physics.memory_calibration import MemoryCalibration
-from ..physics.throughput import ThroughputEstimate, estimate_throughput
+from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from ..spec.study import AXES
+from .configs import legal_config, trial_config
 from .fallback import AxisValueFactors, corrected_tps
 from .learner import Observation
-from .pruner import CALIBRATION_ATTR, SPEC_ATTR, memory_attrs, stored_spec_data
-from .suggest import complete_config
+from .pruner import memory_attrs
+from .state import WARM_START, set_study_state, stored_spec, warm_start_data
+from .warm_data import ImportedPair, Pair, WarmStart
 
 __all__ = [
     "WARM_START_ATTR",
@@ -54,107 +55,22 @@ __all__ = [
     "apply_warm_start",
     "earlier_spec",
     "load_warm_start",
-    "next_offer",
     "warm_start_memory",
+    "warm_start_observations",
     "warm_start_pairs",
 ]
 
-WARM_START_ATTR = "warm_start"
+WARM_START_ATTR = WARM_START
 PHASE = "warm_start"
 MAX_OFFERS = 3
 """how many of the earlier best configurations are offered first"""
 
-Pair = tuple[TrainingConfig, ThroughputEstimate, float]
-
-
-@dataclass
-class ImportedPair:
-    """One earlier measurement in the new study's terms."""
-
-    source: str
-    params: dict[str, Any]
-    breakdown_s: dict[str, float]
-    estimate: float
-    measured: float
-    legal: bool
-    """legal in the new space (re-estimated under the new spec) or kept as the earlier pair"""
-
-    def to_pair(self, space: Space) -> Pair:
-        config = (
-            space.canonical(TrainingConfig.from_params(self.params))
-            if self.legal
-            else (TrainingConfig.from_params(self.params))
-        )
-        step = sum(self.breakdown_s.values())
-        return config, ThroughputEstimate(step, self.estimate, 0.0, dict(self.breakdown_s)), self.measured
-
-
-@dataclass
-class WarmStart:
-    """What the earlier studies contribute (JSON round-trip through the ``warm_start`` study attr)."""
-
-    sources: list[str] = field(default_factory=list)
-    pairs: list[ImportedPair] = field(default_factory=list)
-    memory_ratios: list[float] = field(default_factory=list)
-    oom_bounds: list[float] = field(default_factory=list)
-    offers: list[dict[str, Any]] = field(default_factory=list)
-    """params of the earlier best configurations legal here, best first"""
-    notes: list[str] = field(default_factory=list)
-    ranking: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sources": self.sources,
-            "pairs": [p.__dict__ for p in self.pairs],
-            "memory_ratios": self.memory_ratios,
-            "oom_bounds": self.oom_bounds,
-            "offers": self.offers,
-            "notes": self.notes,
-            "ranking": self.ranking,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> WarmStart:
-        if not data:
-            return cls()
-        return cls(
-            sources=list(data.get("sources", [])),
-            pairs=[ImportedPair(**p) for p in data.get("pairs", [])],
-            memory_ratios=[float(x) for x in data.get("memory_ratios", [])],
-            oom_bounds=[float(x) for x in data.get("oom_bounds", [])],
-            offers=list(data.get("offers", [])),
-            notes=list(data.get("notes", [])),
-            ranking=dict(data.get("ranking", {})),
-        )
-
-    def summary(self) -> str:
-        """One paragraph: what was imported and how much it moved the ranking."""
-        legal = sum(p.legal for p in self.pairs)
-        text = (
-            f"warm start from {', '.join(self.sources)}: {len(self.pairs)} measured trials imported ({legal} legal "
-            f"in this space, re-estimated under it), {len(self.memory_ratios)} measured peaks and "
-            f"{len(self.oom_bounds)} out-of-memory runs for the memory calibration"
-        )
-        r = self.ranking
-        if r:
-            text += (
-                f"; ranking of the {r['n']} feasible configurations: Spearman {r['spearman']:.2f} against the "
-                f"uncalibrated model, the new #1 was #{r['top1_was']}, {r['top10_overlap']}/10 of the top 10 "
-                "unchanged"
-            )
-        if self.offers:
-            text += f"; offered first after the baseline: {len(self.offers)} earlier best configurations"
-        return text + ("" if not self.notes else " (" + "; ".join(self.notes) + ")")
-
 
 def earlier_spec(source: str, study: optuna.Study) -> StudySpec:
-    """The study file an earlier primus-optuna study stored (its ``primus_spec`` attr)."""
-    data = stored_spec_data(study)
-    if data is None:
-        raise SpecError(
-            f"--warm-start {source!r}: study {study.study_name!r} was not created by primus-optuna (no {SPEC_ATTR})"
-        )
-    return StudySpec.from_dict(data, source=f"{source} ({SPEC_ATTR})")
+    """The study file an earlier primus-optuna study stored (its ``primus:spec`` attr)."""
+    spec = stored_spec(study, required=f"--warm-start {source!r}")
+    assert spec is not None
+    return spec
 
 
 def _same_model(a: StudySpec, b: StudySpec) -> bool:
@@ -189,7 +105,7 @@ def load_warm_start(
         for t in old_study.get_trials(deepcopy=False):
             ua = t.user_attrs
             try:
-                config = complete_config(old_space, t.params)
+                config = trial_config(old_space, t)
             except SpecError:
                 config = None
             if config is None:
@@ -211,7 +127,7 @@ def load_warm_start(
                 peak = estimate_memory(old, config).peak_gib
                 if peak > 0:
                     ws.memory_ratios.append(float(ua["measured_peak_memory_gib"]) / peak)
-            new = _legal_here(space, config)
+            new = legal_config(space, config)[0]
             tag = f"{source}#{t.number}"
             if new is not None and est_old.tokens_per_s_per_gpu > 0:
                 est = estimate_throughput(spec, new)
@@ -241,17 +157,6 @@ def load_warm_start(
             ws.offers.append(config.to_params())
     ws.ranking = ranking_shift(spec, space, ws, mem_cal)
     return ws
-
-
-def _legal_here(space: Space, config: TrainingConfig) -> TrainingConfig | None:
-    """``config`` canonical in ``space`` when it is legal there and within its axes, else ``None``."""
-    try:
-        c = space.canonical(config)
-    except SpecError:
-        return None
-    if space.check(c) or any(getattr(c, a) not in space.candidates[a] for a in AXES):
-        return None
-    return c
 
 
 def fit_from_pairs(space: Space, pairs: list[Pair]) -> tuple[Calibration, AxisValueFactors]:
@@ -299,8 +204,7 @@ def ranking_shift(spec: StudySpec, space: Space, ws: WarmStart, mem_cal: MemoryC
 
 def warm_start_pairs(space: Space, study: optuna.Study) -> list[Pair]:
     """The imported (configuration, estimate, measured) pairs of ``study`` (none without a warm start)."""
-    ws = study.user_attrs.get(WARM_START_ATTR)
-    return [ImportedPair(**p).to_pair(space) for p in ws.get("pairs", [])] if ws else []
+    return [ImportedPair(**p).to_pair(space) for p in warm_start_data(study).get("pairs", [])]
 
 
 def warm_start_observations(space: Space, study: optuna.Study) -> list[Observation]:
@@ -315,55 +219,15 @@ def warm_start_observations(space: Space, study: optuna.Study) -> list[Observati
 
 def warm_start_memory(study: optuna.Study) -> tuple[list[float], list[float]]:
     """The imported memory evidence of ``study``: (measured/estimated peak ratios, out-of-memory bounds)."""
-    ws = study.user_attrs.get(WARM_START_ATTR) or {}
+    ws = warm_start_data(study)
     return [float(x) for x in ws.get("memory_ratios", [])], [float(x) for x in ws.get("oom_bounds", [])]
 
 
 def apply_warm_start(study: optuna.Study, spec: StudySpec, ws: WarmStart) -> str:
-    """Store ``ws`` in ``study`` and refit its step-time and memory calibrations with it; returns the summary."""
-    from .fallback import measured_pairs
+    """Store ``ws`` in ``study`` (system attr ``primus:warm_start``); returns the summary. The calibrations
+    follow from it and the study's own trials (:func:`~primus_optuna.search.calibrations.study_calibrations`)."""
+    from .state import store_spec
 
-    space = Space(spec)
-    study.set_user_attr(WARM_START_ATTR, ws.to_dict())
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    pairs = warm_start_pairs(space, study) + measured_pairs(spec, space, done)
-    if pairs:
-        study.set_user_attr("calibration", Calibration.fit([(e, m) for _, e, m in pairs]).to_dict())
-    ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
-    for t in study.get_trials(deepcopy=False):
-        est = t.user_attrs.get("memory_peak_gib")
-        if (
-            est
-            and t.state == optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("measured_peak_memory_gib")
-        ):
-            ratios.append(float(t.user_attrs["measured_peak_memory_gib"]) / float(est))
-    if ratios or bounds:
-        study.set_user_attr(CALIBRATION_ATTR, MemoryCalibration.fit(ratios, bounds).to_dict())
+    store_spec(study, spec)
+    set_study_state(study, WARM_START, ws.to_dict())
     return ws.summary()
-
-
-def next_offer(
-    space: Space, study: optuna.Study, trials: list[optuna.trial.FrozenTrial], number: int
-) -> tuple[TrainingConfig | None, int, set[TrainingConfig]]:
-    """For the free trial ``number`` past the baseline: the next earlier-best configuration not yet tried or
-    offered (``None`` when none is left), how many earlier free trials took an offer (the sweep index is
-    shifted by that many) and the configurations the earlier studies measured that are legal here (the sweep
-    skips them: their effect is known)."""
-    ws = study.user_attrs.get(WARM_START_ATTR)
-    if not ws:
-        return None, 0, set()
-    from .sampler import is_free, trial_config
-
-    known = {
-        space.canonical(TrainingConfig.from_params(p["params"]))
-        for p in ws.get("pairs", [])
-        if p.get("legal")
-    }
-    taken = sum(1 for t in trials if t.number < number and is_free(t) and t.user_attrs.get("phase") == PHASE)
-    used = {trial_config(space, t) for t in trials if t.number != number}
-    for params in ws.get("offers", []):
-        config = space.canonical(TrainingConfig.from_params(params))
-        if config not in used:
-            return config, taken, known
-    return None, taken, known

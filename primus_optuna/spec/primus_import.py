@@ -33,8 +33,8 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from .optimizer import OPTIMIZER_DTYPE_FIELDS
 from .recompute import recompute_from_megatron
-from .study import OPTIMIZER_DTYPE_FIELDS
 
 MODEL_KEYS: tuple[str, ...] = (
     "num_layers",

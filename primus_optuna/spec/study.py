@@ -30,6 +30,7 @@ from ..redaction import MASK, looks_secret, redact_data
 from .hardware import GPU_CATALOG, GPUSpec, gpu_key, with_overrides
 from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
+from .optimizer import OPTIMIZER_DTYPE_FIELDS, PRECISION_AWARE_FIELDS  # noqa: F401 (re-exported)
 from .recompute import parse_recompute
 from .strict import StrictIntModel
 
@@ -215,9 +216,6 @@ class WorkloadSpec(_Strict):
         return self
 
 
-OPTIMIZER_DTYPE_FIELDS = ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
-"""The precision-aware optimizer's dtypes (Megatron argument names, fp32 by default)."""
-PRECISION_AWARE_FIELDS = ("precision_aware_optimizer", *OPTIMIZER_DTYPE_FIELDS)
 HASHED_WHEN_CHANGED = (*PRECISION_AWARE_FIELDS, "sequence_parallel")
 """workload fields that enter the space hash only when they differ from their default (study files written
 before they existed keep their hash)"""

@@ -38,9 +38,10 @@ def test_urls_and_sibling_directories(tmp_path):
     study = handle.study
     assert study.directions == [optuna.study.StudyDirection.MAXIMIZE]
     # the study file is a system attr (the dashboard lists user attrs: a one-line summary there)
-    from primus_optuna.search.pruner import stored_spec_data
+    from primus_optuna.search.state import SPEC, stored_spec_data
 
     assert stored_spec_data(study) == spec.to_dict() and "primus_spec" not in study.user_attrs
+    assert study._storage.get_study_system_attrs(study._study_id)[SPEC] == spec.to_dict()
     assert study.user_attrs["primus_study"].startswith(f"{spec.model.name} on 2x4 ")
     assert study.user_attrs["primus_space_hash"] == space_hash(spec)
     assert study.metric_names == ["tokens_per_s_per_gpu"]  # a column name a user can type

@@ -20,6 +20,7 @@ from primus_optuna.run.base import RunContext, RunFailure
 from primus_optuna.run.command import CommandRunner
 from primus_optuna.run.follow import LogFollower
 from primus_optuna.run.objective import make_objective
+from primus_optuna.search.calibrations import study_calibrations
 from primus_optuna.search.early_stop import ThroughputPruner, slow_verdict
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.space import Space
@@ -128,7 +129,7 @@ def test_slow_job_is_stopped_with_its_process_group_and_slightly_slower_runs_to_
     assert slow.user_attrs["gpu_hours"] > 0
     # its partial measurement (median of the iterations it ran) calibrates the model like a completed trial's
     assert slow.user_attrs["measured_partial"] and slow.user_attrs["measured_tokens_per_s_per_gpu"] == 500.0
-    assert study.user_attrs["calibration"]["n_trials"] == 3
+    assert study_calibrations(study).step.n_trials == 3
     assert _gone(int((tmp_path / "child-1.pid").read_text())), "the stopped job's child survived"
     assert close.state == State.COMPLETE and close.value == pytest.approx(980.0)
     assert len(close.intermediate_values) == 6 and "prune_reason" not in close.user_attrs

@@ -5,11 +5,11 @@ import pytest
 from optuna.artifacts import FileSystemArtifactStore
 
 from primus_optuna import Space, StudySpec
-from primus_optuna.physics.calibration import Calibration
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.run.analytical import AnalyticalRunner
 from primus_optuna.run.base import Measurement, OutOfMemory, RunFailure
 from primus_optuna.run.objective import make_objective
+from primus_optuna.search.calibrations import study_calibrations
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
 from tests.conftest import small_moe_study
@@ -96,10 +96,10 @@ def test_measured_runner_records_the_estimate_error(spec, tmp_path):
     )
     assert ua["estimate_error"] == pytest.approx(0.25, rel=1e-3)
     # the study's running calibration: one trial measured at 0.8x the estimate -> global scale 1.25 on time
-    cal = Calibration.from_dict(study.user_attrs["calibration"])
+    cal = study_calibrations(study, spec).step  # derived from the trials
     assert cal.n_trials == 1 and cal.scale == pytest.approx(1.25, rel=1e-3)
     # and its memory calibration: the run reported a 10 GiB peak against the model's estimate
-    mcal = study.user_attrs["memory_calibration"]
+    mcal = study_calibrations(study, spec).memory.to_dict()
     ratio = 10.0 / ua["memory_peak_gib"]
     if 0.25 <= ratio <= 4.0:
         assert mcal["n_trials"] == 1 and mcal["scale"] == pytest.approx(ratio, rel=1e-3)
@@ -130,7 +130,7 @@ def test_run_failure_is_recorded_with_its_log_and_the_study_goes_on(spec, tmp_pa
     assert ua["failure_reason"] == "oom" and "HIP out of memory" in ua["log_tail"]
     assert ua["memory_model_miss"] is True  # the model said it fits
     # an out-of-memory run is a lower bound for the memory calibration: this configuration is now out
-    mcal = study.user_attrs["memory_calibration"]
+    mcal = study_calibrations(study, spec).memory.to_dict()
     assert spec.cluster.gpu.hbm_gib / ua["memory_peak_gib"] <= 1.5  # close enough to count as evidence
     assert mcal["n_oom"] >= 1 and mcal["scale"] * ua["memory_peak_gib"] >= ua["memory_usable_gib"]
     assert any(p.read_text() == log.read_text() for p in (tmp_path / "artifacts").iterdir())
@@ -235,7 +235,7 @@ class _Noisy:
 
 def test_repeats_take_the_median_and_record_the_spread(spec, tmp_path):
     from primus_optuna.cli.run_cmd import summarize
-    from primus_optuna.search.pruner import store_spec
+    from primus_optuna.search.state import store_spec
 
     runner = _Noisy([1000.0, 1100.0, 1040.0, 1050.0, 990.0, 1010.0])
     study = _study(spec)

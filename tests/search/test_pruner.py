@@ -118,9 +118,18 @@ def test_multi_objective_helper(setup: tuple) -> None:
             assert t.user_attrs["prune_reason"] == est.reason()
 
 
+def measured_peak(estimated: float, measured: float) -> optuna.trial.FrozenTrial:
+    """A completed trial (of another objective's params) that measured a peak against an estimate."""
+    return optuna.trial.create_trial(
+        value=1.0,
+        user_attrs={"memory_peak_gib": estimated, "measured_peak_memory_gib": measured, "source": "measured"},
+    )
+
+
 def test_the_study_memory_calibration_decides(setup) -> None:
-    """A study whose measured peaks came in at half the model (study attr memory_calibration) lets an
-    estimated-infeasible configuration through, and a pessimistic one prunes a fitting configuration."""
+    """A study whose measured peaks came in at half the model (three measured trials: the calibration is
+    derived from them) lets an estimated-infeasible configuration through, and a pessimistic one prunes a
+    fitting configuration."""
     spec, space, _ = setup
     configs = space.configs()
     over = next(
@@ -135,7 +144,8 @@ def test_the_study_memory_calibration_decides(setup) -> None:
     )
     for scale, config, pruned in ((0.5, over, False), (2.0, fit, True)):
         study = optuna.create_study(direction="maximize", pruner=MemoryPrefilterPruner(spec=spec))
-        study.set_user_attr("memory_calibration", {"scale": scale, "n_trials": 3, "n_oom": 0})
+        for _ in range(3):
+            study.add_trial(measured_peak(100.0, 100.0 * scale))
         study.enqueue_trial(config.to_params())
 
         def objective(trial: optuna.Trial) -> float:
@@ -145,7 +155,7 @@ def test_the_study_memory_calibration_decides(setup) -> None:
             return 1.0
 
         study.optimize(objective, n_trials=1)
-        t = study.trials[0]
+        t = study.trials[-1]
         assert (t.state == optuna.trial.TrialState.PRUNED) is pruned
         est = estimate_memory(spec, config)
         assert t.user_attrs["memory_peak_gib"] == pytest.approx(est.peak_gib, abs=1e-3)

@@ -168,20 +168,31 @@ def test_pareto_study_returns_a_front():
     assert not [t for t in study.trials if t.state == State.FAIL]
 
 
-def test_exhausted_space_prunes_with_a_reason_instead_of_a_random_trial():
+def test_exhausted_space_stops_the_study_without_placeholder_trials():
+    """Issue 23 item 9: when nothing is left, ``is_exhausted()`` says so and ``optimize`` stops; a trial asked
+    anyway (ask/tell, a plain objective) is pruned with the reason and gets no random parameters."""
     spec = StudySpec.from_dict(
         small_moe_study(axes={"tp": [1], "cp": [1], "ep": [4], "mbs": [1], "recompute": ["none", "full"]})
     )
     feasible = [c for c in Space(spec).configs() if estimate_memory(spec, c).fits]
+    sampler = PrimusSampler(spec)
     study = optuna.create_study(
-        direction="maximize", sampler=PrimusSampler(spec), pruner=MemoryPrefilterPruner(spec=spec)
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
     )
-    study.optimize(make_objective(spec), n_trials=len(Space(spec).configs()) + 3)
-    done = [t.user_attrs["config_key"] for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert not sampler.is_exhausted(study)
+    n = len(Space(spec).configs()) + 3
+    study.optimize(make_objective(spec), n_trials=n)
+    done = [t.user_attrs["config_key"] for t in study.trials if t.state == State.COMPLETE]
     assert sorted(done) == sorted(c.key() for c in feasible)  # each feasible configuration exactly once
-    tail = study.trials[-1]
-    assert tail.state == optuna.trial.TrialState.PRUNED and tail.user_attrs["phase"] == "exhausted"
-    assert tail.user_attrs["prune_reason"].startswith("exhausted: ")
+    assert len(study.trials) < n and sampler.is_exhausted(study)
+    assert all(t.params for t in study.trials) and not [t for t in study.trials if t.state == State.FAIL]
+    # ask/tell past the end: a plain suggest is pruned with the reason, never a random configuration
+    trial = study.ask()
+    with pytest.raises(optuna.TrialPruned, match="exhausted"):
+        trial.suggest_categorical("tp", [1, 2])
+    study.tell(trial, state=State.PRUNED)
+    last = study.trials[-1]
+    assert not last.params and last.user_attrs["prune_reason"].startswith("exhausted: ")
 
 
 class _MeasuresEverything:
@@ -216,7 +227,7 @@ def test_memory_pruned_configs_come_back_when_the_memory_calibration_says_they_f
         study.enqueue_trial(c.to_params())
     study.optimize(objective, n_trials=len(sampler.plan) + 3)
     from primus_optuna.physics.memory_calibration import MemoryCalibration
-    from primus_optuna.search.sampler import _counts_as_tried
+    from primus_optuna.search.proposers.base import counts_as_tried as _counts_as_tried
 
     pruned = [
         t
@@ -226,7 +237,12 @@ def test_memory_pruned_configs_come_back_when_the_memory_calibration_says_they_f
     assert pruned and all(_counts_as_tried(t, MemoryCalibration()) for t in pruned)
     # measured runs showed peaks at 30% of the model: the memory-pruned sweep points are untried again
     assert not any(_counts_as_tried(t, MemoryCalibration(scale=0.3)) for t in pruned)
-    study.set_user_attr("memory_calibration", {"scale": 0.3, "n_trials": 3, "n_oom": 0})
+    for _ in range(3):  # measured runs whose peaks came in at 30% of the model: the calibration follows
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=1.0, user_attrs={"memory_peak_gib": 100.0, "measured_peak_memory_gib": 30.0}
+            )
+        )
     before = len(study.trials)
     study.optimize(objective, n_trials=10)
     after = [t for t in study.trials[before:] if t.state == optuna.trial.TrialState.COMPLETE]

@@ -15,27 +15,63 @@ def spec():
     return StudySpec.from_dict(small_moe_study())
 
 
-def test_every_axis_is_a_fixed_categorical_and_illegal_combinations_are_pruned(spec):
+def test_every_axis_is_a_fixed_categorical_over_its_legal_values_and_illegal_ones_are_pruned_on_request(spec):
     space = Space(spec)
     seen: list[object] = []
 
     def objective(trial):
-        config = suggest_config(trial, spec, space)
+        config = suggest_config(trial, spec, space, map_illegal=False)
         seen.append(config)
         return 1.0
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     study.optimize(objective, n_trials=40)
     dists = axis_distributions(space)
+    legal = space.legal_values()
     for t in study.trials:
         assert set(t.distributions) == set(AXES)
         assert all(t.distributions[a] == dists[a] for a in AXES)
+        assert all(list(dists[a].choices) == legal[a] for a in AXES)
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned, "a random sample of this product has illegal points"
     assert all(t.user_attrs["prune_reason"].startswith("illegal: ") for t in pruned)
     assert all(not space.check(c) and c == space.canonical(c) for c in seen)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == len(seen) and all("config_key" in t.user_attrs for t in done)
+
+
+@pytest.mark.parametrize("name", ["random", "tpe"])
+def test_plain_samplers_land_a_legal_configuration_in_every_trial(spec, name):
+    """Issue 23 item 15: with the raw candidates 92-97% of TPE/Random trials were illegal; an illegal
+    suggestion now runs the nearest legal configuration, recorded on the trial."""
+    from primus_optuna.search.configs import trial_config
+    from primus_optuna.search.state import CONFIG, MAPPED
+
+    space = Space(spec)
+    sampler = (
+        optuna.samplers.RandomSampler(seed=3) if name == "random" else optuna.samplers.TPESampler(seed=3)
+    )
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    ran = []
+
+    def objective(trial):
+        config = suggest_config(trial, spec, space)
+        ran.append(config)
+        return float(config.tp * config.mbs)
+
+    study.optimize(objective, n_trials=30)
+    assert len(ran) == 30 and all(c in space for c in ran)  # every trial legal and within the candidates
+    mapped = [t for t in study.trials if MAPPED in t.system_attrs]
+    assert mapped, "some raw suggestions were illegal"
+    for t in study.trials:
+        assert trial_config(space, t) == ran[t.number]
+        assert t.system_attrs[CONFIG] == ran[t.number].to_params()
+        assert t.user_attrs["config_key"] == ran[t.number].key()
+    for t in mapped:
+        suggested = space.canonical(space.make(**t.params))
+        assert space.check(suggested) or suggested not in space
+        assert t.user_attrs["suggested_config_key"] == suggested.key()
+        assert t.system_attrs[MAPPED]["moves"] >= 1
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from primus_optuna.record.earlier import open_earlier_studies, parse_source, war
 from primus_optuna.record.storage import open_study
 from primus_optuna.run.base import Measurement, RunContext
 from primus_optuna.run.objective import make_objective
+from primus_optuna.search.calibrations import study_calibrations
 from primus_optuna.search.early_stop import study_pruner
 from primus_optuna.search.sampler import PrimusSampler
 from primus_optuna.search.warm_start import fit_from_pairs
@@ -96,11 +97,11 @@ def test_warm_started_study_offers_the_imported_winner_first_with_the_imported_c
     new_url = f"sqlite:///{tmp_path / 'new.db'}"
     handle = open_study(spec, storage=new_url, heartbeat_interval=None)
     warm_start(handle.study, spec, [f"{url}:small-moe"])
-    cal = Calibration.from_dict(handle.study.user_attrs["calibration"])
+    cal = study_calibrations(handle.study, spec).step
     fitted = Calibration.fit([(e, m) for _, e, m in pairs])
     assert cal.n_trials == fitted.n_trials == len(measured) and cal.scale == pytest.approx(fitted.scale)
     assert cal.multipliers == pytest.approx(fitted.multipliers)
-    assert handle.study.user_attrs["memory_calibration"]["scale"] == pytest.approx(0.9, rel=1e-4)
+    assert study_calibrations(handle.study, spec).memory.scale == pytest.approx(0.9, rel=1e-4)
     offers = [space.canonical(TrainingConfig.from_params(p)) for p in ws.offers]
     assert 1 <= len(offers) <= 3
     n_offers = sum(c != space.canonical(space.baseline) for c in offers)  # the baseline already ran

@@ -74,6 +74,23 @@ class TrialRow:
         return reason_category(self.attrs.get("prune_reason"))
 
 
+def derived_attrs(study: Any, spec: StudySpec, space: Space) -> dict[str, Any]:
+    """The study's user attrs plus what the report reads that is derived or library state: the calibrations
+    (:func:`~primus_optuna.search.calibrations.study_calibrations`, unless a study recorded before they were
+    derived stored its own fit) and the warm start's import."""
+    from ...search.calibrations import study_calibrations
+    from ...search.state import warm_start_data
+
+    attrs = dict(study.user_attrs)
+    cal = study_calibrations(study, spec, space)
+    for key, value in (("calibration", cal.step_dict()), ("memory_calibration", cal.memory_dict())):
+        if key not in attrs and value is not None:
+            attrs[key] = value
+    if "warm_start" not in attrs and (ws := warm_start_data(study)):
+        attrs["warm_start"] = ws
+    return attrs
+
+
 def as_number(v: Any) -> float | None:
     """A stored attr as a float, ``None`` when absent or not a number."""
     try:
@@ -189,6 +206,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
     )
     spec = study_spec(study)
     space = Space(spec)
+    user_attrs = derived_attrs(study, spec, space)
     rows = []
     for t in study.get_trials(deepcopy=False):
         try:
@@ -232,7 +250,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
         spec=spec,
         space=space,
         directions=[d.name for d in study.directions],
-        user_attrs=dict(study.user_attrs),
+        user_attrs=user_attrs,
         trials=rows,
         artifacts=artifacts,
         artifact_store=store,

@@ -1,0 +1,245 @@
+"""The library's state in a study: every ``primus:`` system-attr name, how it is read and written, and the one
+reader and writer of the study file stored in a study.
+
+Optuna's own samplers record a decision when they make it (``GridSampler`` writes ``grid_id`` in
+``before_trial``) and derive everything else from the trials; so does primus-optuna. Nothing the library
+needs is a counter or a user attr: user attrs keep what a user reads (estimates, measurements, rationale,
+reasons). Names:
+
+Trial system attrs
+    - :data:`PROPOSAL` — the sampler's decision, written in ``before_trial`` before anything slow: ``{"phase",
+      "proposer", "config" (the ten axis params), "key", "index" (sweep position, when a sweep point),
+      "retry_of" (when a retry)}``. A heartbeat retry copies it (Optuna copies system attrs), so a retry runs
+      the same decision; other workers see it at once (in-flight configurations are never proposed again).
+    - :data:`CONFIG` — the configuration the trial runs, written by
+      :func:`~primus_optuna.search.suggest.suggest_config` (it differs from the params when a plain sampler's
+      suggestion was mapped to the nearest legal configuration, see :data:`MAPPED`).
+    - :data:`MAPPED` — ``{"from": params, "moves": n}`` when ``suggest_config`` mapped an illegal suggestion.
+    - :data:`MEMORY_CHECK` — the feasibility gate's verdict on this trial's configuration (``fits``, peak, usable).
+    - :data:`EXHAUSTED` — the sampler had nothing left to propose for this trial.
+
+Study system attrs
+    - :data:`SPEC` — the study file (also read under the legacy name ``primus_spec``, system then user attr).
+    - :data:`WARM_START` — what a warm start imported (legacy: user attr ``warm_start``).
+    - :data:`RESERVATION` ``+ name + ":" + holder`` — one slot of a budget (:func:`reserve`).
+
+Example::
+
+    reserve(study, "llm_call", f"trial-{trial.number}", limit=spec.llm.max_calls)  # True: make the call
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import optuna
+
+from ..errors import SpecError
+from ..space import Space
+from ..spec import StudySpec
+from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
+
+__all__ = [
+    "CONFIG",
+    "EXHAUSTED",
+    "MAPPED",
+    "MEMORY_CHECK",
+    "PREFIX",
+    "PROPOSAL",
+    "RESERVATION",
+    "SPEC",
+    "SPACE_HASH",
+    "SUMMARY",
+    "WARM_START",
+    "release",
+    "reservations",
+    "reserve",
+    "set_study_state",
+    "set_trial_state",
+    "store_spec",
+    "stored_spec",
+    "stored_spec_data",
+    "study_state",
+    "space_hash",
+    "trial_state",
+    "warm_start_data",
+]
+
+PREFIX = "primus:"
+PROPOSAL = PREFIX + "proposal"
+CONFIG = PREFIX + "config"
+MAPPED = PREFIX + "mapped"
+MEMORY_CHECK = PREFIX + "memory_check"
+EXHAUSTED = PREFIX + "exhausted"
+SPEC = PREFIX + "spec"
+WARM_START = PREFIX + "warm_start"
+RESERVATION = PREFIX + "reserved:"
+LEGACY_SPEC = "primus_spec"
+"""where studies written before the ``primus:`` names keep the study file (system attr, older still: user attr)"""
+LEGACY_WARM_START = "warm_start"
+SUMMARY = "primus_study"
+"""study *user* attr: a one-line summary a user reads (model, cluster, workload)"""
+SPACE_HASH = "primus_space_hash"
+"""study user attr: the hash of the search space (``record.storage.space_hash``), the resume guard"""
+
+
+# --- generic system-attr access ----------------------------------------------------------------------------
+def system_attrs(trial: Any) -> dict[str, Any]:
+    """A trial's system attrs: a FrozenTrial's, or the cached frozen trial's of a live ``optuna.Trial`` (Optuna
+    5 has no ``Trial.system_attrs``; the cache is the trial the sampler's ``before_trial`` saw)."""
+    cached = getattr(trial, "_cached_frozen_trial", None)
+    if cached is not None:
+        return cached.system_attrs
+    return getattr(trial, "system_attrs", None) or {}
+
+
+def trial_state(study: optuna.Study, trial: Any, key: str, *, fresh: bool = False) -> Any:
+    """A trial system attr (from the cached trial, or from storage when ``fresh``)."""
+    if fresh:
+        return study._storage.get_trial_system_attrs(trial._trial_id).get(key)
+    return system_attrs(trial).get(key)
+
+
+def set_trial_state(study: optuna.Study, trial: Any, key: str, value: Any) -> None:
+    """Write a trial system attr through the storage *and* the trial's cached copy (``sample_independent`` and
+    ``Trial`` see the cached frozen trial, not storage)."""
+    study._storage.set_trial_system_attr(trial._trial_id, key, value)
+    cached = getattr(trial, "_cached_frozen_trial", trial)
+    try:
+        cached.system_attrs[key] = value
+    except (AttributeError, TypeError):  # a live Trial's system_attrs is a read-only view
+        pass
+
+
+def study_state(study: optuna.Study, key: str | None = None) -> Any:
+    """The study's system attrs (all of them, or one)."""
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    return attrs if key is None else attrs.get(key)
+
+
+def set_study_state(study: optuna.Study, key: str, value: Any) -> None:
+    study._storage.set_study_system_attr(study._study_id, key, value)
+
+
+# --- budgets: reserve before spending ----------------------------------------------------------------------
+def reservations(study: optuna.Study, name: str) -> dict[str, Any]:
+    """``{holder: value}`` of the live (not released) reservations of budget ``name``."""
+    prefix = f"{RESERVATION}{name}:"
+    return {
+        k.removeprefix(prefix): v
+        for k, v in study_state(study).items()
+        if k.startswith(prefix) and v != "released"
+    }
+
+
+def reserve(study: optuna.Study, name: str, holder: str, limit: int, value: Any = "reserved") -> bool:
+    """Reserve one slot of budget ``name`` for ``holder``; ``True`` when it is granted (spend it), ``False``
+    when the budget is full (the reservation is released again).
+
+    Each reservation is its own system attr, written *before* the budget is read, so any number of threads and
+    processes never overrun ``limit``: of the granted holders the one that wrote last saw every other granted
+    one (granted slots are never released by this function), hence at most ``limit`` are granted. Two holders
+    that collide on the last slot may both be refused (under-use, never overrun)."""
+    key = f"{RESERVATION}{name}:{holder}"
+    if study_state(study, key) not in (None, "released"):
+        return True  # already holds a slot (e.g. a retried trial)
+    set_study_state(study, key, value)
+    if len(reservations(study, name)) <= limit:
+        return True
+    set_study_state(study, key, "released")
+    return False
+
+
+def release(study: optuna.Study, name: str, holder: str) -> None:
+    """Give back a slot that was not spent (e.g. a call that got no answer)."""
+    set_study_state(study, f"{RESERVATION}{name}:{holder}", "released")
+
+
+# --- the stored study file ---------------------------------------------------------------------------------
+def stored_spec_data(study: Any) -> Any:
+    """The study file a primus-optuna study stored, as a dict (``None`` without one); reads the legacy names
+    of older studies too."""
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    for key in (SPEC, LEGACY_SPEC):
+        if attrs.get(key) is not None:
+            return attrs[key]
+    return study.user_attrs.get(LEGACY_SPEC)
+
+
+def stored_spec(study: Any, *, required: str | None = None) -> StudySpec | None:
+    """The :class:`StudySpec` a study stored; ``None`` without one, or a :class:`SpecError` whose message
+    starts with ``required`` when given."""
+    data = stored_spec_data(study)
+    if not isinstance(data, dict):
+        if required is None:
+            return None
+        raise SpecError(
+            f"{required}: study {study.study_name!r} was not created by primus-optuna (no study file in its "
+            f"system attr {SPEC!r}); create it with `primus-optuna run`, or give the Python study a PrimusSampler / make_objective "
+            "(either stores it), or call store_spec(study, spec)"
+        )
+    return StudySpec.from_dict(data, source=f"study {study.study_name!r} ({SPEC})")
+
+
+def store_spec(study: Any, spec: StudySpec) -> None:
+    """Store ``spec`` in ``study`` (system attr :data:`SPEC`), a one-line summary user attr and the space hash
+    (the resume guard of ``primus-optuna run``); a study that has one keeps it."""
+    if stored_spec_data(study) is not None:
+        return
+    set_study_state(study, SPEC, spec.to_public_dict())
+    g = spec.cluster.gpu
+    study._storage.set_study_user_attr(
+        study._study_id,
+        SUMMARY,
+        f"{spec.model.name} on {spec.cluster.nodes}x{spec.cluster.gpus_per_node} {g.name}, seq "
+        f"{spec.workload.seq_length}, GBS {spec.workload.global_batch_size}, {spec.workload.precision}",
+    )
+    if study.user_attrs.get(SPACE_HASH) is None:
+        study._storage.set_study_user_attr(study._study_id, SPACE_HASH, space_hash(spec))
+
+
+def warm_start_data(study: Any) -> dict[str, Any]:
+    """What a warm start imported into ``study`` (empty without one)."""
+    data = study_state(study, WARM_START)
+    if data is None:
+        data = study.user_attrs.get(LEGACY_WARM_START)
+    return dict(data or {})
+
+
+# --- the resume guard --------------------------------------------------------------------------------------
+def space_hash(spec: StudySpec) -> str:
+    """A hash of everything that defines the search space, the estimates and the sweep plan.
+
+    Covers the candidate values of every axis and the whole model, cluster (GPU figures included) and workload,
+    the objectives, memory margin, baseline, axes and sweep order: each of them changes which configuration a
+    sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget,
+    seed or early-stopping thresholds keeps the hash.
+    """
+    data = spec.to_dict()
+    # the trial budget and the sweep's share of it only say where the sweep stops: a longer sweep extends a
+    # shorter one (see search.sweep), so changing them keeps every position's meaning; early-stopping
+    # thresholds only decide when a job stops
+    search = {
+        k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "sweep_trials", "early_stop")
+    }
+    doc = {
+        "candidates": Space(spec).candidates,
+        "model": data["model"],
+        "cluster": data["cluster"],
+        "workload": hashed_workload(data["workload"]),
+        "search": search,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields and
+    ``sequence_parallel`` enter only when they differ from their defaults, so study files written before they
+    existed keep their hash (fp32 everywhere and sequence parallelism then, as now)."""
+    return {
+        k: v
+        for k, v in workload.items()
+        if k not in HASHED_WHEN_CHANGED or v != WorkloadSpec.model_fields[k].default
+    }
