@@ -272,12 +272,14 @@ def test_oom_whose_calibrated_estimate_fitted_is_a_memory_model_miss(spec, tmp_p
     c, mem = min(usable, key=lambda cm: cm[1].peak_gib)  # the closest to fitting
     scale = 0.9 * mem.usable_gib / mem.peak_gib
     study = _study(spec)
-    study.set_user_attr("memory_calibration", {"scale": scale, "n_trials": 3, "n_oom": 0})
+    for _ in range(3):  # measured peaks at `scale` x the estimate: the study's memory calibration
+        attrs = {"source": "measured", "memory_peak_gib": 100.0, "measured_peak_memory_gib": 100.0 * scale}
+        study.add_trial(optuna.trial.create_trial(state=State.COMPLETE, value=1000.0, user_attrs=attrs))
     study.enqueue_trial(c.to_params())
     study.optimize(
         make_objective(spec, _Measured(spec, OutOfMemory), runs_dir=tmp_path), n_trials=1, catch=(RunFailure,)
     )
-    ua = study.trials[0].user_attrs
+    ua = study.trials[-1].user_attrs
     assert ua["failure_reason"] == "oom" and ua["memory_peak_gib"] > ua["memory_usable_gib"]
     assert ua["memory_peak_calibrated_gib"] <= ua["memory_usable_gib"]
     assert ua["memory_model_miss"] is True
