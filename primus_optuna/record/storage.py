@@ -165,7 +165,7 @@ def directions(spec: StudySpec) -> list[str]:
 
 METRIC_NAMES = {"tokens_per_s_per_gpu": "tokens/s/GPU", "peak_memory_gib": "peak memory GiB"}
 """display text of each objective; the study's metric names are the objective names themselves, so
-``trials_dataframe()`` has a column a user can type (``values_tokens_per_s_per_gpu``)"""
+``trials_dataframe()`` has a column a user can type (``value_tokens_per_s_per_gpu``)"""
 
 
 @dataclass

@@ -173,7 +173,7 @@ def test_the_study_name_is_the_value_column_a_user_can_type(tmp_path):
     loaded = optuna.load_study(study_name="small-moe", storage=url)
     assert loaded.metric_names == ["tokens_per_s_per_gpu"]  # no slash: a name a user can type
     pytest.importorskip("pandas")
-    assert "values_tokens_per_s_per_gpu" in loaded.trials_dataframe().columns
+    assert "value_tokens_per_s_per_gpu" in loaded.trials_dataframe().columns
 
 
 def test_the_centre_warning_names_the_centre_used_and_the_real_reason(tmp_path):
