@@ -32,8 +32,9 @@ The step is built bottom-up (each piece's source is in the module it comes from)
 5. after the pipeline: data-parallel gradient reduce-scatter (all-reduce without the distributed optimizer)
    and parameter all-gather, overlapped with the last backward / first forward except a tail (``dp_tail``)
    when ``workload.overlap_grad_reduce`` (not under zero-bubble: Primus turns the overlap off), else fully
-   exposed; the optimizer step is HBM-bound (Adam on fp32 master weights); without gradient-accumulation
-   fusion each micro-batch adds its bf16 grads into the fp32 main grads.
+   exposed; the optimizer step is HBM-bound (Adam on fp32 master weights; under fp16 also the loss-scale
+   unscale/inf check and the fp16 → fp32 grad cast); without gradient-accumulation fusion each micro-batch
+   adds its 16-bit grads into the main grads.
 
 The breakdown holds exposed time only and sums to the step time. All efficiency constants come from one
 table per GPU family (:mod:`.calibration`).
@@ -70,6 +71,17 @@ counted as 1 byte for every parameter: the GEMM weights are nearly all of them)"
 ADAM_BYTES_PER_PARAM = 36
 """Adam step traffic per local parameter: read+write fp32 master, exp_avg, exp_avg_sq (24), read the fp32 grad
 (4), write the bf16 param (2), grad-norm/zeroing passes (~6)"""
+FP16_UNSCALE_BYTES = 8
+"""fp16 loss scaling, per local parameter: the in-place unscale and inf/NaN check of the fp32 main grads (read
+4, write 4; Megatron ``Float16OptimizerWithFloat16Params.step`` →
+``_unscale_main_grads_and_check_for_nan``, ``megatron/optimizer/optimizer.py@db6892a9``:254-293); bf16 and
+fp8 runs have no grad scaler"""
+FP16_GRAD_COPY_BYTES = 6
+"""fp16 main grads (``grad_reduce_in_fp32`` off): the optimizer first casts them to fp32 (read 2, write 4;
+``_copy_model_grads_to_main_grads``, ``main_grad.float()``, same file:479-498; a no-op on fp32 main grads)"""
+UNFUSED_FWD_BYTES = 13
+UNFUSED_BWD_BYTES = 19
+"""HBM bytes per attention score without flash attention, forward and backward (see ``_Context.layer``)"""
 KERNELS_DENSE = 20
 KERNELS_MOE = 35
 """kernels per layer forward outside the GEMMs/attention (norms, residuals, rotary, activation, casts;
@@ -141,6 +153,10 @@ class _Context:
         self.world = spec.world
         self.fp8 = w.precision == "fp8"
         self.grad_bytes = GRAD_REDUCE_BYTES if w.grad_reduce_in_fp32 else ACT
+        # optimizer traffic per local parameter (Adam, plus fp16 loss scaling and the fp16 -> fp32 grad cast)
+        self.opt_bytes = ADAM_BYTES_PER_PARAM
+        if w.precision == "fp16":
+            self.opt_bytes += FP16_UNSCALE_BYTES + (0 if w.grad_reduce_in_fp32 else FP16_GRAD_COPY_BYTES)
         self.gather_bytes = 1 if self.fp8 and w.fp8_param_gather else PARAM_GATHER_BYTES
         self.bf16_peak = gpu.bf16_tflops * 1e12
         # FP8 linear GEMMs: the family's measured FP8/BF16 speed-up at the same shape, never slower than BF16
@@ -233,14 +249,18 @@ class _Context:
             core_b = g.core_attention_flops * ATTN_BWD_FACTOR / rate + n_kern * self.kernel_s + correction
         else:
             # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
-            # GEMM curve, plus the softmax over materialised scores: write scores, read+write probabilities,
-            # dropout mask, read by P·V (~10 B per score in forward, twice that in backward)
+            # GEMM curve, plus the traffic over the materialised 16-bit scores (Megatron's ParallelAttention,
+            # megatron/model/transformer.py@488f8c02:319-372): forward baddbmm writes the scores (2 B), the
+            # fused scale-mask-softmax reads and writes them (4), the dropout reads and writes them and writes
+            # its 1-byte mask (5), P·V reads them (2): 13 B per score; backward: dP written (2), P read for dV
+            # (2), dropout backward (5), softmax backward (read the output and the grad, write: 6), dS read
+            # for dQ and dK (4): 19 B
             sq = self.seq / cp
             score_gemm = Gemm(sq, self.seq, d, heads)
             gemm_t = 2 * self.gemm(score_gemm, linear=False)
-            mem_t = 10 * heads * sq * self.seq / self.hbm
-            core_f = gemm_t + mem_t + 3 * self.kernel_s
-            core_b = 2 * gemm_t + 2 * mem_t + 4 * self.kernel_s
+            scores = heads * sq * self.seq
+            core_f = gemm_t + UNFUSED_FWD_BYTES * scores / self.hbm + 4 * self.kernel_s
+            core_b = 2 * gemm_t + UNFUSED_BWD_BYTES * scores / self.hbm + 5 * self.kernel_s
         # memory-bound kernels, forward (bytes on this rank)
         h = md.hidden_size
         tokens = mbs * self.seq / cp
@@ -611,7 +631,7 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     if dpt is None:
         dense, expert = ctx.stage_params(tp, pp, ep, mx)
         rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
-        optimizer = local * ADAM_BYTES_PER_PARAM / ctx.hbm + 30 * ctx.kernel_s
+        optimizer = local * ctx.opt_bytes / ctx.hbm + 30 * ctx.kernel_s
         dpt = ctx.dp_terms[dkey] = (dense, expert, rs, ag, optimizer)
     dense, expert, rs, ag, optimizer = dpt
     bwd_window = n_stage * (b_layer + w_layer)
@@ -627,8 +647,11 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         dp_exposed = rs + ag
     grad_add = 0.0
     if not ctx.gaf:
-        # the wgrad GEMM writes a bf16 grad that a hook adds into the fp32 main grad, per micro-batch
-        grad_add = m * (dense + expert) * (ACT + 4 + 4) / ctx.hbm
+        # the wgrad GEMM writes a 16-bit grad that a hook adds into the main grad (read it, read and write the
+        # main grad: fp32, or fp16/bf16 without grad_reduce_in_fp32), per micro-batch (Megatron before
+        # gradient accumulation fusion: ``param.main_grad.add_(param.grad.data)``,
+        # ``megatron/model/distributed.py@488f8c02``:174)
+        grad_add = m * (dense + expert) * (ACT + 2 * ctx.grad_bytes) / ctx.hbm
 
     # breakdown of the busiest stage: m micro-batches of its layers + output layer, sends, bubble
     # (keys in the order of BREAKDOWN_TERMS)

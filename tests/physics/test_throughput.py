@@ -260,6 +260,63 @@ def test_unfused_attention_costs_time_and_s2_memory() -> None:
     assert estimate_memory(unfused, sel).peak_gib < estimate_memory(unfused, c).peak_gib - 1.0
 
 
+def test_fp16_optimizer_pays_loss_scaling_and_the_grad_cast() -> None:
+    # Megatron's Float16OptimizerWithFloat16Params under fp16: Adam (36 B/param) + the unscale/inf check of the
+    # fp32 main grads (8) + the fp16 -> fp32 cast of fp16 main grads (6); bf16 has no grad scaler
+    from primus_optuna.physics import throughput as t
+
+    base = StudySpec.from_dict(small_dense_study())
+    c = Space(base).baseline
+    opt = {
+        (prec, fp32): estimate_throughput(
+            with_changes(base, workload={"precision": prec, "grad_reduce_in_fp32": fp32}), c
+        ).breakdown_s["optimizer"]
+        for prec in ("bf16", "fp16")
+        for fp32 in (True, False)
+    }
+    assert opt["bf16", True] == pytest.approx(opt["bf16", False])
+    adam = t.ADAM_BYTES_PER_PARAM
+    # the optimizer term is HBM traffic plus a fixed kernel count, so compare the increments
+    step = (opt["fp16", True] - opt["bf16", True]) / t.FP16_UNSCALE_BYTES
+    assert step > 0
+    assert opt["fp16", False] - opt["fp16", True] == pytest.approx(step * t.FP16_GRAD_COPY_BYTES)
+    assert opt["bf16", True] > step * adam  # Adam's traffic, plus its kernels
+
+
+def test_main_grad_add_without_fusion_reads_and_writes_the_main_grad_dtype() -> None:
+    # without gradient-accumulation fusion a hook adds each micro-batch's 16-bit wgrad into the main grad:
+    # 2 + 2·4 bytes per weight with fp32 main grads, 2 + 2·2 with 16-bit ones
+    base = StudySpec.from_dict(small_dense_study())
+    c = Space(base).baseline
+
+    def other(**w: object) -> float:
+        return estimate_throughput(with_changes(base, workload=w), c).breakdown_s["compute_other"]
+
+    fused = other()
+    add32 = other(gradient_accumulation_fusion=False) - fused
+    add16 = other(gradient_accumulation_fusion=False, grad_reduce_in_fp32=False) - other(
+        grad_reduce_in_fp32=False
+    )
+    assert add32 > 0 and add16 / add32 == pytest.approx(6 / 10)
+
+
+def test_unfused_attention_traffic_is_megatrons_chain_of_score_kernels() -> None:
+    # 13 B per score forward (baddbmm write, softmax read+write, dropout read+write+mask, P·V read), 19 backward
+    from primus_optuna.physics import throughput as t
+
+    assert (t.UNFUSED_FWD_BYTES, t.UNFUSED_BWD_BYTES) == (2 + 4 + 5 + 2, 2 + 2 + 5 + 6 + 4)
+    spec = with_changes(StudySpec.from_dict(small_dense_study()), workload={"flash_attention": False})
+    c = Space(spec).baseline
+    saved = t.UNFUSED_FWD_BYTES, t.UNFUSED_BWD_BYTES
+    try:
+        a = estimate_throughput(spec.model_copy(), c).breakdown_s["compute_attention"]
+        t.UNFUSED_FWD_BYTES, t.UNFUSED_BWD_BYTES = 0, 0
+        b = estimate_throughput(spec.model_copy(), c).breakdown_s["compute_attention"]
+    finally:
+        t.UNFUSED_FWD_BYTES, t.UNFUSED_BWD_BYTES = saved
+    assert a > b
+
+
 def test_recompute_costs_exactly_what_it_drops() -> None:
     """Each recompute value re-runs the forward of what it drops: full:N is N/7 of full on the flagship's
     7-layer chunks, moe re-runs the expert all-to-alls (moe_act does not), core_attn is the attention."""

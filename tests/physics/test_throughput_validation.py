@@ -63,7 +63,10 @@ def config(spec: StudySpec, **axes: Any) -> TrainingConfig:
 # with Korthikanti et al. 2022). Estimated as they ran (examples/sc21/run_table_1.sh@db6892a9, the last
 # version before its removal): fp16 gradients (Megatron's --accumulate-allreduce-grads-in-fp32 was off by
 # default), torch DDP (bucketed all-reduce overlapped with backward) for 1.7B-18.4B, Megatron's local DDP
-# (one all-reduce after the backward) for 39.1B and up.
+# (one all-reduce after the backward) for 39.1B and up; no gradient-accumulation fusion (it came to Megatron-LM
+# with 83b1e42f, 2022-02-13, and then only with fp32 grad accumulation, megatron/arguments.py@83b1e42f:176):
+# each micro-batch's fp16 weight gradient is added into the fp16 main grad by a hook
+# (megatron/model/distributed.py@488f8c02:174).
 NARAYANAN_TORCH_DDP = {"1.7B", "3.6B", "7.5B", "18.4B"}
 NARAYANAN = [
     ("1.7B", 2304, 24, 24, 1, 1, 1, 32, 512, 16, 137),
@@ -91,6 +94,7 @@ def narayanan_tflops(row: tuple) -> float:
         sequence_parallel=False,
         grad_reduce_in_fp32=False,
         overlap_grad_reduce=name in NARAYANAN_TORCH_DDP,
+        gradient_accumulation_fusion=False,
     )
     sched = "interleaved" if vpp > 1 else "1f1b"
     est = estimate_throughput(
@@ -118,7 +122,9 @@ def test_narayanan_table1_tflops_within_15pct(row: tuple) -> None:
 
 # --- Korthikanti et al. 2022, Table 5 -------------------------------------------------------------------------
 # (name, h, layers, heads, tp, pp, vpp, gbs, mbs, full-recompute s, SP+selective s); dp = 1, fp16, Adam without
-# distributed optimizer, seq 2048, sequence parallelism on.
+# distributed optimizer, seq 2048. The full-recompute column is the paper's baseline, Megatron before its
+# sequence parallelism (Table 4, 22B: "baseline with recompute" runs the no-SP forward, 7.7 ms per layer, vs
+# 7.2 ms with SP), so it is estimated without sequence parallelism; the present-work column with it.
 KORTHIKANTI = [
     ("22B", 6144, 48, 64, 8, 1, 1, 4, 4, 1.42, 1.10),
     ("175B", 12288, 96, 96, 8, 8, 3, 64, 1, 18.13, 13.75),
@@ -129,16 +135,31 @@ KORTHIKANTI = [
 
 def korthikanti_times(row: tuple) -> tuple[float, float]:
     name, h, layers, heads, tp, pp, vpp, gbs, mbs, _, _ = row
-    spec = make_spec(gpt_model(h, layers, heads), "a100-80gb", tp * pp, 2048, gbs, "fp16", False, flash=False)
     sched = "interleaved" if vpp > 1 else "1f1b"
     out = []
     for rc in ("full", "selective"):
+        spec = make_spec(
+            gpt_model(h, layers, heads),
+            "a100-80gb",
+            tp * pp,
+            2048,
+            gbs,
+            "fp16",
+            False,
+            flash=False,
+            sequence_parallel=rc == "selective",
+        )
         c = config(spec, tp=tp, pp=pp, vpp=vpp, mbs=mbs, recompute=rc, pp_schedule=sched)
         out.append(estimate_throughput(spec, c).step_time_s)
     return out[0], out[1]
 
 
-KORTHIKANTI_XFAIL: dict[str, str] = {}
+KORTHIKANTI_XFAIL: dict[str, str] = {
+    # with the full-recompute baseline estimated without sequence parallelism (as it ran) the 22B ratio is
+    # 1.371 against the published 1.291 (+6.2%): the model's no-SP layer is 2% slow and its SP + selective layer
+    # 2% fast against the paper's Table 4 (27.2 and 20.3 ms per layer); the three pipelined models are within 5%
+    "22B-ratio": "full/selective 1.371 vs 1.291 (+6.2%)",
+}
 
 
 def _kparams(kind: str) -> list:
