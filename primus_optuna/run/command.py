@@ -190,6 +190,46 @@ class Launch:
 Wrap = Callable[[Launch, dict[str, str], RunContext], Launch]
 
 
+_WATCHDOG = """
+import os, signal, sys, time
+if sys.stdin.buffer.read():  # a word from the runner: the job ended normally
+    sys.exit(0)
+for sig in (signal.SIGTERM, signal.SIGKILL):  # EOF without one: the runner died (kill -9)
+    try:
+        os.killpg(int(sys.argv[1]), sig)
+    except ProcessLookupError:
+        sys.exit(0)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def orphan_guard(pgid: int, grace_s: float = 30.0) -> Callable[[], None]:
+    """A watchdog for a launched job's process group: when this process dies without releasing it (even by
+    ``kill -9``, which no handler sees) the watchdog sends the group SIGTERM, then SIGKILL after ``grace_s``,
+    so no job keeps its GPUs busy unattended. Returns the release function (call it once the job ended)."""
+    r, w = os.pipe()  # both ends close-on-exec: only the watchdog holds the read end
+    dog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pgid), str(grace_s)],
+        stdin=r,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C is handled by the runner, not by the watchdog
+    )
+    os.close(r)
+
+    def release() -> None:
+        try:
+            os.write(w, b"done")
+        finally:
+            os.close(w)
+        try:
+            dog.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            dog.kill()
+
+    return release
+
+
 class CommandRunner:
     """Run a command per trial; the measurement is parsed from its log."""
 
@@ -274,6 +314,7 @@ class CommandRunner:
                 msg = f"could not start {launch.argv[0]!r}: {exc}"
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
+            release = orphan_guard(proc.pid)
             try:
                 rc, timed_out, stopped = self._watch(proc, launch.follow_log or log_path, context, t0)
             except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: the job must not outlive us (busy GPUs)
@@ -286,6 +327,8 @@ class CommandRunner:
                 _kill_group(proc)
                 _cancel(launch)
                 raise
+            finally:
+                release()
             if timed_out or stopped is not None:
                 _cancel(launch)
         wall = time.monotonic() - t0

@@ -43,6 +43,35 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+class _Recompute:
+    """A stand-in configuration for the recompute rules (they read ``recompute`` only)."""
+
+    __slots__ = ("recompute",)
+
+    def __init__(self, recompute: str) -> None:
+        self.recompute = recompute
+
+
+def _recompute_order(value: str) -> tuple[int, int]:
+    """Decreasing memory: none, selective variants, full:N by N, full."""
+    r = parse_recompute(value)
+    if r.is_full:
+        return (2, r.num_layers or 10**9)
+    return (1, 0) if r.modules else (0, 0)
+
+
+def _insert_in_order(axis: str, values: list[Any], value: Any) -> list[Any]:
+    """``values`` with ``value`` added where it belongs: sorted for integer axes, by decreasing memory for
+    recompute, last for the other categorical axes."""
+    if axis == "recompute":
+        key = _recompute_order(value)
+        i = next((k for k, v in enumerate(values) if _recompute_order(v) > key), len(values))
+        return [*values[:i], value, *values[i:]]
+    if axis in CHOICES:
+        return [*values, value]
+    return sorted([*values, value])
+
+
 class _Partial:
     """Mutable stand-in for a configuration while enumerating (rules read attributes only)."""
 
@@ -58,6 +87,30 @@ class Space:
         self.candidates: dict[str, list[Any]] = {a: self._default_candidates(a) for a in AXES}
         for axis, values in spec.search.axes.items():
             self.candidates[axis] = sorted(values) if axis not in CHOICES else list(values)
+        self._refuse_inapplicable_recompute()
+        self.baseline_added: dict[str, Any] = {}
+        """baseline values that were not default candidates and joined them, so the sweep starts from what the
+        user runs today (an axis restricted by ``search.axes`` keeps exactly the values listed)"""
+        for axis in AXES:
+            value = getattr(self.baseline_raw, axis)
+            if axis not in spec.search.axes and value not in self.candidates[axis]:
+                self.candidates[axis] = _insert_in_order(axis, self.candidates[axis], value)
+                self.baseline_added[axis] = value
+
+    def _refuse_inapplicable_recompute(self) -> None:
+        """A recompute value written in the study file (``search.axes.recompute``, the baseline) that names a
+        module this model does not have is a study-file error, not a silently dropped candidate."""
+        rule = next(r for r in RULES if r.id == "recompute_modules")
+        written = [("search.axes.recompute", v) for v in self.spec.search.axes.get("recompute", [])]
+        written.append(("search.baseline.recompute", self.spec.search.baseline.recompute))
+        for where, value in written:
+            why = rule.fn(self.facts, _Recompute(value))
+            if why:
+                raise SpecError(
+                    f"{where}: {value!r} does not apply to {self.spec.model.name}: "
+                    f"{why.split(': ', 1)[-1]}; remove it or pick a value from "
+                    f"{', '.join(self._default_candidates('recompute'))}"
+                )
 
     # --- candidates and canonical form ---------------------------------------------------------------------
     def _default_candidates(self, axis: str) -> list[Any]:
