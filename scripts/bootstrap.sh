@@ -14,7 +14,11 @@ _pip() {  # pip, quiet, without this machine's local-index warnings; returns pip
   local rc=0 log
   log="$(mktemp)"
   "$VENV/bin/python" -m pip install -q "$@" >"$log" 2>&1 || rc=$?
-  grep -v -e "^WARNING: Location" -e "BuildBackendWarning" "$log" >&2 || true
+  # drop this machine's local-index warnings and setuptools' informational note on flat-layout editable
+  # installs (a "!! ... !!" block naming "Editable installation", plus the source line it prints after it)
+  awk '/^ *!!$/ { skip = !skip; next } skip { next }
+       /^WARNING: Location/ || /BuildBackendWarning/ || /with strategy, WheelFile/ { next } { print }' \
+    "$log" >&2 || true
   rm -f "$log"
   return "$rc"
 }

@@ -11,4 +11,6 @@ STUDY="${PRIMUS_OPTUNA_STUDY:-studies/mixtral-8x22b-mi355x-fp8.yaml}"
 mkdir -p runs
 STORAGE="${PRIMUS_OPTUNA_STORAGE:-sqlite:///runs/$(basename "$STUDY" .yaml).db}"
 primus-optuna run "$STUDY" --storage "$STORAGE" "$@"
-primus-optuna report --storage "$STORAGE" --out "runs/$(basename "$STUDY" .yaml)-report"
+# the report goes where `run` said (next to a file storage: runs/<study>-report/); it prints the paths
+primus-optuna report --storage "$STORAGE"
+echo "primus-optuna is in $ROOT/.venv: 'source $ROOT/.venv/bin/activate' to call it by name in a new shell" >&2

@@ -53,3 +53,60 @@ def config_from_option(space: Space, text: str) -> TrainingConfig:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def program() -> str:
+    """How to call this CLI again from a new shell: ``primus-optuna`` when that name on the ``PATH`` of a
+    fresh login is this program (installed outside a virtual environment), else the absolute path of the
+    executable that is running (e.g. ``/home/me/primus-optuna/.venv/bin/primus-optuna``)."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    exe = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if exe is None or exe.name != "primus-optuna":  # imported (tests, python -m): the plain name
+        return "primus-optuna"
+    exe = Path(shutil.which(str(exe)) or exe).resolve()
+    in_venv = sys.prefix != sys.base_prefix
+    on_path = shutil.which("primus-optuna")
+    if not in_venv and on_path and Path(on_path).resolve() == exe:
+        return "primus-optuna"
+    return shlex.quote(str(exe))
+
+
+def check_storage_url(url: str, option: str = "--storage") -> None:
+    """Refuse a storage URL that would silently write somewhere else: a SQLite URL without its three
+    slashes (``sqlite:/x.db`` makes a folder ``sqlite:``) and a file storage whose folder does not exist
+    (a typo would otherwise create it)."""
+    from ..record.storage import normalize_url, storage_file
+
+    normalized = normalize_url(url)
+    if url.startswith("sqlite:") and not url.startswith("sqlite:///"):
+        raise SpecError(
+            f"{option} {url!r}: a SQLite URL has three slashes before the path: sqlite:///relative/x.db or "
+            "sqlite:////absolute/x.db"
+        )
+    f = storage_file(normalized)
+    if f is not None and not f.parent.is_dir():
+        raise SpecError(
+            f"{option} {url!r}: the folder {str(f.parent)!r} does not exist; create it "
+            f"(mkdir -p {shlex_quote(str(f.parent))}) or pass another path"
+        )
+
+
+def check_output_path(path: str, option: str) -> None:
+    """An output file's folder must exist (a typo would otherwise create a new folder)."""
+    from pathlib import Path
+
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise SpecError(
+            f"{option} {path!r}: the folder {str(parent)!r} does not exist; create it "
+            f"(mkdir -p {shlex_quote(str(parent))}) or pass another path"
+        )
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

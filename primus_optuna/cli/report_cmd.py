@@ -47,7 +47,9 @@ def _study(storage: str, study_name: str | None):  # -> optuna.Study
 
     from ..errors import SpecError
     from ..record.storage import make_storage
+    from ._common import check_storage_url
 
+    check_storage_url(storage)
     url = _url(storage)
     _check_file(url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -82,9 +84,9 @@ def report(storage: str, study_name: str | None, out: str | None) -> None:
     from ..record.report import build_report, default_report_dir
 
     study, url = _study(storage, study_name)
-    paths = build_report(url, study.study_name, out or default_report_dir(study.study_name))
-    click.echo(f"wrote {paths['md']}")
-    click.echo(f"wrote {paths['html']}")
+    paths = build_report(url, study.study_name, out or default_report_dir(study.study_name, url))
+    click.echo(f"wrote {paths['md'].resolve()}")
+    click.echo(f"wrote {paths['html'].resolve()}")
 
 
 @click.command()
@@ -171,7 +173,10 @@ def export(
 ) -> None:
     """Print the best (or chosen) trial's configuration in the format a launcher reads."""
     from ..record.export import export_config, select_trial, study_spec, trial_config
+    from ._common import check_output_path
 
+    if output:
+        check_output_path(output, "--output")
     study, url = _study(storage, study_name)
     spec = study_spec(study)
     trial = select_trial(study, trial_number)
@@ -190,7 +195,6 @@ def export(
         )
     if output:
         try:
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
             Path(output).write_text(text)
         except OSError as exc:
             raise SpecError(f"--output {output!r}: cannot write it ({exc.strerror or exc})") from None

@@ -5,209 +5,104 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import statistics
 import sys
-from collections import Counter
 from typing import Any
 
 import click
 
 from ..run.interrupt import stop_signal
-from ._common import study_argument, user_errors
+from ._common import check_storage_url, study_argument, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
 """analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
 
 
-def _category(reason: str) -> str:
-    return reason.split(":", 1)[0].strip() or "unknown"
+def _summary(study: Any, storage_url: str) -> Any:
+    """The study's :class:`~primus_optuna.record.summary.StudySummary` (one account for every view)."""
+    from ..record.report import record_of
+    from ..record.summary import study_summary
+    from ._common import program
 
-
-def _baseline_note(trials: list[Any], best: float) -> str:
-    """Why there is no measured gain, and the gain against the baseline's estimate when it has one."""
-    base = next((t for t in trials if t.user_attrs.get("sweep_axis") == "baseline"), None)
-    if base is None:
-        return "n/a (no baseline trial in this study)"
-    why = (
-        base.user_attrs.get("prune_reason")
-        or base.user_attrs.get("failure_reason")
-        or base.state.name.lower()
-    )
-    est = base.user_attrs.get("estimate_tokens_per_s_per_gpu")
-    note = f"n/a: the baseline (trial {base.number}) did not complete ({why})"
-    if est:
-        note += f"; against its estimate of {est:.1f} tokens/s/GPU: {best / est - 1.0:+.1%}"
-    return note
-
-
-def _noise_warning(done: list[Any]) -> list[str]:
-    """A warning when the two fastest configurations are closer than the measurement noise: the median
-    relative spread of the repeated runs (``runner.options.repeats`` > 1); nothing without repeats."""
-    spreads = [float(t.user_attrs["measured_spread"]) for t in done if t.user_attrs.get("measured_spread")]
-    if not spreads or len(done) < 2:
-        return []
-    noise = statistics.median(spreads)
-    a, b = sorted(done, key=lambda t: -t.values[0])[:2]
-    if a.values[0] - b.values[0] > noise * a.values[0]:
-        return []
-    return [
-        f"  warning: trials {a.number} and {b.number} are within the measurement noise "
-        f"({a.values[0] / b.values[0] - 1.0:+.1%} apart; repeated runs spread {noise:.1%}): "
-        "measure both again before choosing"
-    ]
+    return study_summary(record_of(study, storage_url), program=program(), exhausted=_exhausted(study))
 
 
 def summarize(study: Any, storage_url: str) -> list[str]:
     """The end-of-run report: best configuration, gain over the baseline, prune/fail counts, next commands."""
-    import optuna
-
-    from ..redaction import redact_url
-
-    State = optuna.trial.TrialState
-    trials = study.get_trials(deepcopy=False)
-    by_state = Counter(t.state for t in trials)
-    lines = [
-        f"study {study.study_name!r}: {len(trials)} trials — {by_state[State.COMPLETE]} complete, "
-        f"{by_state[State.PRUNED]} pruned, {by_state[State.FAIL]} failed"
-    ]
-    done = [t for t in trials if t.state == State.COMPLETE and t.values]
-    base = next((t for t in done if t.user_attrs.get("sweep_axis") == "baseline"), None)
-    multi = len(study.directions) > 1
-    if done:
-        best = max(done, key=lambda t: t.values[0])
-        lines.append(f"best configuration (trial {best.number}, {best.user_attrs.get('phase', '?')}):")
-        lines.append(f"  {best.user_attrs.get('config_key', best.params)}")
-        lines.append(
-            f"  {best.values[0]:.1f} tokens/s/GPU, peak memory {best.user_attrs.get('memory_peak_gib')} GiB"
-        )
-        lines += _noise_warning(done)
-        if base is not None and base.values[0] > 0:
-            gain = best.values[0] / base.values[0] - 1.0
-            # the sweep's centre stands in for a baseline that is illegal or does not fit (its rationale says so)
-            moved = "centred on the nearest" in str(base.user_attrs.get("rationale", ""))
-            what = (
-                "the sweep centre (the study's baseline does not fit or is illegal)"
-                if moved
-                else "the baseline"
-            )
-            lines.append(f"  gain over {what} (trial {base.number}, {base.values[0]:.1f}): {gain:+.1%}")
-        else:
-            lines.append("  gain over the baseline: " + _baseline_note(trials, best.values[0]))
-        if multi:
-            front = sorted(study.best_trials, key=lambda t: -t.values[0])
-            lines.append(f"Pareto front ({len(front)} trials, tokens/s/GPU vs peak GiB):")
-            for t in front:
-                lines.append(
-                    f"  #{t.number}: {t.values[0]:.1f} tok/s/GPU, {t.values[1]:.1f} GiB  {t.user_attrs.get('config_key')}"
-                )
-    else:
-        lines.append("no trial has completed yet")
-    pruned = Counter(
-        _category(str(t.user_attrs.get("prune_reason", "unknown"))) for t in trials if t.state == State.PRUNED
-    )
-    if pruned:
-        lines.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in pruned.most_common()))
-    if pruned.get("exhausted") or _exhausted(study):
-        lines.append("the search is complete: every legal configuration that fits in memory has been tried")
-    failed = Counter(
-        str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL
-    )
-    if failed:
-        lines.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in failed.most_common()))
-    from ..record.budget import budget_accounting, study_gpus
-
-    lines += budget_accounting(trials, study_gpus(study)).lines()
-    phases = Counter(str(t.user_attrs.get("phase", "?")) for t in trials)
-    lines.append("trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(phases.items())))
-    from ..record.gpu_hours import gpu_hours_account
-    from ..record.report import record_of
-    from ..search.state import stored_spec_data
-
-    if stored_spec_data(study) is not None:  # a study this package created (GPU count, steps, estimates)
-        lines.append(gpu_hours_account(record_of(study, storage_url)).line())
-    from ..search.llm_budget import llm_accounting
-
-    books = llm_accounting(study)
-    if books["calls"] or books["model"]:
-        from ..record.report.sections import llm_usage_line
-
-        lines.append(
-            f"planner {books['model']} ({books['mode']}): "
-            + llm_usage_line(books).removeprefix("LLM usage: ")
-        )
-    url = redact_url(storage_url)
-    lines.append("next:")
-    lines.append(f"  primus-optuna report --storage {url} --study-name {study.study_name}")
-    lines.append(f"  primus-optuna dashboard --storage {url}")
-    return lines
-
-
-class _QuietInterrupt(logging.Filter):
-    """Drop Optuna's "Trial N failed ... KeyboardInterrupt" warnings and their traceback: an interrupt is
-    reported by one line of ours."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, KeyboardInterrupt):
-            return False
-        return not (stop_signal() is not None and "failed with value" in record.getMessage())
+    return _summary(study, storage_url).lines()
 
 
 def summary_data(study: Any, storage_url: str) -> dict[str, Any]:
     """The end-of-run summary as a JSON-serialisable dict (``run --json``)."""
-    import optuna
+    return _summary(study, storage_url).to_dict()
 
-    from ..redaction import redact_url
-    from ..search.llm_budget import llm_accounting
 
-    State = optuna.trial.TrialState
-    trials = study.get_trials(deepcopy=False)
-    by_state = Counter(t.state.name.lower() for t in trials)
-    done = [t for t in trials if t.state == State.COMPLETE and t.values]
-    base = next((t for t in done if t.user_attrs.get("sweep_axis") == "baseline"), None)
+class ProgressLines:
+    """Optuna callback for a non-terminal stderr (a log file, a pipe, CI): one line per finished trial, at
+    most one every :attr:`every_s` seconds between the first and the last (Optuna's bar would write
+    hundreds of ``\\r`` updates into the log)."""
 
-    def brief(t: Any) -> dict[str, Any]:
-        ua = t.user_attrs
-        return {
-            "trial": t.number,
-            "phase": ua.get("phase"),
-            "config_key": ua.get("config_key"),
-            "params": t.params,
-            "tokens_per_s_per_gpu": t.values[0],
-            "source": ua.get("source"),
-            "measured_peak_memory_gib": ua.get("measured_peak_memory_gib"),
-            "estimated_peak_memory_gib": ua.get("memory_peak_gib"),
-        }
+    every_s = 10.0
 
-    best = max(done, key=lambda t: t.values[0]) if done else None
-    url = redact_url(storage_url)
-    return {
-        "study": study.study_name,
-        "storage": url,
-        "trials": len(trials),
-        "by_state": dict(by_state),
-        "best": brief(best) if best else None,
-        "baseline": brief(base) if base else None,
-        "gain_over_baseline": (
-            best.values[0] / base.values[0] - 1.0 if best and base and base.values[0] > 0 else None
-        ),
-        "pruned_by_reason": dict(
-            Counter(
-                _category(str(t.user_attrs.get("prune_reason", "unknown")))
-                for t in trials
-                if t.state == State.PRUNED
-            )
-        ),
-        "failed_by_reason": dict(
-            Counter(str(t.user_attrs.get("failure_reason", "error")) for t in trials if t.state == State.FAIL)
-        ),
-        "trials_by_phase": dict(Counter(str(t.user_attrs.get("phase", "?")) for t in trials)),
-        "llm": llm_accounting(study),
-        "next": [
-            f"primus-optuna report --storage {url} --study-name {study.study_name}",
-            f"primus-optuna dashboard --storage {url}",
-        ],
-    }
+    def __init__(self, n_trials: int) -> None:
+        import threading
+        import time
+
+        self.n = n_trials
+        self.done = 0
+        self.last = float("-inf")
+        self.clock = time.monotonic
+        self.lock = threading.Lock()  # --n-jobs: trials finish in several threads
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        with self.lock:
+            self.done += 1
+            done, now = self.done, self.clock()
+            if done not in (1, self.n) and now - self.last < self.every_s:
+                return
+            self.last = now
+        value = f" {trial.values[0]:.1f} tokens/s/GPU" if trial.values else ""
+        reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason")
+        try:
+            best = f"; best {study.best_trials[0].values[0]:.1f} (trial {study.best_trials[0].number})"
+        except (ValueError, IndexError):
+            best = ""
+        click.echo(
+            f"[{done}/{self.n}] trial {trial.number} {trial.state.name.lower()}{value}"
+            + (f" ({reason})" if reason and not value else "")
+            + best,
+            err=True,
+        )
+
+
+class _QuietInterrupt(logging.Filter):
+    """Drop Optuna's "Trial N failed ... KeyboardInterrupt" warnings and their traceback: an interrupt is
+    reported by one line of ours. A run failure (out of memory, timeout, no throughput: the job's fault, not
+    ours) is one line naming the trial, the reason and the message, without a traceback; Optuna's second
+    "failed with value None" line goes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from ..run.base import RunFailure
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        if isinstance(exc, RunFailure):
+            number = record.getMessage().split(" failed", 1)[0].removeprefix("Trial ")
+            record.msg = f"trial {number} failed ({exc.reason}): {exc}; its log is a trial artifact"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+            self.failed.add(number)
+            return True
+        if "failed with value None" in record.getMessage():
+            number = record.getMessage().split(" failed", 1)[0].removeprefix("Trial ")
+            if number in self.failed:
+                return False
+        return not (stop_signal() is not None and "failed with value" in record.getMessage())
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: set[str] = set()
 
 
 def _exhausted(study: Any) -> bool:
@@ -263,7 +158,15 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
     help="Wall-clock limit of one planner call (default llm.timeout_s).",
 )
 @click.option("--seed", type=int, default=None, help="Sampler seed (default search.seed).")
-@click.option("--n-jobs", type=click.IntRange(min=1), default=1, help="Trials run in parallel threads.")
+@click.option(
+    "--n-jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    help="Trials run in parallel threads. With a runner that launches jobs on the study's GPUs (command, "
+    "local, primus, megatron) more than 1 is refused, since the jobs would share the same GPUs: run one worker "
+    "per allocation on one --storage instead; the slurm runner (own allocation per job) and the analytical "
+    "runner take any K.",
+)
 @click.option(
     "--runs-dir",
     default=None,
@@ -345,7 +248,6 @@ def run(
     from ..run.objective import make_objective, requeue_interrupted
     from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
-    from ..search.sweep import sweep_center
     from ..search.warm_start import apply_warm_start
     from ..space import Space
     from ..spec import StudySpec
@@ -353,11 +255,23 @@ def run(
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(study)
+    from ..record.storage import default_storage_url
+
+    check_storage_url(storage or default_storage_url(spec))
+    if study_name is not None and ("/" in study_name or "\\" in study_name):
+        raise SpecError(f"--study-name {study_name!r}: no '/' or '\\' in a study name (it names files)")
     space = Space(spec)
     no_fit = no_fit_message(spec, space)
     if no_fit:  # every trial would be pruned: say so and create nothing
         raise SpecError(no_fit)
     runner = make_runner(spec, runner_kind)
+    if n_jobs > 1 and getattr(runner, "launches_jobs", False) and runner.kind != "slurm":
+        raise SpecError(
+            f"--n-jobs {n_jobs}: the {runner.kind} runner launches each trial on the study's {spec.world} GPUs, "
+            f"so {n_jobs} parallel trials would share them; run one `primus-optuna run` worker per allocation "
+            "instead, all with the same --storage (README: Scaling out), or use the slurm runner, whose "
+            "jobs get their own allocations"
+        )
     model = None if no_llm else (llm_model or spec.llm.model)
     llm = None
     preflight_lines: list[str] = []
@@ -412,11 +326,16 @@ def run(
 
     from ..physics.memory import estimate_memory
 
-    center, center_note = sweep_center(space, fits=lambda c: estimate_memory(spec, c).fits)
-    if center_note:
+    design = st.sampler.design  # the centre the sampler actually uses, and why
+    if design.centre_note:
         base = space.canonical(space.baseline)
-        why = "; ".join(space.check(base)) or estimate_memory(spec, base).reason()
-        say(f"warning: {center_note} ({why}); the sweep starts from {center}")
+        reasons = space.check(base)
+        mem = estimate_memory(spec, base) if not reasons else None
+        why = "; ".join(reasons) or (mem.reason() if mem is not None and not mem.fits else "")
+        say(
+            f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
+            f"{design.centre.key()}"
+        )
     first_new = len(st.trials)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
     for line in preflight_lines:
@@ -425,7 +344,10 @@ def run(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
         + (f" and planner {llm.model} ({st.sampler.planner.mode})" if llm and st.sampler.planner else "")
     )
-    say(f"report: {default_report_dir(st.study_name)}/report.html (written by the report command below)")
+    say(
+        f"report: {default_report_dir(st.study_name, handle.storage_url).resolve()}/report.html "
+        "(written by the report command below)"
+    )
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     requeued = requeue_interrupted(st)
     if requeued:
@@ -435,6 +357,9 @@ def run(
     optuna_log.addFilter(quiet)
     for h in optuna_log.handlers:
         h.addFilter(quiet)
+    # a terminal gets Optuna's progress bar; a log file or pipe gets one line per trial (throttled)
+    show_bar = not no_progress and not as_json and sys.stderr.isatty()
+    lines = not no_progress and not show_bar
     interrupted: Interrupted | None = None
     if _exhausted(st):
         say("nothing left to run: every legal configuration that fits in memory has been tried")
@@ -448,7 +373,8 @@ def run(
                     timeout=timeout,
                     n_jobs=n_jobs,
                     catch=(RunFailure,),
-                    show_progress_bar=not no_progress and not as_json,
+                    show_progress_bar=show_bar,
+                    callbacks=[ProgressLines(n)] if lines else None,
                 )
             except KeyboardInterrupt as exc:
                 interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
@@ -469,7 +395,9 @@ def run(
                     + "; run the same command again to resume (interrupted trials are re-run first)",
                     err=True,
                 )
-            refresh_study_note(st, handle.storage_url)
+            from ._common import program
+
+            refresh_study_note(st, handle.storage_url, program=program())
             _print_summary(st, handle.storage_url, as_json)
     except KeyboardInterrupt as exc:  # a second interrupt while writing the summary
         interrupted = interrupted or (exc if isinstance(exc, Interrupted) else Interrupted())

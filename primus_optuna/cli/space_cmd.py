@@ -99,7 +99,13 @@ def check(study: str, config_text: str, as_json: bool) -> None:
             }
         )
         raise SystemExit(1 if reasons else 0)
-    click.echo(f"{config}  dp={config.dp} micro-batches={config.num_microbatches}")
+    if config.dp and config.num_microbatches:
+        click.echo(f"{config}  dp={config.dp} micro-batches={config.num_microbatches}")
+    elif config.dp:
+        click.echo(f"{config}  dp={config.dp}, micro-batches: none (GBS not divisible by mbs·dp)")
+    else:
+        inner = config.tp * config.cp * config.pp
+        click.echo(f"{config}  dp: none (tp·cp·pp = {inner} does not divide the {spec.world} GPUs)")
     click.echo("legal" if not reasons else "illegal:")
     for reason in reasons:
         click.echo(f"  - {reason}")

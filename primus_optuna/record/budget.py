@@ -6,14 +6,17 @@ memory, timeout, no throughput — or was stopped early by a pruner after it sta
 the sum of their wall times × the cluster's GPUs. A trial pruned before launch — by the memory filter, as
 illegal, or as a duplicate — spent none. Analytical trials cost no GPU time.
 
+Its text is written by :class:`~primus_optuna.record.summary.StudySummary` (one wording everywhere).
+
 Example::
 
     acc = budget_accounting(study.get_trials(), gpus=64)
-    print("\\n".join(acc.lines()))
+    acc.launched, acc.to_dict()
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -54,19 +57,12 @@ class BudgetAccounting:
             "gpu_hours_spent": round(self.gpu_hours_spent, 4),
         }
 
-    def lines(self) -> list[str]:
-        """Human lines for ``run``'s summary and the report."""
-        pre = ", ".join(f"{k} {v}" for k, v in self.pruned_before_launch.most_common()) or "none"
-        out = [
-            f"budget: {self.trials} trials — {self.launched} launched ({self.failed_launched} of them failed), "
-            f"{self.analytical} analytical (no GPU), {self.n_pruned_before_launch} pruned before launch ({pre})"
-            + (f", {self.pruned_other} stopped while running" if self.pruned_other else "")
-        ]
-        return out
 
-
-def _category(reason: str) -> str:
-    return reason.split(":", 1)[0].strip() or "unknown"
+def reason_category(reason: Any) -> str:
+    """The category of a prune or failure reason, one vocabulary for both: its words before the first ``:``
+    or ``(`` (``memory``, ``duplicate``, ``slow``, ``exhausted``, ``oom``, ``timeout``, ``interrupted``, ...)."""
+    text = str(reason or "").strip()
+    return re.split(r"[:(]", text, maxsplit=1)[0].strip() or "unknown"
 
 
 def budget_accounting(trials: Iterable[optuna.trial.FrozenTrial], gpus: int | None) -> BudgetAccounting:
@@ -92,7 +88,7 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
         acc.trials += 1
         source = ua.get("source")
         if state == "PRUNED":
-            cat = _category(str(ua.get("prune_reason", "")))
+            cat = reason_category(ua.get("prune_reason"))
             if cat in PREFILTER:
                 acc.pruned_before_launch[cat] += 1
                 continue
@@ -102,8 +98,12 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
             acc.pruned_other += 1  # stopped while running (e.g. an early-stopping pruner): it spent GPU time
             launched = source != "analytical"
         else:
+            # a failed trial ran a job unless it was interrupted before one started (no GPU-hours recorded)
+            reason = ua.get("failure_reason")
             launched = (state == "COMPLETE" and source not in (None, "analytical")) or (
-                state == "FAIL" and ua.get("failure_reason") is not None
+                state == "FAIL"
+                and reason is not None
+                and (reason != "interrupted" or ua.get("gpu_hours") is not None)
             )
         if state == "COMPLETE" and source == "analytical":
             acc.analytical += 1
@@ -115,15 +115,3 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
             hours.append(seconds / 3600.0 * gpus)
     acc.gpu_hours_spent = sum(hours)
     return acc
-
-
-def study_gpus(study: optuna.Study) -> int | None:
-    """The cluster's GPU count from the study's stored spec (``None`` without one)."""
-    from ..search.state import stored_spec_data
-
-    spec = stored_spec_data(study) or {}
-    cluster = spec.get("cluster") or {}
-    try:
-        return int(cluster["nodes"]) * int(cluster["gpus_per_node"])
-    except (KeyError, TypeError, ValueError):
-        return None

@@ -5,7 +5,7 @@ Formats (``FORMATS``):
 - ``primus``: a Primus experiment overlay (``modules.pre_trainer.overrides``) with Megatron argument names;
 - ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations (the zero-bubble
   and Primus-Turbo switches are Primus extensions);
-- ``env``: ``export PRIMUS_TP=1`` lines for launch scripts;
+- ``env``: ``export PRIMUS_TP=1`` lines for launch scripts (booleans as shell's ``true``/``false``);
 - ``json``: the ten axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
 
 Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text describes, so
@@ -38,7 +38,14 @@ import yaml
 
 from ..errors import SpecError
 from ..space import TrainingConfig
-from ..space.megatron_args import config_from_megatron, megatron_overrides
+from ..space.megatron_args import (
+    PRIMUS_ONLY,
+    ZERO_BUBBLE,
+    config_from_megatron,
+    megatron_flags,
+    megatron_overrides,
+    uses_primus,
+)
 from ..spec import StudySpec
 
 FORMATS: tuple[str, ...] = ("primus", "megatron", "env", "json")
@@ -67,12 +74,8 @@ def _derive(config: TrainingConfig, spec: StudySpec | None) -> TrainingConfig:
 
 def to_primus_yaml(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
     """A Primus experiment overlay: ``modules.pre_trainer.overrides`` holds the Megatron arguments."""
-    doc = {"modules": {"pre_trainer": {"overrides": megatron_overrides(spec, config)}}}
+    doc = {"modules": {"pre_trainer": {"overrides": megatron_overrides(spec, config, primus=True)}}}
     return _comment(header) + yaml.safe_dump(doc, sort_keys=False)
-
-
-MEGATRON_FLAG_NAMES = {"fp8": "fp8_format"}
-"""Overlay keys whose command-line flag is named differently (Primus ``fp8: hybrid`` = ``--fp8-format hybrid``)."""
 
 
 def megatron_args(
@@ -80,30 +83,21 @@ def megatron_args(
 ) -> list[str]:
     """Megatron-LM command-line arguments (booleans as bare flags, unset arguments omitted).
 
-    The zero-bubble and Primus-Turbo switches are Primus extensions (``PRIMUS_ONLY``): Primus's Megatron
-    backend accepts them, upstream Megatron-LM does not. ``upstream=True`` leaves them out (and refuses a
-    zero-bubble schedule, which upstream cannot run); ``primus_only=False`` returns only the others."""
-    from ..run.presets import PRIMUS_ONLY
-
-    if upstream and config.pp_schedule in ("zb1p", "zbv"):
+    For a study on AMD GPUs (and any zero-bubble schedule, which only Primus runs) the Primus-only switches
+    (:data:`~primus_optuna.space.megatron_args.PRIMUS_ONLY`) are included: Primus's Megatron backend accepts
+    them, upstream Megatron-LM does not. An NVIDIA study's arguments are upstream Megatron-LM's without being
+    asked. ``upstream=True`` leaves the Primus switches out (and refuses a zero-bubble schedule, which upstream
+    cannot run); ``primus_only=False`` returns only the others."""
+    if upstream and config.pp_schedule in ZERO_BUBBLE:
         raise SpecError(
             f"--upstream: pp_schedule={config.pp_schedule} (zero bubble) exists only in Primus; upstream "
             "Megatron-LM cannot run this configuration (export it without --upstream for Primus)"
         )
-    args: list[str] = []
-    for name, value in megatron_overrides(spec, config).items():
-        flag = "--" + MEGATRON_FLAG_NAMES.get(name, name).replace("_", "-")
-        if value is None or value is False:
-            continue
-        if name in PRIMUS_ONLY and (upstream or not primus_only):
-            continue
-        if value is True:
-            args.append(flag)
-        elif isinstance(value, list):  # nargs="*" arguments (``--recompute-modules moe_act layernorm``)
-            args += [flag, *(str(v) for v in value)]
-        else:
-            args += [flag, str(value)]
-    return args
+    primus = not upstream and (uses_primus(spec) or config.pp_schedule in ZERO_BUBBLE)
+    values = megatron_overrides(spec, config, primus=primus)
+    # a Primus switch that is off is its parser's default: no flag (the overlay writes it, to clear a value)
+    values = {k: v for k, v in values.items() if v or k not in PRIMUS_ONLY}
+    return megatron_flags(values, skip=() if primus_only else PRIMUS_ONLY)
 
 
 def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "", upstream: bool = False) -> str:
@@ -136,7 +130,13 @@ def to_env(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
         ("PRIMUS_GBS", spec.workload.global_batch_size),
         ("PRIMUS_SEQ_LENGTH", spec.workload.seq_length),
     ]
-    return _comment(header) + "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in pairs)
+    return _comment(header) + "".join(f"export {k}={shlex.quote(_shell(v))}\n" for k, v in pairs)
+
+
+def _shell(value: Any) -> str:
+    """A value as a shell word: booleans as ``true``/``false`` (``if $PRIMUS_EP_OVERLAP; then``), not Python's
+    ``True``."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def to_json(spec: StudySpec, config: TrainingConfig, extra: dict[str, Any] | None = None) -> str:

@@ -164,6 +164,8 @@ def directions(spec: StudySpec) -> list[str]:
 
 
 METRIC_NAMES = {"tokens_per_s_per_gpu": "tokens/s/GPU", "peak_memory_gib": "peak memory GiB"}
+"""display text of each objective; the study's metric names are the objective names themselves, so
+``trials_dataframe()`` has a column a user can type (``value_tokens_per_s_per_gpu``)"""
 
 
 @dataclass
@@ -233,7 +235,7 @@ def open_study(
     if study.metric_names is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([METRIC_NAMES[o] for o in spec.search.objectives])
+            study.set_metric_names(list(spec.search.objectives))
     adir = Path(artifact_dir) if artifact_dir else sibling_dir(url, name, "-artifacts")
     adir.mkdir(parents=True, exist_ok=True)
     rdir = Path(runs_dir) if runs_dir else sibling_dir(url, name, "-runs")

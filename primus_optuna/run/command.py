@@ -180,9 +180,54 @@ class Launch:
     env: dict[str, str]
     extra_logs: list[Path] = field(default_factory=list)
     """files the job writes its output to (e.g. ``sbatch --output``), appended to the log after it ends"""
+    follow_log: Path | None = None
+    """the file read for new iterations while the job runs (default: the runner's own log)"""
+    cancel: list[str] | None = None
+    """a command that ends the job where stopping the local process does not (``scancel``), run whenever
+    the job is stopped before it ends: interrupt, timeout, early stop"""
 
 
 Wrap = Callable[[Launch, dict[str, str], RunContext], Launch]
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+if sys.stdin.buffer.read():  # a word from the runner: the job ended normally
+    sys.exit(0)
+for sig in (signal.SIGTERM, signal.SIGKILL):  # EOF without one: the runner died (kill -9)
+    try:
+        os.killpg(int(sys.argv[1]), sig)
+    except ProcessLookupError:
+        sys.exit(0)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def orphan_guard(pgid: int, grace_s: float = 30.0) -> Callable[[], None]:
+    """A watchdog for a launched job's process group: when this process dies without releasing it (even by
+    ``kill -9``, which no handler sees) the watchdog sends the group SIGTERM, then SIGKILL after ``grace_s``,
+    so no job keeps its GPUs busy unattended. Returns the release function (call it once the job ended)."""
+    r, w = os.pipe()  # both ends close-on-exec: only the watchdog holds the read end
+    dog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pgid), str(grace_s)],
+        stdin=r,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C is handled by the runner, not by the watchdog
+    )
+    os.close(r)
+
+    def release() -> None:
+        try:
+            os.write(w, b"done")
+        finally:
+            os.close(w)
+        try:
+            dog.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            dog.kill()
+
+    return release
 
 
 class CommandRunner:
@@ -269,16 +314,23 @@ class CommandRunner:
                 msg = f"could not start {launch.argv[0]!r}: {exc}"
                 log.write(msg.encode())
                 raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
+            release = orphan_guard(proc.pid)
             try:
-                rc, timed_out, stopped = self._watch(proc, log_path, context, t0)
+                rc, timed_out, stopped = self._watch(proc, launch.follow_log or log_path, context, t0)
             except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: the job must not outlive us (busy GPUs)
                 signum = getattr(exc, "signum", signal.SIGINT)
                 if not isinstance(exc, Interrupted):
                     _stop_group(proc, signum)
+                _cancel(launch)
                 raise Interrupted(signum, log_path=str(log_path)) from None
             except BaseException:  # the callback failed (e.g. the storage): never leave the job running
                 _kill_group(proc)
+                _cancel(launch)
                 raise
+            finally:
+                release()
+            if timed_out or stopped is not None:
+                _cancel(launch)
         wall = time.monotonic() - t0
         text = log_path.read_text(errors="replace")
         for extra in launch.extra_logs:
@@ -380,6 +432,19 @@ class CommandRunner:
         if last.target is None or not steps:
             return None
         return max(0, last.target - last.iteration) * robust_mean(steps) * self.spec.world / 3600.0
+
+
+CANCEL_TIMEOUT_S = 60.0
+
+
+def _cancel(launch: Launch) -> None:
+    """Run the launch's cancel command (e.g. ``scancel --name=...``); a failure is only reported on stderr."""
+    if not launch.cancel:
+        return
+    try:
+        subprocess.run(launch.cancel, stdin=subprocess.DEVNULL, capture_output=True, timeout=CANCEL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"primus-optuna: {launch.cancel[0]} failed: {exc}", file=sys.stderr)
 
 
 def _stop_group(proc: subprocess.Popen[bytes], signum: int) -> None:

@@ -11,7 +11,9 @@ Formats (shared/reference/log-formats.md)::
 Per logged iteration the *instantaneous* value (the first of ``X/Y``) is read; the first logged iterations
 (warm-up: compilation, allocator growth, NCCL set-up) are dropped and the rest averaged robustly (median).
 When a line prints no tokens/s/GPU it is derived: ``seq_length × global_batch / (elapsed_ms / 1000) / world``.
-Primus prints memory with ``/1024**3`` but labels it ``GB``: it is read as GiB.
+Primus prints memory with ``/1024**3`` but labels it ``GB``: it is read as GiB. The peak is the maximum over
+ranks: Primus's ``rocm max mem usage`` (its own all-reduce over ranks), Megatron's ``report_memory`` lines of
+every rank that prints them; Primus's ``hip mem usage`` (one rank's memory in use) is not a peak.
 """
 
 from __future__ import annotations
@@ -35,15 +37,21 @@ _TOKENS = (
 )
 _TFLOPS = re.compile(r"(?:throughput|compute) per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
 _GBS = re.compile(r"global batch size:\s*(\d+)")
-# Memory, as GiB (Primus/TorchTitan print /1024**3; Megatron's "memory (MB)" is MiB).
+# Peak memory, as GiB (Primus/TorchTitan print /1024**3; Megatron's "memory (MB)" is MiB). Each pattern's
+# first group is the rank when the line names one.
 _MEM_GIB = (
-    re.compile(r"hip mem usage/free/total/usage_ratio:\s*" + _NUM + r"\s*Gi?B"),
-    re.compile(r"rocm max mem usage/usage_ratio:\s*" + _NUM + r"\s*Gi?B"),
-    re.compile(r"\bmemory usage/free/total:\s*" + _NUM + r"\s*Gi?B"),
-    re.compile(r"\bmemory:\s*" + _NUM + r"\s*GiB"),
-    re.compile(r"peak memory \(GiB\):\s*" + _NUM),
+    # Primus: the maximum over all ranks, with the rank that holds it (use_rocm_mem_info;
+    # primus/backends/megatron/patches/training_log/print_rank_last_patches.py@fd1eeabb:283-316)
+    re.compile(r"(?:rank-(\d+) )?rocm max mem usage/usage_ratio:\s*" + _NUM + r"\s*Gi?B"),
+    re.compile(r"()\bmemory:\s*" + _NUM + r"\s*GiB"),  # TorchTitan's peak
+    re.compile(r"()peak memory \(GiB\):\s*" + _NUM),  # primus_optuna.workloads.gpt (max over ranks)
 )
-_MEM_MIB = re.compile(r"max allocated:\s*" + _NUM)
+# Megatron-LM report_memory: printed by every rank that is data-parallel rank 0
+# (megatron/training/utils/common_utils.py@d98e8a64:313-334), "[Rank N] (after k iterations) memory (MB) | ...
+# | max allocated: X | ...": the peak is the maximum over those ranks
+_MEM_MIB = re.compile(r"(?:\[Rank (\d+)\].*)?memory \(MB\).*?max allocated:\s*" + _NUM)
+# Not a peak: Primus's "hip mem usage" is the printing (last) rank's memory in use at that moment
+# (print_rank_last_patches.py@fd1eeabb:259-270); TorchTitan's "memory usage/free/total" likewise.
 
 OOM_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError"),
@@ -84,6 +92,9 @@ class ParsedLog:
     step_time_s: float | None = None
     tflops_per_gpu: float | None = None
     peak_memory_gib: float | None = None
+    """the largest peak any rank reported (None when the log reports no peak)"""
+    peak_memory_by_rank: dict[int, float] = field(default_factory=dict)
+    """each rank's largest reported peak, for lines that name their rank"""
     oom_line: str | None = None
 
     @property
@@ -104,6 +115,7 @@ class ParsedLog:
             "step_time_s": self.step_time_s,
             "tflops_per_gpu": self.tflops_per_gpu,
             "peak_memory_gib": self.peak_memory_gib,
+            "peak_memory_by_rank": {str(k): v for k, v in sorted(self.peak_memory_by_rank.items())},
             "oom": self.oom,
         }
 
@@ -135,12 +147,13 @@ def parse_line(raw: str) -> IterationRecord | None:
     return _parse_line(_ANSI.sub("", raw))
 
 
-def _memory(line: str) -> float | None:
+def _memory(line: str) -> tuple[int | None, float] | None:
+    """(rank or None, peak GiB) a line reports."""
     for pat in _MEM_GIB:
         if m := pat.search(line):
-            return _f(m.group(1))
+            return (int(m.group(1)) if m.group(1) else None), _f(m.group(2))
     if m := _MEM_MIB.search(line):
-        return _f(m.group(1)) / 1024
+        return (int(m.group(1)) if m.group(1) else None), _f(m.group(2)) / 1024
     return None
 
 
@@ -169,9 +182,13 @@ def parse_log(
         line = _ANSI.sub("", raw)
         if out.oom_line is None and any(p.search(line) for p in OOM_PATTERNS):
             out.oom_line = line.strip()[:500]
-        mem = _memory(line)
-        if mem is not None:
+        found = _memory(line)
+        mem = None
+        if found is not None:
+            rank, mem = found
             peak = mem if peak is None else max(peak, mem)
+            if rank is not None:
+                out.peak_memory_by_rank[rank] = max(mem, out.peak_memory_by_rank.get(rank, 0.0))
         rec = _parse_line(line)
         if rec is None:
             continue

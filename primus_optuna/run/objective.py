@@ -214,7 +214,7 @@ def make_objective(
             failed = {"failure_reason": exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
             if launches:
                 failed.update(_hours(exc.wall_s, spec.world, "gpu_hours"))
-            if exc.reason == "oom" and mem.fits:
+            if exc.reason == "oom" and _memory_fitted(trial, mem):
                 failed["memory_model_miss"] = True
             if exc.reason == "oom" and not getattr(runner, "measures_cluster_memory", True):
                 failed["counts_for_memory"] = False  # e.g. a local profiling run: not the cluster's GPU
@@ -254,6 +254,14 @@ def make_objective(
         return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
 
     return objective
+
+
+def _memory_fitted(trial: optuna.Trial, mem: Any) -> bool:
+    """Whether the memory filter let the trial through as fitting: the calibrated peak the pruner recorded
+    (``memory_peak_calibrated_gib``) when the study has a memory calibration, else the estimate."""
+    calibrated = _stored_attrs(trial).get("memory_peak_calibrated_gib")
+    peak = float(calibrated) if isinstance(calibrated, (int, float)) else mem.peak_gib
+    return peak <= mem.usable_gib
 
 
 def _measure(runner: Runner, config: TrainingConfig, context: RunContext) -> tuple[Any, dict[str, Any]]:

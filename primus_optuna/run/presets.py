@@ -1,12 +1,18 @@
 """Launch presets for the command runner: ``primus``, ``megatron``, ``slurm`` and ``local``.
 
-- ``primus``: writes a Primus experiment overlay (``modules.pre_trainer.overrides`` with Megatron names,
-  merged into the user's experiment YAML when ``experiment`` is given) and runs the user's launch command with
-  it (default ``bash examples/run_pretrain.sh`` with ``EXP={overlay}``, run in ``primus_path``).
-- ``megatron``: ``torchrun ... pretrain_gpt.py`` with Megatron-LM arguments (mock data, NullTokenizer).
+- ``primus``: writes a Primus experiment (``modules.pre_trainer.overrides`` with Megatron names, merged into
+  the user's experiment YAML when ``experiment`` is given, a complete one otherwise) and runs the user's launch
+  command with it (default ``bash examples/run_pretrain.sh`` with ``EXP={overlay}``, run in ``primus_path``;
+  ``NNODES``/``NODE_RANK``/``GPUS_PER_NODE``/``MASTER_ADDR``/``MASTER_PORT`` in its environment).
+- ``megatron``: ``torchrun ... pretrain_gpt.py`` with Megatron-LM arguments (mock data, NullTokenizer), one
+  torchrun per node with a static rendezvous (``--node-rank``, ``--master-addr``, ``--master-port``).
+- multi-node without Slurm (``primus``, ``megatron``): ``hosts`` lists the nodes, the launch starts on each
+  over ``ssh`` from a script in the trial's directory (which must be on a file system every node sees).
 - ``slurm``: wraps any other preset with ``srun`` or ``sbatch --wait`` through a node script in the trial's
-  directory (the only place a shell runs: every argv element is ``shlex.quote``-d; the rendezvous address
-  ``$MASTER_ADDR:$MASTER_PORT`` is the one expansion, computed from ``$SLURM_JOB_NODELIST``).
+  directory (every argv element is ``shlex.quote``-d; the node rank ``$SLURM_NODEID`` and the rendezvous
+  ``$MASTER_ADDR``/``$MASTER_PORT`` are the only expansions, computed from ``$SLURM_JOB_NODELIST``); it asks
+  for the GPUs (``--gpus-per-node``), follows the job's log while it runs and ``scancel``-s the job when the
+  trial is stopped.
 - ``local``: ``python -m primus_optuna.workloads.gpt`` through torchrun on this machine, one process per GPU
   of the study's world (``nodes × gpus_per_node``).
 
@@ -15,6 +21,7 @@ Every option is validated by a pydantic model; mistakes surface as :class:`SpecE
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -26,14 +33,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import SpecError
-from ..space import TrainingConfig
-from ..space.megatron_args import megatron_overrides
+from ..space import Space, TrainingConfig
+from ..space.megatron_args import (
+    PRIMUS_ONLY,
+    ZERO_BUBBLE,
+    megatron_flags,
+    megatron_overrides,
+    model_arguments,
+)
 from ..spec import AXES, StudySpec
 from .base import LaunchFailure, RunContext
 from .command import CommandRunner, Launch, Wrap
 
 PRESETS = ("command", "primus", "megatron", "local", "slurm")
-RDZV_SENTINEL = "__PRIMUS_OPTUNA_RDZV__"
 OVERLAY_NAME = "primus_overlay.yaml"
 
 
@@ -53,33 +65,49 @@ class CommandOptions(_Opts):
     cwd: str | None = None
 
 
-class PrimusOptions(_Opts):
+class NodesOptions(_Opts):
+    """Where a multi-node launch runs without Slurm."""
+
+    hosts: list[str] = Field(
+        default_factory=list, description="one host per node, node 0 (the master) first; needed for nodes > 1"
+    )
+    master_port: int = Field(default=29500, gt=0, lt=65536)
+    ssh: list[str] = Field(
+        default_factory=lambda: ["ssh", "-tt", "-o", "BatchMode=yes"],
+        description="how a node's launch is started on its host (-tt: it ends when the connection does)",
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        for h in v:
+            if not re.match(r"^[A-Za-z0-9._-]+$", h):
+                raise ValueError(f"{h!r} is not a host name")
+        return v
+
+
+class PrimusOptions(NodesOptions):
     """``runner.kind: primus``."""
 
     primus_path: str | None = Field(default=None, description="Primus checkout; the launch runs there")
     experiment: str | None = Field(default=None, description="experiment YAML the overlay is merged into")
-    model: str | None = Field(default=None, description="Primus model YAML name when no experiment is given")
+    model: str | None = Field(
+        default=None,
+        description="Primus model YAML name when no experiment is given (default: the catalog's)",
+    )
     launch: list[str] = Field(default_factory=lambda: ["bash", "examples/run_pretrain.sh"])
     overlay_env: str | None = Field(default="EXP", description="env var that receives the overlay path")
     train_iters: int = Field(default=10, gt=0)
     overrides: dict[str, Any] = Field(default_factory=dict, description="fixed extra Megatron overrides")
 
 
-class MegatronOptions(_Opts):
+class MegatronOptions(NodesOptions):
     """``runner.kind: megatron``."""
 
     megatron_path: str = Field(description="Megatron-LM checkout holding pretrain_gpt.py")
     torchrun: list[str] = Field(default_factory=lambda: ["torchrun"])
-    rdzv_endpoint: str | None = Field(default=None, description="host:port for multi-node rendezvous")
     train_iters: int = Field(default=10, gt=0)
     extra_args: list[str] = Field(default_factory=list, description="literal extra arguments")
-
-    @field_validator("rdzv_endpoint")
-    @classmethod
-    def _endpoint(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z0-9.-]+:[0-9]+$", v):
-            raise ValueError("rdzv_endpoint must be host:port")
-        return v
 
 
 class LocalOptions(_Opts):
@@ -122,12 +150,65 @@ def validate_options(model: type[BaseModel], options: dict[str, Any], kind: str)
 
 
 # --- Primus overlay --------------------------------------------------------------------------------------------
-def primus_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
-    """The Megatron-named overrides Primus needs for ``config`` (validated, canonical).
+PRIMUS_MODELS: dict[str, str] = {
+    "deepseek-v3": "deepseek_v3.yaml",
+    "mixtral-8x7b": "mixtral_8x7B_v0.1.yaml",
+    "mixtral-8x22b": "mixtral_8x22B_v0.1.yaml",
+    "llama3.1-8b": "llama3.1_8B.yaml",
+    "llama3.1-70b": "llama3.1_70B.yaml",
+    "gpt-oss-20b": "gpt_oss_20B.yaml",
+    "gpt-oss-120b": "gpt_oss_120B.yaml",
+    "qwen3-30b-a3b": "qwen3_30B_A3B.yaml",
+}
+"""Primus's model YAML for a catalog model (``primus/configs/models/megatron/*.yaml``@fd1eeabb)."""
+EXPERIMENT_HEADER: dict[str, str] = {
+    "work_group": "${PRIMUS_TEAM:amd}",
+    "user_name": "${PRIMUS_USER:root}",
+    "exp_name": "${PRIMUS_EXP_NAME:primus-optuna}",
+    "workspace": "${PRIMUS_WORKSPACE:./output}",
+}
+"""The top-level keys every Primus experiment has, as AMD's MI355X examples write them
+(``examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml``@fd1eeabb:1-4)."""
+ARCHITECTURE_KEYS = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+)
+"""Experiment overrides that must agree with the study's model (the estimate is of the study's model)."""
 
-    One mapping serves the exporter and the runners: :func:`primus_optuna.space.megatron_args.megatron_overrides`.
-    """
-    return megatron_overrides(spec, config)
+
+def primus_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
+    """The Megatron-named overrides Primus needs for ``config``: :func:`megatron_overrides` with the Primus
+    switches, plus what the estimate assumes about the rest of a Primus run (:func:`pinned_overrides`)."""
+    return {**pinned_overrides(spec, config), **megatron_overrides(spec, config, primus=True)}
+
+
+def pinned_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
+    """Keys of a Primus experiment the estimate assumes, whatever the user's experiment says: no FSDP (the
+    memory model is the distributed optimizer's), no ``recompute_layer_ids`` (the recompute axis is Megatron's
+    granularity/method), no shared-expert overlap with DeepEP or EP overlap (Primus-Turbo's DeepEP asserts it,
+    ``patches/args/rocm_arg_validation.py``@fd1eeabb:221-224), at most 32 DeepEP CUs at ep >= 16 (the same
+    file, 228-233), and the per-rank ROCm memory report that the
+    log parser reads as the peak (``patches/training_log/print_rank_last_patches.py``@fd1eeabb:283-316)."""
+    out: dict[str, Any] = {
+        "use_torch_fsdp2": False,
+        "use_megatron_fsdp": False,
+        "use_custom_fsdp": False,
+        "recompute_layer_ids": None,
+        "use_rocm_mem_info": True,
+    }
+    if spec.model.is_moe and (config.moe_dispatcher == "deepep" or config.ep_overlap):
+        out["moe_shared_expert_overlap"] = False
+    if config.moe_dispatcher == "deepep" and config.ep >= 16:
+        # Primus-Turbo's internode DeepEP: "Set turbo_deepep_num_cu<=32 when using ep_size >= 16"
+        # (rocm_arg_validation.py@fd1eeabb:228-233); AMD's DeepSeek-V3 example sets 80 for its EP 8
+        out["turbo_deepep_num_cu"] = 32
+    return out
 
 
 def primus_overlay(
@@ -138,19 +219,47 @@ def primus_overlay(
     model: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An experiment document: ``experiment`` (or a minimal one) with the trial's overrides merged in."""
+    """An experiment document: ``experiment`` with the trial's overrides merged in, or (without one) a complete
+    Primus experiment for the study's model (``model``: Primus's model YAML name; default from the catalog).
+
+    Raises :class:`SpecError` naming the key when ``experiment`` contradicts the configuration."""
     doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(experiment)) if experiment else {}
+    if not experiment:
+        doc.update(EXPERIMENT_HEADER)
     modules = doc.setdefault("modules", {})
     trainer = modules.setdefault("pre_trainer", {})
     trainer.setdefault("framework", "megatron")
     trainer.setdefault("config", "pre_trainer.yaml")
-    if model and "model" not in trainer:
-        trainer["model"] = model
-    overrides = trainer.get("overrides") or {}
+    if "model" not in trainer:
+        name = model or PRIMUS_MODELS.get(spec.model.name)
+        if name is None:
+            raise SpecError(
+                f"runner.options.model: Primus needs a model YAML for {spec.model.name!r} (its "
+                "primus/configs/models/megatron/ name, e.g. deepseek_v3.yaml); set runner.options.model, or "
+                "runner.options.experiment to an experiment that names one"
+            )
+        trainer["model"] = name
+    overrides = dict(trainer.get("overrides") or {})
+    _refuse_contradictions(spec, config, overrides)
     overrides.update(extra or {})
     overrides.update(primus_overrides(spec, config))
+    # Megatron asserts max_position_embeddings >= seq_length (learned positions) and needs it set at all
+    # (megatron/training/arguments.py@d3528a21:1068); AMD's examples set it with seq_length
+    # (examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:28-29)
+    if int(overrides.get("max_position_embeddings") or 0) < spec.workload.seq_length:
+        overrides["max_position_embeddings"] = spec.workload.seq_length
     trainer["overrides"] = overrides
     return doc
+
+
+def _refuse_contradictions(spec: StudySpec, config: TrainingConfig, overrides: dict[str, Any]) -> None:
+    ours = model_arguments(spec)
+    for key in ARCHITECTURE_KEYS:
+        if overrides.get(key) is not None and key in ours and overrides[key] != ours[key]:
+            raise SpecError(
+                f"runner.options.experiment: its overrides set {key}: {overrides[key]!r} but the study's model "
+                f"has {ours[key]!r}; remove {key} from the experiment or change the study's model"
+            )
 
 
 def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
@@ -161,6 +270,8 @@ def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
             raise SpecError(f"runner.options.experiment: {str(path)!r} not found")
         experiment = yaml.safe_load(path.read_text()) or {}
     extra = {"train_iters": opts.train_iters, "log_interval": 1, **opts.overrides}
+    # refuse a missing model or a contradicting experiment when the runner is built, not at the first trial
+    primus_overlay(spec, Space(spec).baseline, experiment=experiment, model=opts.model, extra=extra)
 
     def prepare(config: TrainingConfig, context: RunContext, values: dict[str, str]) -> dict[str, str]:
         doc = primus_overlay(spec, config, experiment=experiment, model=opts.model, extra=extra)
@@ -171,127 +282,159 @@ def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
     return prepare
 
 
+SINGLE_NODE_LAUNCHES = ("run_pretrain.sh", "run_local_pretrain.sh")
+"""Primus launch scripts that start one node (``examples/run_pretrain.sh``@fd1eeabb:71-75 reads the node
+layout from the environment); ``run_slurm_pretrain.sh`` starts every node itself."""
+
+
+def _places_nodes(opts: PrimusOptions) -> bool:
+    return not any(Path(w).name in SINGLE_NODE_LAUNCHES for w in opts.launch)
+
+
+def primus_env(spec: StudySpec) -> dict[str, str]:
+    """The environment of a Primus launch: the node layout ``examples/run_pretrain.sh``@fd1eeabb:71-75 reads
+    (``NODE_RANK``/``MASTER_*`` resolved per node, see :func:`resolve_node`) and, for MXFP8,
+    ``NVTE_ROCM_ENABLE_MXFP8=1``, without which Primus refuses the recipe on ROCm
+    (``patches/args/rocm_arg_validation.py``@fd1eeabb:175-178)."""
+    env = {"NNODES": str(spec.cluster.nodes), "GPUS_PER_NODE": str(spec.cluster.gpus_per_node)}
+    env.update(NODE_RANK=NODE_RANK, MASTER_ADDR=MASTER_ADDR, MASTER_PORT=MASTER_PORT)
+    w = spec.workload
+    if w.precision == "fp8" and w.fp8_recipe == "mxfp8":
+        env["NVTE_ROCM_ENABLE_MXFP8"] = "1"
+    return env
+
+
 # --- Megatron arguments -----------------------------------------------------------------------------------------
-PRIMUS_ONLY = (
-    "use_turbo_deepep",
-    "turbo_sync_free_moe_stage",
-    "enable_primus_turbo",
-    "patch_zero_bubble",
-    "enable_zero_bubble",
-    "zero_bubble_v_schedule",
-    "zero_bubble_v_schedule_mem_setup",
-)
-"""Primus switches upstream Megatron-LM does not know (its argument parser would refuse them)."""
-
-
-def _pattern(flags: tuple[bool, ...]) -> str:
-    """Megatron's list expression for a 0/1 per-layer pattern, runs compressed: ``([0]*3+[1]*58)``."""
-    runs: list[list[int]] = []
-    for f in flags:
-        if runs and runs[-1][0] == int(f):
-            runs[-1][1] += 1
-        else:
-            runs.append([int(f), 1])
-    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
-
-
-def megatron_architecture_args(m: Any) -> list[str]:
-    """Megatron-LM flags of the MLA / shared-expert / dense-first / MTP / GPT-OSS fields of a model."""
-    a: list[str] = []
-    if m.multi_latent_attention:
-        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)]
-        a += ["--qk-head-dim", str(m.qk_head_dim), "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim)]
-        a += ["--v-head-dim", str(m.v_head_dim)]
-        if m.q_lora_rank:
-            a += ["--q-lora-rank", str(m.q_lora_rank)]
-    if m.is_moe:
-        if m.shared_expert_ffn:
-            a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn)]
-        if m.num_dense_layers:
-            a += ["--moe-layer-freq", _pattern(m.moe_layer_flags)]
-        if m.moe_router_num_groups:
-            a += ["--moe-router-num-groups", str(m.moe_router_num_groups)]
-            a += ["--moe-router-group-topk", str(m.moe_router_group_topk or 1)]
-    if m.mtp_num_layers:
-        a += ["--mtp-num-layers", str(m.mtp_num_layers)]
-    if m.window_size is not None:
-        a += ["--window-size", f"{m.window_size},0"]  # Megatron tuple_type: "left,right"
-        skip = m.window_attn_skip_freq
-        if skip is not None:
-            a += [
-                "--window-attn-skip-freq",
-                str(skip) if isinstance(skip, int) else _pattern(tuple(map(bool, skip))),
-            ]
-    if m.softmax_type != "vanilla":
-        a += ["--softmax-type", m.softmax_type]
-    if m.add_qkv_bias and not m.linear_bias:
-        a.append("--add-qkv-bias")
-    return a
-
-
 def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> list[str]:
-    """``pretrain_gpt.py`` arguments: the model from the study, the parallel layout from ``config``."""
-    if config.pp_schedule in ("zb1p", "zbv"):
+    """``pretrain_gpt.py`` arguments: the model from the study, the parallel layout from ``config`` (upstream
+    Megatron-LM's arguments only)."""
+    if config.pp_schedule in ZERO_BUBBLE:
         raise LaunchFailure(
             f"pp_schedule={config.pp_schedule} (zero bubble) is not in upstream Megatron-LM; use the primus "
             "runner or restrict search.axes.pp_schedule"
         )
-    m, w = spec.model, spec.workload
-    a = [
-        "--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
-        "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_attention_heads),
-        "--kv-channels", str(m.head_dim), "--max-position-embeddings", str(w.seq_length),
-        "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size), "--mock-data",
-        "--normalization", m.normalization, "--position-embedding-type", m.position_embedding_type,
-        "--train-iters", str(train_iters), "--log-interval", "1", "--log-throughput", "--eval-iters", "0",
-        "--lr", "1e-4",
-    ]  # fmt: skip
-    if not m.linear_bias:
-        a.append("--disable-bias-linear")
-    if m.query_groups != m.num_attention_heads:
-        a += ["--group-query-attention", "--num-query-groups", str(m.query_groups)]
-    a += megatron_architecture_args(m)
-    if m.swiglu:
-        a.append("--swiglu")
-    if m.untie_embeddings_and_output_weights:
-        a.append("--untie-embeddings-and-output-weights")
-    if m.is_moe:
-        a += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.moe_router_topk)]
-        a += ["--moe-ffn-hidden-size", str(m.expert_ffn), "--moe-grouped-gemm"]
-    for name, value in primus_overrides(spec, config).items():
-        if name in PRIMUS_ONLY or value is None or value is False:
-            continue
-        flag = "--" + ("fp8_format" if name == "fp8" else name).replace("_", "-")
-        if isinstance(value, list):  # nargs="*" (``--recompute-modules moe_act layernorm``)
-            a += [flag, *(str(v) for v in value)]
-        else:
-            a += [flag] if value is True else [flag, str(value)]
-    return a
+    run = {
+        "tokenizer_type": "NullTokenizer", "mock_data": True, "train_iters": train_iters, "log_interval": 1,
+        "log_throughput": True, "eval_iters": 0, "lr": 1e-4,
+    }  # fmt: skip
+    values = {**model_arguments(spec), **run, **megatron_overrides(spec, config, primus=False)}
+    return megatron_flags(values, skip=PRIMUS_ONLY)
+
+
+def megatron_env(config: TrainingConfig) -> dict[str, str]:
+    """``CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron-LM requires it: tp > 1 or cp > 1, unless the EP-overlap
+    path (which wants more connections) is on (``megatron/training/arguments.py``@d98e8a64:1451-1479; FSDP,
+    the other exception, is never used)."""
+    if (config.tp > 1 or config.cp > 1) and not config.ep_overlap:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
     script = str(Path(opts.megatron_path) / "pretrain_gpt.py")
 
     def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
+        # static rendezvous, one torchrun per node: the node rank and master are resolved per node
         run = [*opts.torchrun, "--nnodes", values["nodes"], "--nproc-per-node", values["gpus_per_node"]]
-        if spec.cluster.nodes > 1:
-            run += ["--rdzv-backend", "c10d", "--rdzv-endpoint", opts.rdzv_endpoint or RDZV_SENTINEL]
+        run += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT]
         config = TrainingConfig.from_params({a: values[a] for a in AXES})
         argv = [*run, script, *megatron_args(spec, config, opts.train_iters), *opts.extra_args]
-        return Launch(argv=argv, env=launch.env, extra_logs=launch.extra_logs)
+        env = {**megatron_env(config), **launch.env}
+        return Launch(argv=argv, env=env, extra_logs=launch.extra_logs)
+
+    return wrap
+
+
+# --- nodes ---------------------------------------------------------------------------------------------------------
+NODE_RANK = "__PRIMUS_OPTUNA_NODE_RANK__"
+MASTER_ADDR = "__PRIMUS_OPTUNA_MASTER_ADDR__"
+MASTER_PORT = "__PRIMUS_OPTUNA_MASTER_PORT__"
+"""Per-node values in a preset's argv/env, resolved by :func:`resolve_node` (no Slurm) or the Slurm node
+script (``$SLURM_NODEID``, the first host of ``$SLURM_JOB_NODELIST``); never passed on as they are."""
+
+
+def resolve_node(
+    words: list[str], env: dict[str, str], rank: int, addr: str, port: int
+) -> tuple[list[str], dict[str, str]]:
+    """``words`` and ``env`` with the per-node values of node ``rank`` filled in."""
+    table = {NODE_RANK: str(rank), MASTER_ADDR: addr, MASTER_PORT: str(port)}
+
+    def sub(w: str) -> str:
+        for k, v in table.items():
+            w = w.replace(k, v)
+        return w
+
+    return [sub(w) for w in words], {k: sub(v) for k, v in env.items()}
+
+
+def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_nodes: bool = False) -> Wrap:
+    """Without Slurm: one node runs the launch itself; several run it once per host of ``hosts`` over ssh
+    (node rank = position in the list, master = the first host), from a script in the trial's directory that
+    waits for all and stops all when stopped. ``places_nodes``: the launch starts the other nodes itself
+    (Primus's ``examples/run_slurm_pretrain.sh``@fd1eeabb:47-68 sets ``NODE_RANK``/``MASTER_ADDR`` per node
+    from ``NNODES``), so without ``hosts`` it is run once, without a node rank or master."""
+    nodes = spec.cluster.nodes
+    if nodes > 1 and opts.hosts and len(opts.hosts) != nodes:
+        raise SpecError(
+            f"runner.options.hosts: the study runs on {nodes} nodes but {len(opts.hosts)} hosts are given; "
+            f"give {nodes} (node 0, the master, first)"
+        )
+    if nodes > 1 and not opts.hosts and not places_nodes:
+        raise SpecError(
+            f"runner.options.hosts: the study runs on {nodes} nodes; give their {nodes} host names (node 0, the "
+            "master, first), or run under Slurm (runner.kind: slurm)"
+        )
+
+    def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
+        if nodes == 1 or not opts.hosts:
+            env = launch.env
+            if nodes > 1:  # the launch places the nodes: no node rank or master from us
+                env = {k: v for k, v in env.items() if v not in (NODE_RANK, MASTER_ADDR)}
+            argv, env = resolve_node(launch.argv, env, 0, "127.0.0.1", opts.master_port)
+            return Launch(argv=argv, env=env, extra_logs=launch.extra_logs, follow_log=launch.follow_log)
+        lines = [
+            "#!/bin/bash",
+            "# written by primus-optuna: the trial's launch on each node (runner.options.hosts)",
+            "set -u",
+            "pids=()",
+            'stop() { kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 143; }',
+            "trap stop TERM INT HUP",
+        ]
+        for rank, host in enumerate(opts.hosts):
+            argv, env = resolve_node(launch.argv, launch.env, rank, opts.hosts[0], opts.master_port)
+            remote = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+            remote = (f"cd {shlex.quote(cwd)} && " if cwd else "") + remote + "exec " + shlex.join(argv)
+            lines.append(f"{shlex.join([*opts.ssh, host, remote])} &")
+            lines.append("pids+=($!)")
+        lines += ["rc=0", 'for p in "${pids[@]}"; do wait "$p" || rc=$?; done', 'exit "$rc"']
+        script = context.workdir / "nodes.sh"
+        script.write_text("\n".join(lines) + "\n")
+        script.chmod(0o755)
+        return Launch(argv=["bash", str(script)], env={}, extra_logs=launch.extra_logs)
 
     return wrap
 
 
 # --- Slurm --------------------------------------------------------------------------------------------------------
+def slurm_job_name(values: dict[str, str], context: RunContext) -> str:
+    """A job name unique to the trial's directory, so that ``scancel --name`` cancels this job only."""
+    digest = hashlib.sha1(str(context.workdir.resolve()).encode()).hexdigest()[:10]
+    return f"primus-optuna-{values['trial'] or 'run'}-{digest}"
+
+
 def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
     minutes = max(1, math.ceil(timeout_s / 60))
+    expand = {
+        NODE_RANK: '"${SLURM_NODEID}"',
+        MASTER_ADDR: '"${MASTER_ADDR}"',
+        MASTER_PORT: '"${MASTER_PORT}"',
+    }
+
+    def word(w: str) -> str:
+        return expand.get(w) or shlex.quote(w)
 
     def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
-        words = [
-            '"${MASTER_ADDR}:${MASTER_PORT}"' if w == RDZV_SENTINEL else shlex.quote(w) for w in launch.argv
-        ]
-        exports = [f"export {k}={shlex.quote(v)}" for k, v in launch.env.items()]
+        exports = [f"export {k}={word(v)}" for k, v in launch.env.items()]
         node = context.workdir / "node.sh"
         node.write_text(
             "#!/bin/bash\n# written by primus-optuna: the job of one trial on one node\nset -euo pipefail\n"
@@ -299,19 +442,23 @@ def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
             f'export MASTER_PORT="${{MASTER_PORT:-{opts.master_port}}}"\n'
             + "".join(e + "\n" for e in exports)
             + "exec "
-            + " ".join(words)
+            + " ".join(word(w) for w in launch.argv)
             + "\n"
         )
         node.chmod(0o755)
+        name = slurm_job_name(values, context)
+        plain = {k: v for k, v in launch.env.items() if v not in expand}  # srun's own environment
         common = [f"--nodes={spec.cluster.nodes}", "--ntasks-per-node=1", f"--time={minutes}"]
-        common += [f"--job-name=primus-optuna-{values['trial'] or 'run'}", *opts.slurm_args]
+        common += [f"--gpus-per-node={spec.cluster.gpus_per_node}", f"--job-name={name}", *opts.slurm_args]
+        cancel = ["scancel", f"--name={name}"]
         if opts.mode == "srun":
-            return Launch(argv=["srun", *common, "bash", str(node)], env=launch.env)
+            return Launch(argv=["srun", *common, "bash", str(node)], env=plain, cancel=cancel)
         batch = context.workdir / "batch.sh"
         batch.write_text(f"#!/bin/bash\nexec srun --ntasks-per-node=1 bash {shlex.quote(str(node))}\n")
         out = context.workdir / "slurm.out"
         argv = ["sbatch", "--wait", f"--output={out}", *common, str(batch)]
-        return Launch(argv=argv, env=launch.env, extra_logs=[out])
+        # the job writes its log to slurm.out: that is the file followed while it runs (early stopping)
+        return Launch(argv=argv, env=plain, extra_logs=[out], follow_log=out, cancel=cancel)
 
     return wrap
 
@@ -355,11 +502,18 @@ def build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any] | N
     return runner
 
 
-def _build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any]) -> CommandRunner:
+def _build_command_runner(
+    spec: StudySpec, kind: str, options: dict[str, Any], *, under_slurm: bool = False
+) -> CommandRunner:
     if kind == "slurm":
         sopts: SlurmOptions = validate_options(SlurmOptions, options, kind)
         inner = {k: v for k, v in options.items() if k not in SlurmOptions.model_fields}
-        runner = build_command_runner(spec, sopts.preset, inner)
+        for name in ("hosts", "ssh"):
+            if name in inner:
+                raise SpecError(
+                    f"runner.options.{name}: Slurm places the nodes itself; remove {name} under runner.kind slurm"
+                )
+        runner = _build_command_runner(spec, sopts.preset, inner, under_slurm=True)
         runner.wrap.append(_slurm_wrap(spec, sopts, runner.timeout_s))
         runner.kind = "slurm"
         return runner
@@ -370,7 +524,7 @@ def _build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any]) -
         )
     if kind == "primus":
         p: PrimusOptions = validate_options(PrimusOptions, options, kind)
-        env = dict(p.env)
+        env = {**primus_env(spec), **p.env}
         if p.overlay_env:
             env[p.overlay_env] = "{overlay}"
         if p.primus_path and not Path(p.primus_path).is_dir():
@@ -385,6 +539,7 @@ def _build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any]) -
             kind=kind,
             prepare=_primus_prepare(spec, p),
             extra_fields=("overlay",),
+            wrap=[] if under_slurm else [_nodes_wrap(spec, p, p.primus_path, places_nodes=_places_nodes(p))],
         )
     if kind == "megatron":
         mo: MegatronOptions = validate_options(MegatronOptions, options, kind)
@@ -395,7 +550,7 @@ def _build_command_runner(spec: StudySpec, kind: str, options: dict[str, Any]) -
             timeout_s=mo.timeout_s,
             warmup_iters=mo.warmup_iters,
             kind=kind,
-            wrap=[_megatron_wrap(spec, mo)],
+            wrap=[_megatron_wrap(spec, mo), *([] if under_slurm else [_nodes_wrap(spec, mo, None)])],
         )
     if kind == "local":
         lo: LocalOptions = validate_options(LocalOptions, options, kind)

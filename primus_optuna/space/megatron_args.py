@@ -1,9 +1,22 @@
 """Megatron/Primus argument names of a configuration, both ways.
 
 :func:`megatron_overrides` is the one mapping from a :class:`TrainingConfig` to Megatron-LM/Primus arguments
-(underscore names), used by the exporter and by the launch presets; :func:`config_from_megatron` is its
-inverse (through :func:`primus_optuna.spec.primus_import.baseline_from_megatron`, which the Primus importer
-uses for baselines).
+(underscore names, Megatron's ``dest`` names), used by the exporter and by the launch presets;
+:func:`model_arguments` is the model's architecture in the same names, :func:`megatron_flags` renders either
+as command-line flags, and :func:`config_from_megatron` is the inverse (through
+:func:`primus_optuna.spec.primus_import.baseline_from_megatron`, which the Primus importer uses for baselines).
+
+Values follow what the frameworks accept (sources: Megatron-LM ``d98e8a64`` = main and ``d3528a21`` = the
+commit Primus pins; Primus ``fd1eeabb``):
+
+- a key whose Megatron default is not None is never written as None: Primus's argument builder passes a
+  None through on purpose (``primus/backends/megatron/argument_builder.py@fd1eeabb:137,193``) and the pinned
+  Megatron then fails ``dtype_map[None]``-style lookups or, for a boolean, silently flips its meaning
+  (``megatron/training/arguments.py@d98e8a64:1077-1086``); None is written only where it is Megatron's
+  "off" (``recompute_*``, ``fp8``, ``num_virtual_stages_per_pipeline_rank``), so that it clears the value of
+  a user's Primus experiment;
+- Primus-only switches (:data:`PRIMUS_ONLY`: Primus-Turbo, the zero-bubble patches, Primus's YAML-default
+  fixes) are written only for Primus (``primus=True``: the Primus overlay, or a study on AMD GPUs).
 """
 
 from __future__ import annotations
@@ -11,70 +24,156 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import StudySpec
+from ..spec.optimizer import OPTIMIZER_DTYPE_FIELDS
 from ..spec.primus_import import baseline_from_megatron
 from ..spec.recompute import parse_recompute
-from ..spec.study import OPTIMIZER_DTYPE_FIELDS
 from .config import TrainingConfig
 
+PRIMUS_ONLY: tuple[str, ...] = (
+    "use_turbo_deepep",
+    "turbo_sync_free_moe_stage",
+    "use_turbo_grouped_gemm",
+    "enable_primus_turbo",
+    "moe_enable_deepep",
+    "patch_zero_bubble",
+    "enable_zero_bubble",
+    "zero_bubble_v_schedule",
+    "zero_bubble_v_schedule_mem_setup",
+    "cuda_graph_scope",
+)
+"""Keys written only for Primus: Primus's own switches (upstream Megatron-LM's parser refuses them), the
+deprecated ``moe_enable_deepep`` that Primus-Turbo's DeepEP dispatcher still asserts
+(``primus/backends/megatron/core/extensions/primus_turbo.py@fd1eeabb:2323``; upstream selects DeepEP with
+``--moe-flex-dispatcher-backend deepep``, ``megatron/core/transformer/transformer_config.py@d98e8a64:1743-1752``),
+and ``cuda_graph_scope: []``, which undoes Primus's string default (below)."""
 
-def megatron_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
-    """The Megatron/Primus arguments (underscore names) that select ``config`` for ``spec``'s workload."""
-    c = config
+ZERO_BUBBLE = ("zb1p", "zbv")
+
+NEGATED_FLAGS: dict[str, str] = {
+    "add_bias_linear": "--disable-bias-linear",
+    "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
+    "create_attention_mask_in_dataloader": "--no-create-attention-mask-in-dataloader",
+}
+"""Megatron ``store_false`` arguments (default True): False is written as their negative flag, True left out."""
+FLAG_NAMES: dict[str, str] = {"fp8": "--fp8-format"}
+"""Keys whose command-line flag is named differently (Primus ``fp8: hybrid`` = ``--fp8-format hybrid``)."""
+PATTERN_ARGS = ("moe_layer_freq", "window_attn_skip_freq")
+"""Per-layer 0/1 lists written as Megatron's list expression (``([0]*3+[1]*58)``)."""
+
+
+def uses_primus(spec: StudySpec) -> bool:
+    """Whether a study's exports default to Primus (its GPUs are AMD's: Primus is the Megatron that runs
+    there); an NVIDIA study exports what upstream Megatron-LM accepts."""
+    return spec.cluster.gpu.vendor == "amd"
+
+
+def megatron_overrides(
+    spec: StudySpec, config: TrainingConfig, *, primus: bool | None = None
+) -> dict[str, Any]:
+    """The Megatron/Primus arguments (underscore names) that select ``config`` for ``spec``'s workload.
+
+    ``primus`` (default: :func:`uses_primus`) adds the Primus-only keys (:data:`PRIMUS_ONLY`); a zero-bubble
+    schedule exists only in Primus and always carries them."""
+    c, w, m = config, spec.workload, spec.model
+    zb = c.pp_schedule in ZERO_BUBBLE
+    primus = (uses_primus(spec) if primus is None else primus) or zb
+    layout = spec.pipeline.layout is not None and c.pp > 1
     out: dict[str, Any] = {
         "tensor_model_parallel_size": c.tp,
         "pipeline_model_parallel_size": c.pp,
         "expert_model_parallel_size": c.ep,
         "context_parallel_size": c.cp,
-        "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 else None,
+        # at most one of --num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank /
+        # --pipeline-model-parallel-layout (megatron/training/arguments.py@d98e8a64:928-939): a layout fixes
+        # vpp itself (arguments.py@d98e8a64:941-952)
+        "num_virtual_stages_per_pipeline_rank": c.vpp if c.vpp > 1 and not layout else None,
         "sequence_parallel": c.tp > 1 and spec.workload.sequence_parallel,
         "micro_batch_size": c.mbs,
-        "global_batch_size": spec.workload.global_batch_size,
-        "seq_length": spec.workload.seq_length,
-        "use_distributed_optimizer": spec.workload.distributed_optimizer,
+        "global_batch_size": w.global_batch_size,
+        "seq_length": w.seq_length,
+        "use_distributed_optimizer": w.distributed_optimizer,
     }
     out.update(pipeline_overrides(spec, c.pp, c.vpp))
     # none / selective (+ recompute_modules) / full (uniform, 1) / full:N (block, N per virtual chunk)
     out.update(parse_recompute(c.recompute).megatron_args())
-    if spec.model.is_moe:
-        deepep = c.moe_dispatcher == "deepep"
-        out.update(
-            moe_token_dispatcher_type="flex" if deepep else "alltoall",
-            moe_enable_deepep=deepep,
-            use_turbo_deepep=deepep,
-        )
-        if deepep:
-            out.update(enable_primus_turbo=True, moe_router_dtype="fp32")
-            if (
-                spec.workload.moe_sync_free
-            ):  # Primus: stage 2 removes the router, DeepEP and grouped-MLP syncs
-                out["turbo_sync_free_moe_stage"] = 2
-        if c.ep_overlap:  # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
-            out.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)
-    zb = c.pp_schedule in ("zb1p", "zbv")
-    out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
-    if c.pp_schedule == "zbv":
-        out["zero_bubble_v_schedule_mem_setup"] = "zb"
-    w = spec.workload
-    # DP overlap as the workload says, except under zero-bubble (required off by Primus's zero-bubble pipeline,
-    # Primus docs: zero-bubble required args); param-gather overlap only with the distributed optimizer
+    if m.is_moe:
+        out.update(_moe_overrides(spec, c, primus))
+    # Primus's zero-bubble pipeline: DP overlap off, no persistent layer norm, no attention mask from the
+    # data loader, gradient accumulation fusion on (Primus
+    # primus/backends/megatron/core/pipeline_parallel/zerobubble/README.md@fd1eeabb:14-20; rule
+    # zb_requirements keeps zero bubble out of a workload without the fusion)
     overlap = w.overlap_grad_reduce and not zb
     out.update(overlap_grad_reduce=overlap, overlap_param_gather=overlap and w.distributed_optimizer)
+    out["gradient_accumulation_fusion"] = w.gradient_accumulation_fusion
+    if primus:
+        # zero_bubble.yaml@fd1eeabb:39 defaults enable_zero_bubble to true: a Primus run writes it either way
+        out.update(patch_zero_bubble=zb, enable_zero_bubble=zb, zero_bubble_v_schedule=c.pp_schedule == "zbv")
+        if c.pp_schedule == "zbv":
+            out["zero_bubble_v_schedule_mem_setup"] = "zb"
+    if zb:
+        out.update(create_attention_mask_in_dataloader=False, no_persist_layer_norm=True)
     if w.tp_comm_overlap and c.tp > 1:
         out["tp_comm_overlap"] = True
-    precision = spec.workload.precision
-    out.update(bf16=precision in ("bf16", "fp8"), fp16=precision == "fp16")
-    out["fp8"] = "hybrid" if precision == "fp8" else None
+    out.update(_precision_overrides(spec))
+    return out
+
+
+def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str, Any]:
     w = spec.workload
+    deepep = c.moe_dispatcher == "deepep"
+    # the model assumes expert TP = 1; Megatron defaults it to TP (arguments.py@d98e8a64:587-588)
+    out: dict[str, Any] = {
+        "expert_tensor_parallel_size": 1,
+        "moe_token_dispatcher_type": "flex" if deepep else "alltoall",
+    }
+    if deepep:
+        # the current spelling in both Megatron-LM versions (transformer_config.py@d98e8a64:898 and
+        # @d3528a21:747; --moe-enable-deepep is deprecated there, @d98e8a64:1743-1752); DeepEP needs fp32
+        # router probabilities (Primus: patches/args/rocm_arg_validation.py@fd1eeabb:225-227)
+        out.update(moe_flex_dispatcher_backend="deepep", moe_router_dtype="fp32")
+    if primus:
+        out.update(moe_enable_deepep=deepep, use_turbo_deepep=deepep)
+        if deepep:  # Primus-Turbo's DeepEP; a user's other Turbo switches are left as they are
+            out["enable_primus_turbo"] = True
+        sync_free = deepep and w.moe_sync_free
+        # stage 2 removes the router, DeepEP and grouped-MLP syncs and needs Primus-Turbo's grouped GEMM
+        # (rocm_arg_validation.py@fd1eeabb:199-206), which runs at tp = 1 only (primus_turbo.py@fd1eeabb:2024)
+        out["turbo_sync_free_moe_stage"] = 2 if sync_free else 0
+        if sync_free:
+            out["use_turbo_grouped_gemm"] = True
+    # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
+    out.update(overlap_moe_expert_parallel_comm=c.ep_overlap, delay_wgrad_compute=c.ep_overlap)
+    if c.ep_overlap and primus:
+        # Primus's trainer_base.yaml@fd1eeabb:432 sets cuda_graph_scope to the string "full"; with
+        # delay_wgrad_compute the pinned Megatron tests `CudaGraphScope.attn in args.cuda_graph_scope`
+        # before normalising it (arguments.py@d3528a21:1460 vs 1520-1525) and crashes on the string
+        out["cuda_graph_scope"] = []
+    return out
+
+
+def _precision_overrides(spec: StudySpec) -> dict[str, Any]:
+    w = spec.workload
+    fp8 = w.precision == "fp8"
+    out: dict[str, Any] = {"bf16": w.precision in ("bf16", "fp8"), "fp16": w.precision == "fp16"}
+    out["fp8"] = "hybrid" if fp8 else None
+    if fp8:
+        # Megatron's default recipe is delayed scaling (transformer_config.py@d98e8a64:594-596): the study's
+        # recipe is stated, or an MXFP8 study would run (and be refused as) delayed scaling
+        out["fp8_recipe"] = w.fp8_recipe
     # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16 is given
-    # (megatron/training/arguments.py); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
-    out["grad_reduce_in_bf16"] = True if not w.grad_reduce_in_fp32 else None
-    out["fp8_param_gather"] = True if precision == "fp8" and w.fp8_param_gather else None
-    # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py: --use-precision-aware-optimizer,
-    # --main-params-dtype, --main-grads-dtype, --exp-avg-dtype, --exp-avg-sq-dtype; fp32 defaults)
-    pao = w.precision_aware_optimizer
-    out["use_precision_aware_optimizer"] = True if pao else None
+    # (arguments.py@d98e8a64:1213-1217); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
+    out["grad_reduce_in_bf16"] = not w.grad_reduce_in_fp32
+    out["fp8_param_gather"] = fp8 and w.fp8_param_gather
+    if fp8 and w.fp8_param_gather and w.fp8_recipe == "mxfp8":
+        # MXFP8 parameters all-gather through the gradient buffer; without it Megatron keeps a separate
+        # buffer ("significant amount additional GPU memory", optimizer_config.py@d98e8a64:416-424)
+        out["reuse_grad_buf_for_mxfp8_param_ag"] = True
+    # Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer, --main-params-dtype,
+    # --main-grads-dtype, --exp-avg-dtype, --exp-avg-sq-dtype; fp32 defaults, arguments.py@d98e8a64:1077-1086
+    # maps them through dtype_map, where None is not a dtype the optimizer accepts)
+    out["use_precision_aware_optimizer"] = w.precision_aware_optimizer
     for name in OPTIMIZER_DTYPE_FIELDS:
-        out[name] = getattr(w, name) if pao else None
+        out[name] = getattr(w, name) if w.precision_aware_optimizer else "fp32"
     return out
 
 
@@ -97,6 +196,93 @@ def pipeline_overrides(spec: StudySpec, pp: int, vpp: int) -> dict[str, Any]:
     if p.account_for_loss_in_pipeline_split:
         out["account_for_loss_in_pipeline_split"] = True
     return out
+
+
+def model_arguments(spec: StudySpec) -> dict[str, Any]:
+    """The model's architecture as Megatron arguments (``dest`` names, typed): what ``pretrain_gpt.py`` needs
+    besides :func:`megatron_overrides` (MLA, shared experts, dense-first layers, MTP, GPT-OSS's windows)."""
+    m, w = spec.model, spec.workload
+    a: dict[str, Any] = {
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "kv_channels": m.head_dim,
+        "max_position_embeddings": w.seq_length,
+        "vocab_size": m.vocab_size,
+        "normalization": m.normalization,
+        "position_embedding_type": m.position_embedding_type,
+        "add_bias_linear": m.linear_bias,
+        "swiglu": m.swiglu,
+        "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
+    }
+    if m.query_groups != m.num_attention_heads:
+        a.update(group_query_attention=True, num_query_groups=m.query_groups)
+    if m.multi_latent_attention:
+        a.update(multi_latent_attention=True, kv_lora_rank=m.kv_lora_rank, qk_head_dim=m.qk_head_dim)
+        a.update(qk_pos_emb_head_dim=m.qk_pos_emb_head_dim, v_head_dim=m.v_head_dim)
+        if m.q_lora_rank:
+            a["q_lora_rank"] = m.q_lora_rank
+    if m.is_moe:
+        a.update(num_experts=m.experts, moe_router_topk=m.moe_router_topk, moe_ffn_hidden_size=m.expert_ffn)
+        a["moe_grouped_gemm"] = True
+        if m.shared_expert_ffn:
+            a["moe_shared_expert_intermediate_size"] = m.shared_expert_ffn
+        if m.num_dense_layers:
+            a["moe_layer_freq"] = [int(f) for f in m.moe_layer_flags]
+        if m.moe_router_num_groups:
+            a.update(moe_router_num_groups=m.moe_router_num_groups)
+            a["moe_router_group_topk"] = m.moe_router_group_topk or 1
+    if m.mtp_num_layers:
+        a["mtp_num_layers"] = m.mtp_num_layers
+    if m.window_size is not None:
+        a["window_size"] = (m.window_size, 0)  # Megatron tuple_type "left,right"
+        skip = m.window_attn_skip_freq
+        if skip is not None:
+            a["window_attn_skip_freq"] = skip if isinstance(skip, int) else [int(bool(s)) for s in skip]
+    if m.softmax_type != "vanilla":
+        a["softmax_type"] = m.softmax_type
+    if m.add_qkv_bias and not m.linear_bias:
+        a["add_qkv_bias"] = True
+    return a
+
+
+def _pattern(flags: list[int]) -> str:
+    """Megatron's list expression for a 0/1 per-layer pattern, runs compressed: ``([0]*3+[1]*58)``."""
+    runs: list[list[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def megatron_flags(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> list[str]:
+    """Megatron-LM command-line arguments for ``values`` (booleans as bare flags, ``store_false`` ones as
+    their negative flag, None and empty lists omitted: Megatron's defaults)."""
+    argv: list[str] = []
+    for name, value in values.items():
+        if name in skip or value is None:
+            continue
+        if name in NEGATED_FLAGS:
+            if value is False:
+                argv.append(NEGATED_FLAGS[name])
+            continue
+        flag = FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
+        if value is False or (isinstance(value, list) and not value):
+            continue
+        if value is True:
+            argv.append(flag)
+        elif name in PATTERN_ARGS and isinstance(value, list):
+            argv += [flag, _pattern(value)]
+        elif isinstance(value, tuple):
+            argv += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, list):  # nargs="*" arguments (``--recompute-modules moe_act layernorm``)
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
 
 
 def config_from_megatron(values: dict[str, Any], spec: StudySpec | None = None) -> TrainingConfig:

@@ -46,6 +46,10 @@ class Facts:
     """dense (non-MoE) layers of an MoE model (e.g. DeepSeek's first_k_dense_replace)"""
     fp8_delayed: bool = False
     """FP8 training with delayed scaling (Megatron's default FP8 recipe)"""
+    moe_sync_free: bool = False
+    """Primus's sync-free MoE (workload.moe_sync_free, stage 2 with DeepEP)"""
+    grad_acc_fusion: bool = True
+    """workload.gradient_accumulation_fusion"""
     shared_ffn: int = 0
     """total shared-expert width (TP splits it)"""
     sequence_parallel: bool = True
@@ -64,6 +68,8 @@ class Facts:
             shared_experts=shared,
             dense_layers=dense,
             fp8_delayed=w.precision == "fp8" and w.fp8_recipe == "delayed",
+            moe_sync_free=w.moe_sync_free,
+            grad_acc_fusion=w.gradient_accumulation_fusion,
             world=spec.world,
             max_tp=spec.max_tp,
             layers=m.num_layers,
@@ -252,6 +258,45 @@ def _zb_recompute(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _zb_pipeline(f: Facts, c: Any) -> str | None:
+    # Primus's zero-bubble schedules split the layers evenly themselves: zbv asserts layers divisible by pp
+    # with an even count per stage (primus/backends/megatron/core/pipeline_parallel/zerobubble/zbpp_utils.py
+    # @fd1eeabb:149-160, it sets num_layers_per_virtual_pipeline_stage itself, which Megatron allows only
+    # without a layout, megatron/training/arguments.py@d98e8a64:928-939), and the zb scheduler's
+    # communication order assumes no layout (zerobubble/scheduler/communication.py@fd1eeabb:288-292)
+    if c.pp_schedule not in ("zb1p", "zbv") or f.pipeline.is_default:
+        return None
+    what = (
+        "pipeline.layout" if f.pipeline.layout is not None else "an uneven pipeline split (pipeline section)"
+    )
+    return (
+        f"pp_schedule={c.pp_schedule} (Primus zero bubble) splits the layers evenly itself and cannot run "
+        f"{what}; use 1f1b/interleaved or remove the pipeline section"
+    )
+
+
+def _zb_requirements(f: Facts, c: Any) -> str | None:
+    # Primus zero bubble requires gradient_accumulation_fusion: true (zerobubble/README.md@fd1eeabb:14-20)
+    if c.pp_schedule in ("zb1p", "zbv") and not f.grad_acc_fusion:
+        return (
+            f"pp_schedule={c.pp_schedule} (Primus zero bubble) needs gradient accumulation fusion; set "
+            "workload.gradient_accumulation_fusion: true or use 1f1b/interleaved"
+        )
+    return None
+
+
+def _sync_free_tp(f: Facts, c: Any) -> str | None:
+    # sync-free MoE stage 2 auto-enables Primus-Turbo's grouped GEMM
+    # (primus/backends/megatron/patches/args/rocm_arg_validation.py@fd1eeabb:55-61,199-206), whose layers
+    # assert tensor parallel size 1 (primus/backends/megatron/core/extensions/primus_turbo.py@fd1eeabb:2024)
+    if f.is_moe and f.moe_sync_free and c.moe_dispatcher == "deepep" and c.tp > 1:
+        return (
+            f"workload.moe_sync_free (Primus sync-free MoE, stage 2) runs Primus-Turbo's grouped GEMM, which needs "
+            f"tp=1 (got tp={c.tp}); use tp=1, alltoall, or moe_sync_free: false"
+        )
+    return None
+
+
 def _ep_overlap(f: Facts, c: Any) -> str | None:
     # Megatron-Core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism,
     # a virtual pipeline when pp > 1, no full recompute (alltoall and flex dispatchers both allowed)
@@ -368,6 +413,24 @@ RULES: tuple[Rule, ...] = (
         _zb_recompute,
     ),
     Rule("deepep_moe", ("moe_dispatcher",), "deepep only for MoE models", _deepep_moe),
+    Rule(
+        "zb_pipeline",
+        ("pp_schedule",),
+        "zero-bubble schedules need an even split (no pipeline.layout or first/last-stage split)",
+        _zb_pipeline,
+    ),
+    Rule(
+        "zb_requirements",
+        ("pp_schedule",),
+        "zero-bubble schedules need gradient accumulation fusion",
+        _zb_requirements,
+    ),
+    Rule(
+        "sync_free_tp",
+        ("tp", "moe_dispatcher"),
+        "sync-free MoE (DeepEP) needs tp=1",
+        _sync_free_tp,
+    ),
     Rule(
         "ep_overlap",
         ("ep", "pp", "pp_schedule", "recompute", "ep_overlap"),

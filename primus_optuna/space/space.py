@@ -19,6 +19,7 @@ from ..errors import SpecError
 from ..spec.recompute import parse_recompute
 from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
 from .config import TrainingConfig
+from .megatron_args import ZERO_BUBBLE, uses_primus
 from .rules import RULES, Facts, Rule, layers_per_chunk
 
 # Enumeration order: the axes that prune most come first.
@@ -42,6 +43,35 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+class _Recompute:
+    """A stand-in configuration for the recompute rules (they read ``recompute`` only)."""
+
+    __slots__ = ("recompute",)
+
+    def __init__(self, recompute: str) -> None:
+        self.recompute = recompute
+
+
+def _recompute_order(value: str) -> tuple[int, int]:
+    """Decreasing memory: none, selective variants, full:N by N, full."""
+    r = parse_recompute(value)
+    if r.is_full:
+        return (2, r.num_layers or 10**9)
+    return (1, 0) if r.modules else (0, 0)
+
+
+def _insert_in_order(axis: str, values: list[Any], value: Any) -> list[Any]:
+    """``values`` with ``value`` added where it belongs: sorted for integer axes, by decreasing memory for
+    recompute, last for the other categorical axes."""
+    if axis == "recompute":
+        key = _recompute_order(value)
+        i = next((k for k, v in enumerate(values) if _recompute_order(v) > key), len(values))
+        return [*values[:i], value, *values[i:]]
+    if axis in CHOICES:
+        return [*values, value]
+    return sorted([*values, value])
+
+
 class _Partial:
     """Mutable stand-in for a configuration while enumerating (rules read attributes only)."""
 
@@ -57,6 +87,30 @@ class Space:
         self.candidates: dict[str, list[Any]] = {a: self._default_candidates(a) for a in AXES}
         for axis, values in spec.search.axes.items():
             self.candidates[axis] = sorted(values) if axis not in CHOICES else list(values)
+        self._refuse_inapplicable_recompute()
+        self.baseline_added: dict[str, Any] = {}
+        """baseline values that were not default candidates and joined them, so the sweep starts from what the
+        user runs today (an axis restricted by ``search.axes`` keeps exactly the values listed)"""
+        for axis in AXES:
+            value = getattr(self.baseline_raw, axis)
+            if axis not in spec.search.axes and value not in self.candidates[axis]:
+                self.candidates[axis] = _insert_in_order(axis, self.candidates[axis], value)
+                self.baseline_added[axis] = value
+
+    def _refuse_inapplicable_recompute(self) -> None:
+        """A recompute value written in the study file (``search.axes.recompute``, the baseline) that names a
+        module this model does not have is a study-file error, not a silently dropped candidate."""
+        rule = next(r for r in RULES if r.id == "recompute_modules")
+        written = [("search.axes.recompute", v) for v in self.spec.search.axes.get("recompute", [])]
+        written.append(("search.baseline.recompute", self.spec.search.baseline.recompute))
+        for where, value in written:
+            why = rule.fn(self.facts, _Recompute(value))
+            if why:
+                raise SpecError(
+                    f"{where}: {value!r} does not apply to {self.spec.model.name}: "
+                    f"{why.split(': ', 1)[-1]}; remove it or pick a value from "
+                    f"{', '.join(self._default_candidates('recompute'))}"
+                )
 
     # --- candidates and canonical form ---------------------------------------------------------------------
     def _default_candidates(self, axis: str) -> list[Any]:
@@ -83,6 +137,9 @@ class Space:
             return list(CHOICES[axis]) if f.is_moe else ["alltoall"]
         if axis == "ep_overlap":
             return [False, True] if f.is_moe else [False]
+        if axis == "pp_schedule" and not uses_primus(spec):
+            # zero bubble exists only in Primus (AMD GPUs): elsewhere the schedules upstream Megatron-LM runs
+            return [s for s in CHOICES[axis] if s not in ZERO_BUBBLE]
         if axis == "recompute":  # decreasing memory order: the sweep walks the axis in this order
             values = list(MOE_RECOMPUTE if f.is_moe else DENSE_RECOMPUTE)
             if f.mla:  # MLA's Q, K, V (up-projection outputs) are its largest kept tensors; the published

@@ -25,7 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from .strict import StrictIntModel
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -88,7 +90,7 @@ class Chunk:
         return self.decoder - self.moe
 
 
-class PipelineSpec(BaseModel):
+class PipelineSpec(StrictIntModel):
     """``pipeline``: how layers are placed on pipeline stages (Megatron-Core argument names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

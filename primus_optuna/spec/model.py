@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ..errors import SpecError
+from .strict import StrictIntModel
 
 _PATTERN_TERM = re.compile(r"\[\s*([01])\s*\]\s*\*\s*(\d+)")
 
@@ -65,7 +66,7 @@ class ParameterCounts:
         return self.total + self.mtp
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictIntModel):
     """A decoder-only transformer, dense or MoE, with Megatron-Core's attention and MoE variants.
 
     Besides GQA (``num_query_groups``) it knows multi-latent attention (MLA: ``multi_latent_attention`` and
@@ -341,14 +342,25 @@ class ModelSpec(BaseModel):
         """Import a Hugging Face ``config.json`` (Llama, Mixtral, Qwen(-MoE), DeepSeek-V2/V3, Kimi-K2,
         Moonlight, GPT-OSS naming); MoE/MLA keys it does not understand are refused, never dropped."""
         p = Path(path)
+        if p.is_dir():
+            hint = f"; did you mean {str(p / 'config.json')!r}?" if (p / "config.json").is_file() else ""
+            raise SpecError(
+                f"model.hf_config: {str(p)!r} is a directory; give the path of its config.json{hint}"
+            )
         try:
-            cfg = json.loads(p.read_text())
+            cfg = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SpecError(
                 f"model.hf_config: file {str(p)!r} not found; give a path to a config.json"
             ) from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"model.hf_config: {str(p)!r} is not UTF-8 text ({exc.reason})") from None
+        except OSError as exc:
+            raise SpecError(f"model.hf_config: cannot read {str(p)!r} ({exc.strerror or exc})") from None
         except json.JSONDecodeError as exc:
             raise SpecError(f"model.hf_config: {str(p)!r} is not valid JSON ({exc})") from None
+        if not isinstance(cfg, dict):
+            raise SpecError(f"model.hf_config: {str(p)!r} holds no JSON object; give a config.json")
         return cls(**{**hf_to_megatron(cfg, name=p.parent.name or "hf-model"), **overrides})
 
 
@@ -374,6 +386,13 @@ HF_UNDERSTOOD_KEYS: frozenset[str] = frozenset(
 """Every MoE/MLA/attention-pattern key :func:`hf_to_megatron` maps or knows to be cost-neutral."""
 
 
+HF_MODEL_TYPES: tuple[str, ...] = (
+    "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+    "kimi_k2", "gpt_oss",
+)  # fmt: skip
+"""``config.json`` ``model_type`` values :func:`hf_to_megatron` reads (a file without one is read as Llama-like)."""
+
+
 def _hf_moe_flags(cfg: dict[str, Any], layers: int) -> list[int] | None:
     """Per-layer MoE flags of a Hugging Face MoE config (None = every layer MoE)."""
     first_k = int(cfg.get("first_k_dense_replace") or 0)
@@ -392,6 +411,12 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
     Families: Llama/Mistral/Qwen (dense), Mixtral, Qwen-MoE (shared expert, sparse step), DeepSeek-V2/V3,
     Kimi-K2 and Moonlight (MLA, shared experts, first-k dense, MTP), GPT-OSS (sliding windows, sinks,
     biases). Raises :class:`SpecError` naming any MoE/MLA key it does not understand."""
+    mtype = str(cfg.get("model_type") or "")
+    if mtype and mtype not in HF_MODEL_TYPES:
+        raise SpecError(
+            f"model.hf_config: model_type {mtype!r} is not supported (supported: {', '.join(HF_MODEL_TYPES)}); "
+            "write the model's fields in the study file (model: {...}) if it is a decoder-only transformer"
+        )
     missing = [
         k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in cfg
     ]
@@ -406,7 +431,6 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
             "understand; write the model's fields in the study file (model: {...}) instead of hf_config"
         )
     layers = int(cfg["num_hidden_layers"])
-    mtype = str(cfg.get("model_type") or "")
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
     moe = bool(experts and experts > 1)
     out: dict[str, Any] = {

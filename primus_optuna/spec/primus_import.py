@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from .layout import expand_layout
 from .optimizer import OPTIMIZER_DTYPE_FIELDS
 from .recompute import recompute_from_megatron
 
@@ -203,6 +204,11 @@ def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
 
     pp = int(get("pipeline_model_parallel_size", 1))
     vpp = get("num_virtual_stages_per_pipeline_rank", get("virtual_pipeline_model_parallel_size"))
+    layout = get("pipeline_model_parallel_layout")
+    if (
+        vpp is None and layout and pp > 1
+    ):  # a layout fixes vpp (megatron/training/arguments.py@d98e8a64:941-952)
+        vpp = max(1, len(expand_layout(str(layout))) // pp)
     if vpp is None and get("num_layers_per_virtual_pipeline_stage") and get("num_layers"):
         vpp = int(get("num_layers")) // (pp * int(get("num_layers_per_virtual_pipeline_stage")))
     vpp = int(vpp or 1)

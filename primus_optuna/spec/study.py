@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -33,6 +32,7 @@ from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
 from .optimizer import OPTIMIZER_DTYPE_FIELDS, PRECISION_AWARE_FIELDS  # noqa: F401 (re-exported)
 from .recompute import parse_recompute
+from .strict import StrictIntModel
 
 AXES: tuple[str, ...] = (
     "tp",
@@ -102,7 +102,7 @@ def _unknown(kind: str, name: str, known: list[str]) -> ValueError:
     return ValueError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
 
 
-class _Strict(BaseModel):
+class _Strict(StrictIntModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
@@ -419,6 +419,16 @@ class StudySpec(_Strict):
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     storage: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if "/" in v or "\\" in v:  # the default storage, artifacts and report are files named after it
+            raise ValueError(
+                f"{v!r} holds a path separator; name the study without '/' or '\\' (e.g. "
+                f"{v.replace('/', '-').replace(chr(92), '-')!r})"
+            )
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _primus_yaml(cls, data: Any, info: ValidationInfo) -> Any:
@@ -507,7 +517,13 @@ class StudySpec(_Strict):
         if not p.is_file():
             raise SpecError(f"study file {str(p)!r} not found; pass the path of a YAML study (see studies/)")
         try:
-            data = yaml.safe_load(p.read_text())
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise SpecError(
+                f"{p}: not a UTF-8 text file (byte {exc.start}: {exc.reason}); save the study file as UTF-8"
+            ) from None
+        except OSError as exc:
+            raise SpecError(f"{p}: cannot read the study file ({exc.strerror or exc})") from None
         except yaml.YAMLError as exc:
             raise SpecError(f"{p}: not valid YAML: {exc}") from None
         return cls.from_dict(data, source=str(p), base_dir=p.parent)

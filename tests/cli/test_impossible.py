@@ -108,4 +108,4 @@ def test_run_warns_about_an_illegal_baseline_instead_of_repairing_it_silently(tm
     assert r.exit_code == 0, r.output
     line = next(x for x in r.output.splitlines() if x.startswith("warning: "))
     assert "baseline is illegal" in line and "global_batch_size=32 is not divisible by mbs" in line
-    assert "the sweep starts from TP" in line
+    assert "the sweep starts from tp1-" in line  # the centre by its key, as the sweep attr names it

@@ -100,9 +100,14 @@ def test_dashboard_starts_the_server_with_the_artifact_store(
     assert Path(seen["artifact_store"]._base_path) == tmp_path / "small-artifacts"
 
 
-def test_export_into_a_new_directory_and_a_pruned_trial_warns(storage: str, tmp_path: Path) -> None:
+def test_export_into_a_missing_directory_is_refused_and_a_pruned_trial_warns(
+    storage: str, tmp_path: Path
+) -> None:
     study = optuna.load_study(study_name="small", storage=storage)
     out = tmp_path / "new" / "dir" / "best.yaml"
+    r = invoke("export", "--storage", storage, "--study-name", "small", "-o", out)
+    assert r.exit_code == 2 and "does not exist" in r.output and not (tmp_path / "new").exists()
+    out.parent.mkdir(parents=True)
     r = invoke("export", "--storage", storage, "--study-name", "small", "-o", out)
     assert r.exit_code == 0, r.output
     assert out.is_file()

@@ -32,7 +32,8 @@ def test_run_creates_resumes_and_summarises(tmp_path):
     assert "best configuration (trial" in out and "tokens/s/GPU" in out
     assert "gain over the baseline" in out
     assert "trials by phase: fallback 8, sweep 4" in out  # the sweep's default share: 4 of n_trials=30
-    assert "budget: 12 trials — 0 launched" in out and "GPU-hours: no job launched" in out
+    assert "budget: 0 launched, 12 estimated by the analytical runner" in out
+    assert "GPU-hours: none spent (no job launched)" in out
     assert f"primus-optuna report --storage {url} --study-name small-moe" in out
     assert f"primus-optuna dashboard --storage {url}" in out
     r2 = invoke("run", study, "--storage", url, "--n-trials", 6, "--seed", 3, "--no-progress")
@@ -251,9 +252,11 @@ def test_run_warns_when_the_baseline_does_not_fit_and_names_the_gain_over_the_sw
     assert r.exit_code == 0, r.output
     warning = next(line for line in r.output.splitlines() if line.startswith("warning: "))
     assert "does not fit in memory" in warning and "GiB usable" in warning and "tp 1→2" in warning
-    assert "gain over the sweep centre (the study's baseline does not fit or is illegal) (trial 0" in r.output
+    gain = next(line for line in r.output.splitlines() if "gain over" in line).strip()
+    assert gain.startswith("gain over the sweep centre (trial 0, ")
+    assert "estimated; the study's baseline was not run: the study's baseline does not fit" in gain
     from primus_optuna.record.report import build_report
 
     md = build_report(f"sqlite:///{tmp_path / 'u.db'}", "unfit", tmp_path / "rep")["md"].read_text()
-    assert "**Gain over the sweep centre** (trial 0, " in md and "baseline was not run: the study's" in md
-    assert "**Trials**: 3 estimated by the analytical runner (nothing launched)" in md
+    assert f"**Gain**{gain.removeprefix('gain')}." in md  # the same sentence as the run summary
+    assert "0 launched, 3 estimated by the analytical runner (no GPU)" in md

@@ -115,3 +115,45 @@ def test_no_api_key_in_notes_or_artifacts(served) -> None:
 def test_trial_note_without_attrs() -> None:
     text = trial_note({}, None, 3)
     assert text.startswith("## Trial 3") and "estimated: -" in text
+
+
+def test_study_attrs_read_as_text_not_escaped_json(served) -> None:
+    base, study, _ = served
+    study.set_user_attr(
+        "sweep",
+        {
+            "centre": "tp2-pp1",
+            "centre_note": "moved tp 1→2",
+            "points": 4,
+            "skipped": [{"axis": "ep", "value": "2"}],
+        },
+    )
+    sid = _get(f"{base}/api/studies")["study_summaries"][0]["study_id"]
+    attrs = {a["key"]: a["value"] for a in _get(f"{base}/api/studies/{sid}")["user_attrs"]}
+    assert (
+        attrs["sweep"]
+        == "centre: tp2-pp1; centre_note: moved tp 1→2; points: 4; skipped: [{axis: ep, value: 2}]"
+    )
+    assert "\\u2192" not in attrs["sweep"]
+
+
+def test_trial_note_log_tail_fits_the_pane() -> None:
+    from primus_optuna.record.dashboard import NOTE_WIDTH
+
+    tail = "\n".join(f"line {i} " + "x" * 300 for i in range(200))
+    note = trial_note({"log_tail": tail, "rationale": "r"}, None, 1)
+    block = note.split("### Log tail")[1].split("```")[1].strip("\n").splitlines()
+    assert block and max(len(x) for x in block) <= NOTE_WIDTH
+    assert "line 199" in note and "line 100 " not in note  # the end of the log, not all of it
+
+
+def test_trial_note_prose_fits_the_pane() -> None:
+    """optuna-dashboard's note pane does not wrap long lines: rationale and reasons come wrapped."""
+    from primus_optuna.record.dashboard import NOTE_WIDTH
+
+    long = " ".join(f"word{i}" for i in range(120))
+    params = {"tp": 1, "pp": 4, "ep": 8, "cp": 1, "vpp": 7, "mbs": 1, "recompute": "selective:moe_act+layernorm",
+              "moe_dispatcher": "deepep", "pp_schedule": "interleaved", "ep_overlap": True}  # fmt: skip
+    note = trial_note({"rationale": long, "prune_reason": f"memory: {long}"}, params, 2)
+    assert "word119" in note and "word0" in note
+    assert max(len(x) for x in note.splitlines()) <= NOTE_WIDTH + 2  # + the Markdown line break

@@ -154,7 +154,10 @@ def test_megatron_marks_primus_only_flags_or_leaves_them_out_with_upstream(flags
     assert parse_export(text, "megatron", flagship) == c
     up = export_config(flagship, c, "megatron", upstream=True)
     assert "--use-turbo-deepep" not in up and "--enable-primus-turbo" not in up and "Primus-only" not in up
-    assert "--moe-enable-deepep" in up  # an upstream flag stays
+    # DeepEP as both Megatron-LM versions spell it (transformer_config.py@d98e8a64:898, @d3528a21:747; the
+    # older --moe-enable-deepep is deprecated there, @d98e8a64:1743-1752): Primus's dispatcher still asserts it
+    assert "--moe-token-dispatcher-type flex" in up and "--moe-flex-dispatcher-backend deepep" in up
+    assert "--moe-enable-deepep" not in up and "--moe-enable-deepep" in text
     plain = export_config(
         flagship, space.make(moe_dispatcher="alltoall", pp_schedule="interleaved"), "megatron"
     )
@@ -187,3 +190,21 @@ def test_workload_overlap_options_reach_megatron(flagship: StudySpec) -> None:
         {**flagship.to_dict(), "workload": {**flagship.to_dict()["workload"], "overlap_grad_reduce": False}}
     )
     assert "--overlap-grad-reduce" not in megatron_args(off, c)
+
+
+def test_env_format_prints_shell_booleans(flagship: StudySpec, tmp_path) -> None:
+    """``export --format env`` is for shell scripts: ``if $PRIMUS_EP_OVERLAP; then`` needs true/false, not
+    Python's True/False (issue 22 item 9)."""
+    import subprocess
+
+    space = Space(flagship)
+    for overlap in (True, False):
+        c = space.make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved", ep_overlap=overlap)
+        text = export_config(flagship, c, "env")
+        assert f"export PRIMUS_EP_OVERLAP={'true' if overlap else 'false'}\n" in text
+        assert "True" not in text and "False" not in text
+        script = tmp_path / "use.sh"
+        script.write_text(text + "if $PRIMUS_EP_OVERLAP; then echo on; else echo off; fi\n")
+        out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout
+        assert out.strip() == ("on" if overlap else "off")
+        assert parse_export(text, "env", flagship) == c

@@ -83,7 +83,7 @@ def test_report_sections_and_numbers(small_study, tmp_path: Path) -> None:
     assert "### Sensitivity" in md and "Verdict:" in md
     # sweep: one table per swept axis, the pruned mbs=8 point with its outcome
     assert "### Axis mbs" in md and "### Axis tp" in md and "### Axis recompute" in md
-    assert "| mbs=8 | 2 |" in md
+    assert "### Axis mbs" in md and "| 8 | 2 |" in md  # the swept value
     # plots: PNGs beside the Markdown, embedded in the HTML
     assert {p.name for p in paths["plots"].iterdir()} >= {
         "history.png",
@@ -169,3 +169,21 @@ def test_report_shows_the_running_calibration(small_study, tmp_path: Path) -> No
     assert f"fitted on {cal.n_trials} measured trials" in md
     after = statistics.fmean(abs(corrected_tps(e, cal) / m - 1.0) for e, m in pairs)
     assert f"mean absolute error on these trials (in-sample) is {fmt_pct(after)}" in md
+
+
+def test_sweep_tables_show_the_swept_value_around_a_moved_centre(tmp_path):
+    """A centre that moved from the baseline (tp 1→2): the axis tables name the swept value, not every
+    difference from the baseline."""
+    from primus_optuna.record.report import load_record, render
+    from tests.helpers.recorded_study import make_study
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    make_study(url)
+    rec = load_record(url, "small")
+    for t in rec.trials:
+        if t.phase == "sweep" and t.config is not None and t.attr("sweep_axis") != "tp":
+            t.config = t.config.replace(tp=2)
+    sweep = render(rec).markdown().split("Sweep phase")[1].split("\n## ")[0]
+    mbs = sweep.split("### Axis mbs")[1].split("\n###")[0]
+    assert "| 4 | 1 |" in mbs and "tp=2" not in mbs
+    assert "vs the sweep centre" in mbs

@@ -24,7 +24,9 @@ def test_summary_opens_the_report_and_names_the_mfu_peak(rec):
     first = md.split("## ")[1]
     assert first.startswith("1. Executive summary")
     assert "**Best configuration**: trial 5" in first and "measured): +15.6%" in first
-    assert "7 launched (6 complete, 1 failed), 2 pruned (1 by the memory filter) of 9" in first
+    assert (
+        "9 trials — 6 complete, 2 pruned, 1 failed; 7 launched (1 of them failed, 0 stopped early)" in first
+    )
     assert "GPU-hours" in first
     name, peak = mfu_denominator(rec)
     assert (name, peak) == ("BF16", 989)  # a bf16 study on H200

@@ -44,7 +44,7 @@ def test_urls_and_sibling_directories(tmp_path):
     assert study._storage.get_study_system_attrs(study._study_id)[SPEC] == spec.to_dict()
     assert study.user_attrs["primus_study"].startswith(f"{spec.model.name} on 2x4 ")
     assert study.user_attrs["primus_space_hash"] == space_hash(spec)
-    assert study.metric_names == ["tokens/s/GPU"]
+    assert study.metric_names == ["tokens_per_s_per_gpu"]  # a column name a user can type
 
 
 def test_default_storage_is_a_sqlite_file_in_the_working_directory(tmp_path, monkeypatch):

@@ -37,7 +37,7 @@ def test_replays_megatron_log(spec, tmp_path: Path) -> None:
 def test_replays_primus_log(spec, tmp_path: Path) -> None:
     m = CommandRunner(spec, fake_argv("replay", "primus.log")).run(baseline(spec), _ctx(spec, tmp_path))
     assert m.tokens_per_s_per_gpu == pytest.approx(3620.8)
-    assert m.peak_memory_gib == pytest.approx(241.0)
+    assert m.peak_memory_gib is None  # "hip mem usage" is one rank's memory in use, not a peak
 
 
 def test_oom(spec, tmp_path: Path) -> None:

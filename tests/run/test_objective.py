@@ -235,9 +235,11 @@ class _Noisy:
 
 def test_repeats_take_the_median_and_record_the_spread(spec, tmp_path):
     from primus_optuna.cli.run_cmd import summarize
+    from primus_optuna.search.state import store_spec
 
     runner = _Noisy([1000.0, 1100.0, 1040.0, 1050.0, 990.0, 1010.0])
     study = _study(spec)
+    store_spec(study, spec)  # as `run` does: the summary reads the study file the study stored
     for c in _configs(spec)[0][:2]:
         study.enqueue_trial(c.to_params())
     study.optimize(make_objective(spec, runner, runs_dir=tmp_path), n_trials=2)
@@ -260,3 +262,24 @@ def test_repeats_option_is_validated():
     assert build_command_runner(s, "command", {"argv": ["x"]}).repeats == 1
     with pytest.raises(SpecError, match="runner.options.repeats"):
         build_command_runner(s, "command", {"argv": ["x"], "repeats": 0})
+
+
+def test_oom_whose_calibrated_estimate_fitted_is_a_memory_model_miss(spec, tmp_path):
+    """The filter let the trial through on the calibrated peak (the raw estimate alone would not fit): the
+    out-of-memory run is a miss of the memory model the filter used."""
+    _, nofit = _configs(spec)
+    usable = [(c, estimate_memory(spec, c)) for c in nofit]
+    c, mem = min(usable, key=lambda cm: cm[1].peak_gib)  # the closest to fitting
+    scale = 0.9 * mem.usable_gib / mem.peak_gib
+    study = _study(spec)
+    for _ in range(3):  # measured peaks at `scale` x the estimate: the study's memory calibration
+        attrs = {"source": "measured", "memory_peak_gib": 100.0, "measured_peak_memory_gib": 100.0 * scale}
+        study.add_trial(optuna.trial.create_trial(state=State.COMPLETE, value=1000.0, user_attrs=attrs))
+    study.enqueue_trial(c.to_params())
+    study.optimize(
+        make_objective(spec, _Measured(spec, OutOfMemory), runs_dir=tmp_path), n_trials=1, catch=(RunFailure,)
+    )
+    ua = study.trials[-1].user_attrs
+    assert ua["failure_reason"] == "oom" and ua["memory_peak_gib"] > ua["memory_usable_gib"]
+    assert ua["memory_peak_calibrated_gib"] <= ua["memory_usable_gib"]
+    assert ua["memory_model_miss"] is True

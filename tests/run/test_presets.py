@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 from primus_optuna.errors import SpecError
 from primus_optuna.run.base import LaunchFailure, RunContext
 from primus_optuna.run.factory import make_runner
-from primus_optuna.run.presets import OVERLAY_NAME, build_command_runner, primus_overlay
+from primus_optuna.run.presets import OVERLAY_NAME, build_command_runner, megatron_args, primus_overlay
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
 from primus_optuna.spec.primus_import import import_primus_yaml
@@ -91,17 +92,34 @@ def test_primus_runner_writes_overlay_and_passes_it(spec: StudySpec, tmp_path: P
     assert m.tokens_per_s_per_gpu == pytest.approx(3620.8) and (tmp_path / "trial-1" / OVERLAY_NAME).is_file()
 
 
+HOSTS = [f"n{i}" for i in range(8)]
+
+
+def _node_launch(script: Path, rank: int) -> tuple[list[str], dict[str, str], str]:
+    """(argv, env, host) of node ``rank`` in a nodes.sh script written by the multi-node wrap."""
+    lines = [ln for ln in script.read_text().splitlines() if ln.endswith(" &")]
+    words = shlex.split(lines[rank].removesuffix(" &"))
+    remote = shlex.split(words[-1].replace("; ", " ; "))
+    env = {}
+    for i, w in enumerate(remote):
+        if w == "export":
+            k, v = remote[i + 1].rstrip(";").split("=", 1)
+            env[k] = v
+    argv = remote[remote.index("exec") + 1 :]
+    return argv, env, words[-2]
+
+
 def test_megatron_argv(spec: StudySpec, tmp_path: Path) -> None:
-    runner = build_command_runner(
-        spec, "megatron", {"megatron_path": "/opt/Megatron-LM", "rdzv_endpoint": "n0:29500"}
-    )
+    runner = build_command_runner(spec, "megatron", {"megatron_path": "/opt/Megatron-LM", "hosts": HOSTS})
     config = Space(spec).make(**CONFIGS[0])
-    argv, _ = runner.build(config, _ctx(spec, tmp_path))
-    a = argv.argv
+    launch, _ = runner.build(config, _ctx(spec, tmp_path))
+    assert launch.argv == ["bash", str(tmp_path / "trial-0" / "nodes.sh")]
+    a, _, host = _node_launch(tmp_path / "trial-0" / "nodes.sh", 0)
+    assert host == "n0"
     assert a[:5] == ["torchrun", "--nnodes", "8", "--nproc-per-node", "8"]
     assert "/opt/Megatron-LM/pretrain_gpt.py" in a
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
-    assert pairs["--rdzv-endpoint"] == "n0:29500"
+    assert (pairs["--node-rank"], pairs["--master-addr"], pairs["--master-port"]) == ("0", "n0", "29500")
     assert (
         pairs["--pipeline-model-parallel-size"] == "4"
         and pairs["--num-virtual-stages-per-pipeline-rank"] == "2"
@@ -109,13 +127,19 @@ def test_megatron_argv(spec: StudySpec, tmp_path: Path) -> None:
     assert pairs["--expert-model-parallel-size"] == "8" and pairs["--micro-batch-size"] == "2"
     assert pairs["--fp8-format"] == "hybrid" and pairs["--num-experts"] == "8"
     assert not any("zero-bubble" in x or "turbo" in x for x in a)
-    sel = runner.build(Space(spec).make(**CONFIGS[-1]), _ctx(spec, tmp_path, 2))[0].argv
+    build = runner.build
+
+    def node0(axes: dict, n: int) -> list[str]:
+        build(Space(spec).make(**axes), _ctx(spec, tmp_path, n))
+        return _node_launch(tmp_path / f"trial-{n}" / "nodes.sh", 0)[0]
+
+    sel = node0(CONFIGS[-1], 2)
     i = sel.index("--recompute-granularity")
     assert sel[i + 1] == "selective" and sel[sel.index("--recompute-modules") + 1 :][:2] == [
         "core_attn",
         "moe",
     ]
-    blk = runner.build(Space(spec).make(**CONFIGS[-2]), _ctx(spec, tmp_path, 3))[0].argv
+    blk = node0(CONFIGS[-2], 3)
     blk_pairs = {blk[i]: blk[i + 1] for i in range(len(blk) - 1) if blk[i].startswith("--")}
     assert (blk_pairs["--recompute-method"], blk_pairs["--recompute-num-layers"]) == ("block", "2")
     with pytest.raises(LaunchFailure, match="zero bubble"):
@@ -128,11 +152,19 @@ def test_slurm_wraps_a_preset(spec: StudySpec, tmp_path: Path, mode: str) -> Non
     runner = build_command_runner(spec, "slurm", opts)
     launch, _ = runner.build(Space(spec).make(**CONFIGS[0]), _ctx(spec, tmp_path))
     node = (tmp_path / "trial-0" / "node.sh").read_text()
-    assert '--rdzv-endpoint "${MASTER_ADDR}:${MASTER_PORT}"' in node and "scontrol show hostnames" in node
-    assert "exec torchrun --nnodes 8" in node
+    assert "scontrol show hostnames" in node and "exec torchrun --nnodes 8" in node
+    assert (
+        '--node-rank "${SLURM_NODEID}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT}"' in node
+    )
+    assert "__PRIMUS_OPTUNA" not in node and "rdzv" not in node
     assert launch.argv[0] == mode and "--partition=gpu" in launch.argv and "--nodes=8" in launch.argv
+    assert "--gpus-per-node=8" in launch.argv  # Slurm allocates the GPUs the study uses
+    name = next(a for a in launch.argv if a.startswith("--job-name="))
+    assert launch.cancel == ["scancel", name.replace("--job-name=", "--name=")]
     if mode == "sbatch":
-        assert "--wait" in launch.argv and launch.extra_logs == [tmp_path / "trial-0" / "slurm.out"]
+        out = tmp_path / "trial-0" / "slurm.out"
+        assert "--wait" in launch.argv and launch.extra_logs == [out]
+        assert launch.follow_log == out  # the job's own log is followed while it runs
 
 
 def test_options_are_validated(spec: StudySpec) -> None:
@@ -142,8 +174,8 @@ def test_options_are_validated(spec: StudySpec) -> None:
         build_command_runner(spec, "local", {"iters": 3})
     with pytest.raises(SpecError, match="timeout_s"):
         build_command_runner(spec, "command", {"argv": ["x"], "timeout_s": -1})
-    with pytest.raises(SpecError, match="rdzv_endpoint"):
-        build_command_runner(spec, "megatron", {"megatron_path": "/m", "rdzv_endpoint": "a b;c"})
+    with pytest.raises(SpecError, match="hosts"):
+        build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": ["a b;c"] * 8})
     with pytest.raises(SpecError, match="preset"):
         build_command_runner(spec, "slurm", {"preset": "slurm"})
     with pytest.raises(SpecError, match=r"unknown field \{cmd\}"):
@@ -168,7 +200,7 @@ def test_injection_cannot_reach_any_preset(spec: StudySpec, tmp_path: Path) -> N
         object.__setattr__(c, axis, value)  # ...and by every runner when one is forced in
         evil.append(c)
     runners = [
-        build_command_runner(spec, "megatron", {"megatron_path": "/m"}),
+        build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": HOSTS}),
         build_command_runner(spec, "primus", {"launch": fake_argv("echo", "{overlay}")}),
         build_command_runner(spec, "slurm", {"preset": "command", "argv": ["train", "{pp_schedule}"]}),
     ]
@@ -183,8 +215,8 @@ def test_factory_builds_every_kind(spec: StudySpec) -> None:
     options = {
         "command": {"argv": ["train"]},
         "local": {},
-        "primus": {},
-        "megatron": {"megatron_path": "/m"},
+        "primus": {"hosts": [f"n{i}" for i in range(8)]},
+        "megatron": {"megatron_path": "/m", "hosts": [f"n{i}" for i in range(8)]},
         "slurm": {"preset": "primus", "mode": "sbatch"},
         "profile": {"scale": 0.1, "device": "cpu"},
     }
@@ -207,9 +239,7 @@ def test_megatron_argv_carries_mla_moe_fields_and_the_layout(tmp_path: Path) -> 
     from tests.conftest import STUDIES
 
     v3 = StudySpec.from_yaml(STUDIES / "deepseek-v3-mi355x-fp8.yaml")
-    runner = build_command_runner(v3, "megatron", {"megatron_path": "/opt/Megatron-LM"})
-    argv, _ = runner.build(Space(v3).baseline, _ctx(v3, tmp_path))
-    a = argv.argv
+    a = megatron_args(v3, Space(v3).baseline, 10)
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
     assert "--multi-latent-attention" in a and pairs["--q-lora-rank"] == "1536"
     assert pairs["--kv-lora-rank"] == "512" and pairs["--qk-pos-emb-head-dim"] == "64"
@@ -222,9 +252,7 @@ def test_megatron_argv_carries_mla_moe_fields_and_the_layout(tmp_path: Path) -> 
     assert pairs["--main-params-dtype"] == "fp32" and pairs["--main-grads-dtype"] == "bf16"
     assert pairs["--exp-avg-dtype"] == "bf16" and pairs["--exp-avg-sq-dtype"] == "bf16"
     oss = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
-    runner = build_command_runner(oss, "megatron", {"megatron_path": "/opt/Megatron-LM"})
-    argv, _ = runner.build(Space(oss).baseline, _ctx(oss, tmp_path, 1))
-    a = argv.argv
+    a = megatron_args(oss, Space(oss).baseline, 10)
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
     assert pairs["--window-size"] == "128,0" and pairs["--window-attn-skip-freq"] == "2"
     assert pairs["--softmax-type"] == "learnable" and "--disable-bias-linear" not in a
@@ -273,11 +301,236 @@ def test_optimizer_and_gradient_dtypes_round_trip_through_the_importer(
     study = {**data, "model": {"primus_yaml": str(path), **lever_spec.model.model_dump()}}
     study["workload"] = {"seq_length": 8192, "global_batch_size": 128}
     assert StudySpec.from_dict(study).workload == lever_spec.workload
-    argv = (
-        build_command_runner(lever_spec, "megatron", {"megatron_path": "/m"})
-        .build(config, _ctx(lever_spec, tmp_path))[0]
-        .argv
-    )
+    argv = megatron_args(lever_spec, config, 10)
     assert ("--use-precision-aware-optimizer" in argv) == bool(over.get("precision_aware_optimizer"))
     if over.get("precision_aware_optimizer"):
         assert argv[argv.index("--exp-avg-dtype") + 1] == over["exp_avg_dtype"]
+
+
+# --- issue 20: what the Primus runner pins, complete experiments, multi-node launches ---------------------------
+def _on(spec: StudySpec, nodes: int = 1, **workload) -> StudySpec:
+    data = spec.to_dict()
+    data["cluster"] = {**data["cluster"], "nodes": nodes}
+    data["workload"] = {**data["workload"], **workload}
+    data["search"]["baseline"] = {"tp": 1, "pp": 1, "ep": 8, "mbs": 1}
+    return StudySpec.from_dict(data)
+
+
+def test_primus_runner_pins_what_the_estimate_assumed(spec: StudySpec, tmp_path: Path) -> None:
+    """An experiment's FSDP, recompute_layer_ids and shared-expert overlap would run another job than the
+    estimated one (Primus-Turbo's DeepEP also asserts no shared-expert overlap and at most 32 CUs at ep >= 16:
+    primus/backends/megatron/patches/args/rocm_arg_validation.py@fd1eeabb:221-233)."""
+    exp = {"modules": {"pre_trainer": {"model": "mixtral_8x22B_v0.1.yaml", "overrides": {
+        "use_torch_fsdp2": True, "use_megatron_fsdp": True, "recompute_layer_ids": [0, 7],
+        "moe_shared_expert_overlap": True, "turbo_deepep_num_cu": 80, "lr": 3.0e-4,
+    }}}}  # fmt: skip
+    c = Space(spec).make(tp=1, pp=4, vpp=2, ep=8, mbs=1, pp_schedule="interleaved", moe_dispatcher="deepep")
+    o = primus_overlay(spec, c, experiment=exp)["modules"]["pre_trainer"]["overrides"]
+    assert (o["use_torch_fsdp2"], o["use_megatron_fsdp"], o["recompute_layer_ids"]) == (False, False, None)
+    assert o["moe_shared_expert_overlap"] is False and o["lr"] == 3.0e-4
+    assert o["turbo_deepep_num_cu"] == 80  # ep 8: intranode, any CU count
+    assert o["use_rocm_mem_info"] is True  # the per-rank peak the log parser reads
+    qwen = StudySpec.from_dict(
+        {**spec.to_dict(), "model": {"catalog": "qwen3-30b-a3b"}, "workload": {"seq_length": 4096,
+         "global_batch_size": 64}, "search": {"baseline": {"tp": 1, "pp": 1, "ep": 16, "mbs": 1}}}
+    )  # fmt: skip
+    c16 = Space(qwen).make(moe_dispatcher="deepep")
+    assert c16.ep == 16 and not Space(qwen).check(c16)
+    exp["modules"]["pre_trainer"]["model"] = "qwen3_30B_A3B.yaml"
+    o16 = primus_overlay(qwen, c16, experiment=exp)["modules"]["pre_trainer"]["overrides"]
+    assert o16["turbo_deepep_num_cu"] == 32
+
+
+def test_primus_runner_refuses_an_experiment_of_another_model(spec: StudySpec, tmp_path: Path) -> None:
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("modules:\n  pre_trainer:\n    model: m.yaml\n    overrides: {num_layers: 32}\n")
+    with pytest.raises(SpecError, match=r"runner.options.experiment: .*num_layers: 32.* 56"):
+        build_command_runner(spec, "primus", {"experiment": str(exp), "launch": fake_argv("echo")})
+
+
+def test_primus_without_an_experiment_writes_a_complete_one(spec: StudySpec, tmp_path: Path) -> None:
+    """The top-level keys of every Primus experiment (examples/megatron/configs/MI355X/
+    qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:1-12) and the model YAML Primus ships for the catalog model."""
+    doc = primus_overlay(spec, Space(spec).baseline)
+    assert {"work_group", "user_name", "exp_name", "workspace"} <= set(doc)
+    trainer = doc["modules"]["pre_trainer"]
+    assert (trainer["framework"], trainer["config"], trainer["model"]) == (
+        "megatron",
+        "pre_trainer.yaml",
+        "mixtral_8x22B_v0.1.yaml",
+    )
+    assert trainer["overrides"]["max_position_embeddings"] == 8192
+    custom = StudySpec.from_dict({**spec.to_dict(), "model": {**spec.model.model_dump(), "name": "my-moe"}})
+    with pytest.raises(SpecError, match="runner.options.model"):
+        build_command_runner(custom, "primus", {"launch": fake_argv("echo")})
+    r = build_command_runner(custom, "primus", {"launch": fake_argv("echo"), "model": "mine.yaml"})
+    r.build(Space(custom).baseline, _ctx(custom, tmp_path))
+    doc = yaml.safe_load((tmp_path / "trial-0" / OVERLAY_NAME).read_text())
+    assert doc["modules"]["pre_trainer"]["model"] == "mine.yaml" and doc["workspace"]
+
+
+def test_primus_launch_environment_single_and_multi_node(spec: StudySpec, tmp_path: Path) -> None:
+    """Primus's examples/run_pretrain.sh@fd1eeabb:71-75 reads NNODES, NODE_RANK, GPUS_PER_NODE, MASTER_ADDR and
+    MASTER_PORT (defaults: one node); MXFP8 needs NVTE_ROCM_ENABLE_MXFP8=1 on ROCm
+    (patches/args/rocm_arg_validation.py@fd1eeabb:175-178)."""
+    one = _on(spec, 1, fp8_recipe="mxfp8")
+    launch, _ = build_command_runner(one, "primus", {"launch": fake_argv("echo")}).build(
+        Space(one).baseline, _ctx(one, tmp_path)
+    )
+    env = launch.env
+    assert (env["NNODES"], env["NODE_RANK"], env["GPUS_PER_NODE"]) == ("1", "0", "8")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")
+    assert env["NVTE_ROCM_ENABLE_MXFP8"] == "1"
+    assert (
+        "NVTE_ROCM_ENABLE_MXFP8"
+        not in build_command_runner(spec, "primus", {"launch": fake_argv("echo")}).env
+    )
+    # 8 nodes: Primus's single-node script needs a host list (or Slurm)...
+    with pytest.raises(SpecError, match="runner.options.hosts"):
+        build_command_runner(spec, "primus", {})
+    # ...its Slurm script places the nodes itself from NNODES (run_slurm_pretrain.sh@fd1eeabb:34-68)
+    slurm_script = {"launch": ["bash", "examples/run_slurm_pretrain.sh"]}
+    launch, _ = build_command_runner(spec, "primus", slurm_script).build(
+        Space(spec).baseline, _ctx(spec, tmp_path, 1)
+    )
+    assert launch.env["NNODES"] == "8" and "NODE_RANK" not in launch.env and "MASTER_ADDR" not in launch.env
+    # ...and with hosts, one launch per node over ssh, node 0 the master
+    r = build_command_runner(spec, "primus", {"hosts": HOSTS, "primus_path": str(tmp_path)})
+    launch, _ = r.build(Space(spec).baseline, _ctx(spec, tmp_path, 2))
+    script = tmp_path / "trial-2" / "nodes.sh"
+    assert launch.argv == ["bash", str(script)]
+    for rank in (0, 5):
+        argv, env, host = _node_launch(script, rank)
+        assert host == HOSTS[rank] and argv == ["bash", "examples/run_pretrain.sh"]
+        assert (env["NODE_RANK"], env["NNODES"], env["MASTER_ADDR"], env["GPUS_PER_NODE"]) == (
+            str(rank), "8", "n0", "8",
+        )  # fmt: skip
+        assert env["EXP"].endswith(OVERLAY_NAME)
+    assert f"cd {tmp_path}" in script.read_text() and "__PRIMUS_OPTUNA" not in script.read_text()
+
+
+def test_primus_under_slurm_gets_the_node_rank_from_slurm(spec: StudySpec, tmp_path: Path) -> None:
+    runner = build_command_runner(spec, "slurm", {"preset": "primus"})
+    runner.build(Space(spec).baseline, _ctx(spec, tmp_path))
+    node = (tmp_path / "trial-0" / "node.sh").read_text()
+    assert 'export NODE_RANK="${SLURM_NODEID}"' in node and 'export MASTER_ADDR="${MASTER_ADDR}"' in node
+    assert "export NNODES=8" in node and "export GPUS_PER_NODE=8" in node
+    assert "__PRIMUS_OPTUNA" not in node
+    with pytest.raises(SpecError, match="hosts"):
+        build_command_runner(spec, "slurm", {"preset": "primus", "hosts": HOSTS})
+
+
+def test_megatron_without_slurm_needs_hosts_and_never_a_placeholder(spec: StudySpec, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="runner.options.hosts: the study runs on 8 nodes"):
+        build_command_runner(spec, "megatron", {"megatron_path": "/m"})
+    with pytest.raises(SpecError, match="3 hosts"):
+        build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": HOSTS[:3]})
+    runner = build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": HOSTS})
+    runner.build(Space(spec).baseline, _ctx(spec, tmp_path))
+    script = tmp_path / "trial-0" / "nodes.sh"
+    ranks = []
+    for rank in range(8):
+        argv, _, host = _node_launch(script, rank)
+        pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)}
+        ranks.append(pairs["--node-rank"])
+        assert host == HOSTS[rank] and pairs["--master-addr"] == "n0" and pairs["--nnodes"] == "8"
+    assert ranks == [str(i) for i in range(8)] and "__PRIMUS_OPTUNA" not in script.read_text()
+    one = _on(spec, 1)
+    launch, _ = build_command_runner(one, "megatron", {"megatron_path": "/m"}).build(
+        Space(one).baseline, _ctx(one, tmp_path, 1)
+    )
+    pairs = {launch.argv[i]: launch.argv[i + 1] for i in range(len(launch.argv) - 1)}
+    assert (pairs["--nnodes"], pairs["--node-rank"], pairs["--master-addr"]) == ("1", "0", "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("axes", "expect"),
+    [
+        ({"tp": 2}, "1"),
+        ({"cp": 2}, "1"),
+        ({"tp": 1}, None),
+        ({"tp": 2, "ep": 4, "ep_overlap": True}, None),
+    ],
+)
+def test_cuda_device_max_connections_where_megatron_requires_it(
+    spec: StudySpec, tmp_path: Path, axes: dict, expect: str | None
+) -> None:
+    """tp > 1 or cp > 1 need CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell, unless EP overlap (which wants
+    more) is on (megatron/training/arguments.py@d98e8a64:1451-1479)."""
+    one = _on(spec, 1)
+    space = Space(one)
+    c = space.canonical(space.make(**axes))
+    assert not space.check(c), space.check(c)
+    launch, _ = build_command_runner(one, "megatron", {"megatron_path": "/m"}).build(c, _ctx(one, tmp_path))
+    assert launch.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == expect
+
+
+def test_sbatch_log_is_followed_live_and_the_job_cancelled_when_stopped(
+    spec: StudySpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With sbatch the job's output goes to slurm.out: early stopping reads that file while the job runs, and
+    stopping the trial runs scancel for the job (killing sbatch --wait does not end a Slurm job)."""
+    import sys
+
+    from primus_optuna.run.base import EarlyStopped
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    marker = tmp_path / "scancel.args"
+    (bindir / "sbatch").write_text(
+        f"#!{sys.executable}\n"
+        "import sys, time\n"
+        "out = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('--output='))\n"
+        "with open(out, 'w') as f:\n"
+        "    for i in range(1, 40):\n"
+        "        f.write(f' iteration {i}/ 40 | elapsed time per iteration (ms): 100.0 | "
+        "tokens per GPU (tokens/s/GPU): 10.0 |\\n'); f.flush(); time.sleep(0.05)\n"
+        "    time.sleep(60)\n"
+    )
+    (bindir / "scancel").write_text(f'#!/bin/sh\necho "$@" > {marker}\n')
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{__import__('os').environ['PATH']}")
+    runner = build_command_runner(spec, "slurm", {"preset": "command", "argv": ["train"], "mode": "sbatch"})
+    seen = []
+
+    def on_iteration(it, running):
+        seen.append(it.iteration)
+        return "slow: stop" if it.iteration >= 5 else None
+
+    ctx = RunContext(spec=spec, workdir=tmp_path / "trial-7", trial_number=7, on_iteration=on_iteration)
+    with pytest.raises(EarlyStopped, match="slow"):
+        runner.run(Space(spec).baseline, ctx)
+    assert seen and seen[-1] >= 5
+    assert marker.read_text().strip().startswith("--name=primus-optuna-7-")
+
+
+def test_an_interrupted_slurm_trial_cancels_its_job(
+    spec: StudySpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C / SIGTERM of `run` ends the srun client; the job is cancelled with scancel as well, so that its
+    allocation does not outlive the trial."""
+    import os
+    import signal
+    import threading
+
+    from primus_optuna.run.interrupt import Interrupted, request_stop, reset_stop
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    marker = tmp_path / "scancel.args"
+    (bindir / "srun").write_text("#!/bin/sh\nsleep 60\n")
+    (bindir / "scancel").write_text(f'#!/bin/sh\necho "$@" > {marker}\n')
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    runner = build_command_runner(spec, "slurm", {"preset": "command", "argv": ["train"]})
+    timer = threading.Timer(1.0, request_stop, args=(signal.SIGTERM,))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted):
+            runner.run(Space(spec).baseline, _ctx(spec, tmp_path, 3))
+    finally:
+        timer.cancel()
+        reset_stop()
+    assert marker.read_text().strip().startswith("--name=primus-optuna-3-")

@@ -151,8 +151,10 @@ def test_full_n_canonical_and_bounds(moe):
 
 
 def test_every_rule_is_covered():
+    from tests.space.test_framework_rules import FRAMEWORK_RULES
+
     # moe_tp_sp: tests/physics/test_sequence_parallel.py (it needs a study with sequence_parallel: false)
-    elsewhere = {"ep_moe", "deepep_moe", "mb_ge_pp", "mb_interleaved", "moe_tp_sp"}
+    elsewhere = {"ep_moe", "deepep_moe", "mb_ge_pp", "mb_interleaved", "moe_tp_sp", *FRAMEWORK_RULES}
     assert set(CASES) | elsewhere == {r.id for r in RULES}
 
 

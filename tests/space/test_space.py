@@ -176,3 +176,25 @@ def test_enumeration_builds_configurations_positionally_in_field_order() -> None
     for c in space.configs()[::997]:
         again = TrainingConfig.from_params(c.to_params()).derive(space.facts.world, space.facts.gbs)
         assert c == again and (c.dp, c.num_microbatches) == (again.dp, again.num_microbatches)
+
+
+def test_baseline_values_join_the_default_candidates():
+    """An imported baseline's own values (e.g. full:4 on a dense model) are swept from, not replaced."""
+    from primus_optuna.record.storage import space_hash
+
+    data = small_dense_study()
+    plain = Space(StudySpec.from_dict(data))
+    assert "full:4" not in plain.candidates["recompute"] and plain.baseline_added == {}
+    data["search"]["baseline"]["recompute"] = "full:4"
+    spec = StudySpec.from_dict(data)
+    space = Space(spec)
+    assert space.baseline_added == {"recompute": "full:4"}
+    rc = space.candidates["recompute"]
+    assert rc.index("full:2") < rc.index("full:4") < rc.index("full")  # decreasing memory order
+    assert space.canonical(space.baseline) in space.configs()
+    assert space_hash(spec) != space_hash(StudySpec.from_dict(small_dense_study()))
+    # an axis the study restricts keeps exactly its listed values
+    restricted = Space(
+        StudySpec.from_dict({**data, "search": {**data["search"], "axes": {"recompute": ["none", "full"]}}})
+    )
+    assert restricted.candidates["recompute"] == ["none", "full"]

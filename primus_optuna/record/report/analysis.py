@@ -101,10 +101,12 @@ def gain(new: float | None, old: float | None) -> float | None:
 
 
 def sensitivity(
-    rec: StudyRecord, config: TrainingConfig, calibration: Any = None
+    rec: StudyRecord, config: TrainingConfig, calibration: Any = None, memory_calibration: Any = None
 ) -> tuple[list[dict[str, Any]], str]:
     """Each axis one candidate step either side of ``config``, estimated analytically — with the study's
-    step-time ``calibration`` (a :class:`~primus_optuna.physics.calibration.Calibration`) when given.
+    step-time ``calibration`` (a :class:`~primus_optuna.physics.calibration.Calibration`) when given, and
+    fit and peak under ``memory_calibration`` (the :class:`~primus_optuna.physics.memory_calibration.
+    MemoryCalibration` the memory filter uses) when given.
 
     Returns (rows, verdict); rows are empty and the verdict says why when the physics is unavailable."""
     try:
@@ -132,12 +134,17 @@ def sensitivity(
             else:
                 c = space.canonical(raw)
                 mem = estimate_memory(spec, c)
+                peak, fits = (
+                    memory_calibration.apply(mem)
+                    if memory_calibration is not None
+                    else (mem.peak_gib, mem.fits)
+                )
                 tput = estimate_throughput(spec, c, calibration).tokens_per_s_per_gpu
                 row.update(
-                    status="fits" if mem.fits else "does not fit",
+                    status="fits" if fits else "does not fit",
                     tokens=tput,
                     delta=tput / base_est - 1.0,
-                    peak_gib=mem.peak_gib,
+                    peak_gib=peak,
                     note="" if c == raw else f"canonical form {c.key()}",
                 )
             rows.append(row)

@@ -65,6 +65,23 @@ def plot_history(rec: StudyRecord) -> bytes | None:
 
 
 def plot_axis_effects(rec: StudyRecord) -> bytes | None:
+    fig = axis_effects_figure(rec)
+    return None if fig is None else _png(fig)
+
+
+def _set_value_ticks(ax: Any, labels: list[str], width_in: float) -> None:
+    """Category tick labels that do not run together: horizontal when they fit the subplot's width (about
+    0.075 in per character at 8 pt), else vertical (one line of text per tick)."""
+    ax.set_xticks(range(len(labels)))
+    chars = sum(len(x) + 2 for x in labels)
+    if chars * 0.075 <= width_in * 0.85:
+        ax.set_xticklabels(labels, fontsize=8)
+    else:
+        ax.set_xticklabels(labels, fontsize=7, rotation=90)
+
+
+def axis_effects_figure(rec: StudyRecord) -> Any:
+    """The per-axis effects figure (``None`` when no axis varies among the completed trials)."""
     done = [t for t in rec.complete if t.config]
     axes = [a for a in AXES if len({getattr(t.config, a) for t in done}) > 1]
     if not axes:
@@ -76,7 +93,8 @@ def plot_axis_effects(rec: StudyRecord) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, grid = plt.subplots(nrows, cols, figsize=(3.4 * cols, 2.6 * nrows), dpi=100, squeeze=False)
+    width = 3.4
+    fig, grid = plt.subplots(nrows, cols, figsize=(width * cols, 3.0 * nrows), dpi=100, squeeze=False)
     for k, axis in enumerate(axes):
         ax = grid[k // cols][k % cols]
         values = [v for v in rec.space.candidates[axis] if any(getattr(t.config, axis) == v for t in done)]
@@ -84,12 +102,13 @@ def plot_axis_effects(rec: StudyRecord) -> bytes | None:
             ys = [t.value for t in done if getattr(t.config, axis) == v]
             ax.scatter([i] * len(ys), ys, s=14, alpha=0.7, c="tab:blue")
             ax.plot([i - 0.25, i + 0.25], [max(ys)] * 2, color="k", lw=1)
-        ax.set_xticks(range(len(values)), [str(v) for v in values], fontsize=8)
+        _set_value_ticks(ax, [str(v) for v in values], width)
         ax.set_title(axis, fontsize=9)
     for k in range(len(axes), nrows * cols):
         grid[k // cols][k % cols].axis("off")
     fig.suptitle("Per-axis effects (tokens/s/GPU of completed trials; bar = best)", fontsize=10)
-    return _png(fig)
+    fig.tight_layout()
+    return fig
 
 
 def plot_estimate_vs_measured(pairs: list[tuple[TrialRow, float, float, float]]) -> bytes | None:

@@ -7,13 +7,13 @@ nothing from its sibling report modules.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...space import Space, TrainingConfig
 from ...spec import StudySpec
+from ..budget import reason_category
 from ..export import study_spec, trial_config
 
 DEFAULT_MEASURE_STEPS = 10
@@ -71,8 +71,7 @@ class TrialRow:
 
     @property
     def prune_category(self) -> str:
-        reason = str(self.attrs.get("prune_reason") or "unknown")
-        return re.split(r"[:(]", reason, maxsplit=1)[0].strip() or "unknown"
+        return reason_category(self.attrs.get("prune_reason"))
 
 
 def derived_attrs(study: Any, spec: StudySpec, space: Space) -> dict[str, Any]:

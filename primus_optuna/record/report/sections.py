@@ -25,7 +25,7 @@ from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
-from ..budget import account
+from ..summary import report_dir, study_summary
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -41,14 +41,14 @@ from .analysis import (
     versions,
 )
 from .doc import Doc, fmt_gib, fmt_pct, fmt_tok
-from .gpu_hours import gpu_hours_account
 from .plots import plot_axis_effects, plot_estimate_vs_measured, plot_history, plot_pareto
 from .record import DEFAULT_MEASURE_STEPS, StudyRecord, TrialRow, as_number, load_record
 
 
-def default_report_dir(study_name: str) -> Path:
-    """Where ``report`` writes when ``--out`` is not given (``run`` prints this path)."""
-    return Path(f"{study_name}-report")
+def default_report_dir(study_name: str, storage_url: str = "") -> Path:
+    """Where ``report`` writes when ``--out`` is not given (``run`` prints this path): ``<storage
+    stem>-report`` next to a file storage (beside its ``-artifacts``), else ``./<study name>-report``."""
+    return report_dir(storage_url, study_name)
 
 
 def _cfg(c: TrainingConfig | None) -> str:
@@ -68,73 +68,41 @@ def _throughput_text(rec: StudyRecord, tokens: float | None) -> str:
 
 
 def _peak_text(t: TrialRow) -> str:
-    """The measured peak memory when the run measured one, the estimate beside it."""
+    """The measured peak memory when the run measured one, the estimate (and the calibrated estimate the
+    memory filter compared) beside it."""
     measured = as_number(t.attr("measured_peak_memory_gib"))
+    cal = as_number(t.attr("memory_peak_calibrated_gib"))
+    cal_text = f", calibrated estimate {fmt_gib(cal)} GiB" if cal is not None else ""
     if measured is not None:
-        return f"peak memory {fmt_gib(measured)} GiB measured (estimate {fmt_gib(t.peak_gib)} GiB)"
-    return f"peak memory {fmt_gib(t.peak_gib)} GiB (estimate; not measured)"
+        return f"peak memory {fmt_gib(measured)} GiB measured (estimate {fmt_gib(t.peak_gib)} GiB{cal_text})"
+    return f"peak memory {fmt_gib(t.peak_gib)} GiB (estimate; not measured{cal_text})"
+
+
+def _peak_cell(t: TrialRow) -> str:
+    """A table cell: the measured peak first (``97.25 measured``), else the estimate."""
+    measured = as_number(t.attr("measured_peak_memory_gib"))
+    return f"{fmt_gib(measured)} measured" if measured is not None else fmt_gib(t.peak_gib)
 
 
 def _summary(doc: Doc, rec: StudyRecord) -> None:
+    """The study's :class:`~primus_optuna.record.summary.StudySummary`: the same figures as ``run``'s
+    summary, ``run --json`` and the dashboard's study note."""
     doc.section("Executive summary")
-    best, b = rec.best, rec.baseline
-    states = Counter(t.state for t in rec.trials)
-    launched = states["COMPLETE"] + states["FAIL"] + states["RUNNING"]
-    mem = memory_pruned(rec)
-    saved, _ = gpu_hours_saved(rec)
+    s = study_summary(rec)
+    best = rec.best
     lines = []
-    if best is None:
+    if best is None or s.best is None:
         lines.append("**Best configuration**: none yet (no completed trial).")
     else:
         lines.append(
             f"**Best configuration**: trial {best.number}, {_cfg(best.config)}: {_throughput_text(rec, best.value)}, "
-            f"{best.attr('source') or 'unknown source'}."
+            f"{best.attr('source') or 'unknown source'}; {s.best.peak_text()}."
         )
-    if best is not None and b is not None and b.state == "COMPLETE":
-        kind = "measured" if b.attr("source") not in (None, "analytical") else "estimated (analytical runner)"
-        lines.append(
-            f"**Gain over the baseline** (trial {b.number}, {fmt_tok(b.value)} tokens/s/GPU {kind}): "
-            f"{fmt_pct(gain(best.value, b.value))}."
-        )
-    else:
-        centre = next((t for t in rec.complete if t.attr("sweep_axis") == "baseline"), None)
-        note = (rec.user_attrs.get("sweep") or {}).get("centre_note") or ""
-        if b is None and best is not None and centre is not None and centre.value:
-            # the sweep centre stood in for a baseline that is illegal or does not fit
-            kind = "measured" if centre.attr("source") not in (None, "analytical") else "estimated"
-            lines.append(
-                f"**Gain over the sweep centre** (trial {centre.number}, {fmt_tok(centre.value)} tokens/s/GPU "
-                f"{kind}; the study's baseline was not run" + (f": {note}" if note else "") + f"): "
-                f"{fmt_pct(gain(best.value, centre.value))}."
-            )
-        else:
-            why = "not tried yet" if b is None else b.outcome
-            lines.append(f"**Gain over the baseline**: not measured (the baseline: {why}).")
-    acc = account(((t.state, t.attrs, t.duration_s) for t in rec.trials), rec.spec.world)
-    pruned = f"{states['PRUNED']} pruned ({len(mem)} by the memory filter) of {len(rec.trials)}."
-    if acc.launched or not acc.analytical:
-        lines.append(
-            f"**Trials**: {launched} launched ({states['COMPLETE']} complete, {states['FAIL']} failed), "
-            + pruned
-        )
-    else:  # nothing ran on a GPU: the analytical runner's trials are estimates
-        lines.append(
-            f"**Trials**: {acc.analytical} estimated by the analytical runner (nothing launched), "
-            f"{states['FAIL']} failed, " + pruned
-        )
-    acct = gpu_hours_account(rec)
-    if acct.launched:
-        lines.append("**GPU-hours**" + acct.line().removeprefix("GPU-hours") + ".")
-    else:
-        lines.append(
-            "**GPU-hours**: none spent (nothing launched on GPUs)"
-            + (
-                f"; {saved:.2f} not spent on memory-pruned configurations (estimated; see Memory filter)"
-                if mem
-                else ""
-            )
-            + "."
-        )
+    lines.append(f"**Gain**{s.gain_text().removeprefix('gain')}.")
+    lines.append(f"**Trials**: {s.trials_text()}; {s.launched_text()}.")
+    lines.append(f"**GPU-hours**{s.gpu_hours_text().removeprefix('GPU-hours')}.")
+    if s.llm.calls or s.llm.failed_calls:
+        lines.append(f"**LLM planner**: {s.llm.text()}.")
     doc.bullets(lines)
 
 
@@ -191,10 +159,10 @@ def _warm_start(doc: Doc, rec: StudyRecord) -> None:
 
 def _gpu_hours(doc: Doc, rec: StudyRecord) -> None:
     """GPU-hours spent and not spent, and the jobs stopped early (only when the study launched jobs)."""
-    acct = gpu_hours_account(rec)
-    if not acct.launched:
+    s = study_summary(rec)
+    if not s.launched:
         return
-    doc.p(f"**{acct.line()}.**")
+    doc.p(f"**{s.gpu_hours_text()}.**")
     stopped = [t for t in rec.trials if str(t.attr("prune_reason") or "").startswith("slow")]
     if stopped:
         doc.table(
@@ -230,13 +198,16 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
         doc.p("No sweep trial has run yet.")
         return
     base = rec.baseline_config
+    # the sweep moves one axis from its centre (the baseline unless that is illegal or does not fit)
+    centre_row = next((t for t in rows if t.attr("sweep_axis") == "baseline" and t.config), None)
+    centre = centre_row.config if centre_row is not None and centre_row.config is not None else base
     groups: dict[str, list[TrialRow]] = {}
     order = list(AXES)
     for t in rows:
-        diff = [a for a in AXES if getattr(t.config, a) != getattr(base, a)]
+        diff = [a for a in AXES if getattr(t.config, a) != getattr(centre, a)]
         axis = str(t.attr("sweep_axis") or (diff[0] if len(diff) == 1 else "+".join(diff) or "baseline"))
         groups.setdefault(axis, []).append(t)
-    b = rec.baseline
+    b = centre_row or rec.baseline
     doc.p(
         f"Baseline {_cfg(base)}: {b.outcome if b else 'not run yet'}"
         + (f", estimate {fmt_tok(b.estimate)} tokens/s/GPU" if b else "")
@@ -248,20 +219,23 @@ def _sweep(doc: Doc, rec: StudyRecord) -> None:
         ts = groups[axis]
         doc.h(3, f"Axis {axis}")
         table = []
+        swept = [a for a in axis.split("+") if a in AXES]
         for t in sorted(ts, key=lambda t: t.number):
-            moved = [a for a in AXES if getattr(t.config, a) != getattr(base, a)] or axis.split("+")
-            value = ", ".join(f"{a}={getattr(t.config, a)}" for a in moved)
+            value = ", ".join(str(getattr(t.config, a)) for a in swept)
+            also = [a for a in AXES if a not in swept and getattr(t.config, a) != getattr(centre, a)]
+            note = ("also moved " + ", ".join(f"{a}={getattr(t.config, a)}" for a in also)) if also else ""
             table.append(
-                [value, t.number, fmt_tok(t.estimate), fmt_tok(t.measured), fmt_gib(t.peak_gib), t.outcome]
+                [value, t.number, fmt_tok(t.estimate), fmt_tok(t.measured), _peak_cell(t), t.outcome, note]
             )
-        doc.table(["value", "trial", "estimate", "measured", "peak GiB", "outcome"], table)
+        doc.table(["value", "trial", "estimate", "measured", "peak GiB", "outcome", "note"], table)
         done = [t for t in ts if t.state == "COMPLETE" and t.value]
         if done and b and b.value:
             top = max(done, key=lambda t: t.value or 0.0)
             g = gain(top.value, b.value)
+            ref = "the sweep centre" if centre != base else "the baseline"
             doc.p(
-                f"Best other value on this axis: trial {top.number}, {fmt_pct(g)} vs the baseline"
-                + ("." if g is not None and g > 0 else " (the baseline's value stays best).")
+                f"Best other value on this axis: trial {top.number}, {fmt_pct(g)} vs {ref}"
+                + ("." if g is not None and g > 0 else f" ({ref}'s value stays best).")
             )
 
 
@@ -391,8 +365,7 @@ def _cand(c: Any) -> str:
 
 def _memory(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Memory filter")
-    acc = account(((t.state, t.attrs, t.duration_s) for t in rec.trials), rec.spec.world)
-    doc.bullets(acc.lines())
+    doc.bullets(["budget: " + study_summary(rec).launched_text()])
     pruned = [t for t in rec.trials if t.state == "PRUNED"]
     counts = Counter(t.prune_category for t in pruned)
     doc.p(
@@ -544,7 +517,13 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     if best.config is None:
         doc.p("The best trial has no configuration.")
         return
-    rows, verdict = sensitivity(rec, best.config, cal)
+    mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
+    rows, verdict = sensitivity(rec, best.config, cal, mcal)
+    if not mcal.is_identity:
+        doc.p(
+            f"Fit and peak use the memory filter's calibration (study attr `memory_calibration`, "
+            f"{mcal.describe()})."
+        )
     if cal is not None:
         doc.p(
             f"Estimates use the study's step-time calibration (study attr `calibration`, fitted on "
@@ -594,7 +573,7 @@ def _trials(doc: Doc, rec: StudyRecord) -> None:
                 _cfg(t.config),
                 fmt_tok(t.value),
                 fmt_tok(t.estimate),
-                fmt_gib(t.peak_gib),
+                _peak_cell(t),
                 t.outcome,
             ]
             for t in rec.trials
@@ -640,7 +619,7 @@ def build_report(
 
     Returns the paths by kind (``md``, ``html``, ``study``, ``plots``)."""
     rec = load_record(storage, study_name, artifact_dir)
-    out = Path(out_dir) if out_dir is not None else default_report_dir(rec.study_name)
+    out = Path(out_dir) if out_dir is not None else default_report_dir(rec.study_name, rec.storage_url)
     out.mkdir(parents=True, exist_ok=True)
     doc = render(rec)
     extra = (rec.spec.llm.api_key_env,) if rec.spec.llm.api_key_env else ()

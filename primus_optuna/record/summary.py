@@ -1,0 +1,426 @@
+"""One account of a study: :class:`StudySummary`, from which the run summary (``run``'s last lines),
+``run --json``, the report's executive summary and the dashboard's study note are all written, so a figure
+reads the same everywhere.
+
+Rules (one each):
+
+- **trials** by state, with the RUNNING and WAITING ones and the placeholders (a trial the sampler ran with
+  nothing left to propose, ``prune_reason: exhausted``) counted as such;
+- **launched**: every trial whose job started on the GPUs (:func:`~primus_optuna.record.budget.account`):
+  completed measurements, failures while running (out of memory, timeout, no throughput, interrupted after
+  launch) and the jobs stopped early; **estimated**: completed trials of the analytical runner;
+- **reasons**: one vocabulary for pruned and failed trials, :func:`reason_category` (the words before the
+  first ``:`` or ``(``: ``memory``, ``duplicate``, ``slow``, ``oom``, ``timeout``, ``interrupted``, ...);
+- **baseline and centre**: the study's baseline trial (its configuration) and the sweep's centre (the trial
+  the sweep started from; the baseline itself unless it is illegal or does not fit); the gain is over the
+  baseline when it completed, else over the centre, and says which;
+- **GPU-hours** from :func:`~primus_optuna.record.report.gpu_hours.gpu_hours_account`; **LLM** usage from
+  :func:`llm_usage` (the study's stored accounting);
+- **peak memory** of a trial: the measured peak when the run measured one, the estimate and the calibrated
+  estimate (the one the memory filter compares) beside it.
+
+Example::
+
+    s = study_summary(record_of(study, "sqlite:///x.db"))
+    print("\\n".join(s.lines()))
+    json.dumps(s.to_dict())
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..physics.memory_calibration import MemoryCalibration
+from ..redaction import redact_url
+from .budget import account, reason_category
+from .storage import sibling_dir, storage_file
+
+if TYPE_CHECKING:  # the report package imports this module (its executive summary)
+    from .report.record import StudyRecord, TrialRow
+
+PROGRAM = "primus-optuna"
+
+
+@dataclass(frozen=True)
+class LLMUsage:
+    """What the LLM planner used (:func:`~primus_optuna.search.llm_budget.llm_accounting`)."""
+
+    calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    rejected: int = 0
+    failed_calls: int = 0
+    unparseable: int = 0
+    stop_reason: str | None = None
+
+    def text(self) -> str:
+        out = (
+            f"{self.calls} calls ({self.failed_calls} with no answer, {self.unparseable} unparseable), "
+            f"{self.tokens} tokens, ${self.cost_usd:.4f}"
+        )
+        if self.rejected:
+            out += f", {self.rejected} candidates rejected"
+        if self.stop_reason:
+            out += f"; stopped: {self.stop_reason}"
+        return out
+
+
+def as_number(v: Any) -> float | None:
+    """A stored attr as a float, ``None`` when absent or not a number."""
+    try:
+        return None if v is None or isinstance(v, bool) else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def llm_usage(books: dict[str, Any]) -> LLMUsage:
+    """The LLM accounting of a study (its :attr:`StudyRecord.llm`, read by ``llm_accounting``)."""
+
+    def num(key: str) -> float:
+        return as_number(books.get(key)) or 0.0
+
+    return LLMUsage(
+        calls=int(num("calls")),
+        tokens=int(num("tokens")),
+        cost_usd=num("cost_usd"),
+        rejected=int(num("rejected")),
+        failed_calls=int(num("failed")),
+        unparseable=int(num("unparseable")),
+        stop_reason=books.get("stop_reason"),
+    )
+
+
+@dataclass(frozen=True)
+class TrialBrief:
+    """One trial as the summary names it."""
+
+    trial: int
+    state: str
+    phase: str
+    config_key: str | None
+    params: dict[str, Any]
+    tokens_per_s_per_gpu: float | None
+    source: str | None
+    estimate_tokens_per_s_per_gpu: float | None
+    measured_peak_memory_gib: float | None
+    estimated_peak_memory_gib: float | None
+    calibrated_peak_memory_gib: float | None
+    outcome: str
+
+    @property
+    def measured(self) -> bool:
+        return self.source not in (None, "analytical")
+
+    def peak_text(self) -> str:
+        """``peak memory X GiB measured (estimate Y GiB, calibrated Z GiB)``: measured first."""
+
+        def gib(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}"
+
+        cal = self.calibrated_peak_memory_gib
+        cal_text = f"calibrated estimate {gib(cal)} GiB" if cal is not None else ""
+        if self.measured_peak_memory_gib is not None:
+            beside = ", ".join(
+                x for x in (f"estimate {gib(self.estimated_peak_memory_gib)} GiB", cal_text) if x
+            )
+            return f"peak memory {gib(self.measured_peak_memory_gib)} GiB measured ({beside})"
+        est = f"peak memory {gib(self.estimated_peak_memory_gib)} GiB estimated"
+        return f"{est} ({cal_text})" if cal_text else est
+
+
+def _brief(t: TrialRow, mcal: MemoryCalibration) -> TrialBrief:
+    est_peak = t.peak_gib
+    return TrialBrief(
+        trial=t.number,
+        state=t.state,
+        phase=t.phase,
+        config_key=t.attr("config_key") or (t.config.key() if t.config else None),
+        params=t.config.to_params() if t.config else {},
+        tokens_per_s_per_gpu=t.value,
+        source=t.attr("source"),
+        estimate_tokens_per_s_per_gpu=t.estimate,
+        measured_peak_memory_gib=as_number(t.attr("measured_peak_memory_gib")),
+        estimated_peak_memory_gib=est_peak,
+        calibrated_peak_memory_gib=as_number(t.attr("memory_peak_calibrated_gib"))
+        or (round(est_peak * mcal.scale, 3) if est_peak is not None and not mcal.is_identity else None),
+        outcome=t.outcome,
+    )
+
+
+@dataclass(frozen=True)
+class GpuHours:
+    spent: float
+    saved_memory: float
+    memory_pruned: int
+    saved_early_stop: float
+    stopped: int
+
+
+def next_commands(storage_url: str, study_name: str, program: str = PROGRAM) -> list[str]:
+    """The commands that follow a run, pasteable in a new shell: arguments quoted, a file storage given by
+    its absolute path."""
+    url = redact_url(storage_url)
+    f = storage_file(url)
+    if f is not None and not f.is_absolute():
+        url = url.replace(str(f), str(f.resolve()), 1)
+    q = shlex.quote
+    return [
+        f"{program} report --storage {q(url)} --study-name {q(study_name)}",
+        f"{program} dashboard --storage {q(url)}",
+        f"{program} export --storage {q(url)} --study-name {q(study_name)} --format primus",
+    ]
+
+
+def report_dir(storage_url: str, study_name: str) -> Path:
+    """Where ``report`` writes without ``--out``: ``<storage stem>-report`` next to a file storage, else
+    ``./<study name>-report``."""
+    return sibling_dir(storage_url, study_name.replace("/", "_"), "-report")
+
+
+@dataclass
+class StudySummary:
+    """The figures of one study (see the module docstring for each rule)."""
+
+    study: str
+    storage: str
+    model: str
+    n_trials_target: int
+    trials: int
+    by_state: dict[str, int]
+    placeholders: int
+    launched: int
+    launched_failed: int
+    estimated: int
+    pruned_by_reason: dict[str, int]
+    pruned_before_launch: dict[str, int]
+    stopped_early: int
+    failed_by_reason: dict[str, int]
+    trials_by_phase: dict[str, int]
+    best: TrialBrief | None
+    baseline: TrialBrief | None
+    centre: TrialBrief | None
+    centre_key: str | None
+    centre_note: str
+    gain: float | None
+    gain_over: str | None
+    """``baseline``, ``centre`` or ``None`` (no completed reference)"""
+    estimated_gain: float | None
+    gpus: int
+    gpu_hours: GpuHours
+    llm_model: str | None
+    llm: LLMUsage
+    pareto: list[TrialBrief] = field(default_factory=list)
+    noise: str = ""
+    exhausted: bool = False
+    """every legal configuration that fits has been tried (a placeholder trial, or the sampler says so)"""
+    next: list[str] = field(default_factory=list)
+
+    # --- text ----------------------------------------------------------------------------------------------
+    def trials_text(self) -> str:
+        s = self.by_state
+        parts = [f"{s.get('complete', 0)} complete", f"{s.get('pruned', 0) - self.placeholders} pruned"]
+        parts.append(f"{s.get('fail', 0)} failed")
+        if s.get("running"):
+            parts.append(f"{s['running']} running")
+        if s.get("waiting"):
+            parts.append(f"{s['waiting']} queued")
+        if self.placeholders:
+            parts.append(
+                f"{self.placeholders} placeholder{'s' * (self.placeholders != 1)} (nothing left to try)"
+            )
+        return f"{self.trials} trials — " + ", ".join(parts)
+
+    def launched_text(self) -> str:
+        pre = sum(self.pruned_before_launch.values())
+        pre_text = ", ".join(f"{k} {v}" for k, v in self.pruned_before_launch.items()) or "none"
+        out = f"{self.launched} launched"
+        if self.launched:
+            out += f" ({self.launched_failed} of them failed, {self.stopped_early} stopped early)"
+        out += f", {self.estimated} estimated by the analytical runner (no GPU), {pre} pruned before launch ({pre_text})"
+        return out
+
+    def gain_text(self) -> str:
+        ref = self.baseline if self.gain_over == "baseline" else self.centre
+        if self.gain is not None and ref is not None:
+            kind = "measured" if ref.measured else "estimated"
+            figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
+            if self.gain_over == "baseline":
+                return f"gain over the baseline ({figures}): {self.gain:+.1%}"
+            why = f": {self.centre_note}" if self.centre_note else ""
+            return f"gain over the sweep centre ({figures}; the study's baseline was not run{why}): {self.gain:+.1%}"
+        if self.baseline is None:
+            return "gain over the baseline: n/a (the baseline has not been tried)"
+        est = f"; estimated gain {self.estimated_gain:+.1%}" if self.estimated_gain is not None else ""
+        return f"gain over the baseline: n/a (the baseline, trial {self.baseline.trial}, {self.baseline.outcome}){est}"
+
+    def gpu_hours_text(self) -> str:
+        g = self.gpu_hours
+        mem = (
+            f"{g.saved_memory:.2f} thanks to the memory filter ({g.memory_pruned} trial"
+            f"{'s' * (g.memory_pruned != 1)} pruned before launch, estimated)"
+        )
+        if not self.launched:
+            return "GPU-hours: none spent (no job launched)" + (
+                f"; the memory filter pruned {g.memory_pruned} trials that would have cost "
+                f"{g.saved_memory:.2f} (estimated)"
+                if g.memory_pruned
+                else ""
+            )
+        return (
+            f"GPU-hours: {g.spent:.2f} spent on {self.launched} launched job{'s' * (self.launched != 1)}; "
+            f"not spent: {mem}, {g.saved_early_stop:.2f} thanks to early stopping ({g.stopped} slow "
+            f"job{'s' * (g.stopped != 1)} stopped)"
+        )
+
+    def llm_text(self) -> str:
+        return f"LLM planner {self.llm_model}: {self.llm.text()}"
+
+    def lines(self) -> list[str]:
+        """The run summary (``run``'s last lines)."""
+        out = [f"study {self.study!r}: {self.trials_text()}"]
+        b = self.best
+        if b is not None:
+            out += [
+                f"best configuration (trial {b.trial}, {b.phase}):",
+                f"  {b.config_key}",
+                f"  {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU ({'measured' if b.measured else 'estimated'}), "
+                f"{b.peak_text()}",
+            ]
+            if self.noise:
+                out.append(f"  warning: {self.noise}")
+            out.append("  " + self.gain_text())
+            if self.pareto:
+                out.append(f"Pareto front ({len(self.pareto)} trials, tokens/s/GPU vs peak GiB):")
+                out += [
+                    f"  #{t.trial}: {t.tokens_per_s_per_gpu:.1f} tok/s/GPU, "
+                    f"{t.estimated_peak_memory_gib or 0.0:.1f} GiB  {t.config_key}"
+                    for t in self.pareto
+                ]
+        else:
+            out.append("no trial has completed yet")
+        if self.centre_key and self.gain_over != "centre" and self.centre_note:
+            out.append(f"sweep centre: {self.centre_key} ({self.centre_note})")
+        if self.pruned_by_reason:
+            out.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in self.pruned_by_reason.items()))
+        if self.exhausted:
+            out.append("the search is complete: every legal configuration that fits in memory has been tried")
+        if self.failed_by_reason:
+            out.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in self.failed_by_reason.items()))
+        out.append("budget: " + self.launched_text())
+        out.append(self.gpu_hours_text())
+        out.append(
+            "trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(self.trials_by_phase.items()))
+        )
+        if self.llm.calls or self.llm.failed_calls:
+            out.append(self.llm_text())
+        out.append("next:")
+        out += [f"  {c}" for c in self.next]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """``run --json``: every figure of :meth:`lines`, machine-readable."""
+        d = asdict(self)
+        d["gain_over_baseline"] = self.gain if self.gain_over == "baseline" else None
+        d["budget"] = {
+            "n_trials": self.n_trials_target,
+            "trials": self.trials,
+            "launched": self.launched,
+            "launched_failed": self.launched_failed,
+            "stopped_early": self.stopped_early,
+            "estimated": self.estimated,
+            "pruned_before_launch": self.pruned_before_launch,
+            "running": self.by_state.get("running", 0),
+            "placeholders": self.placeholders,
+        }
+        d["gpu_hours"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in d["gpu_hours"].items()}
+        return d
+
+
+def _noise(done: list[TrialRow]) -> str:
+    """The two fastest configurations closer than the measurement noise (median spread of repeated runs)."""
+    spreads = [v for t in done if (v := as_number(t.attr("measured_spread")))]
+    if not spreads or len(done) < 2:
+        return ""
+    noise = statistics.median(spreads)
+    a, b = sorted(done, key=lambda t: -(t.value or 0.0))[:2]
+    if (a.value or 0.0) - (b.value or 0.0) > noise * (a.value or 0.0) or not b.value:
+        return ""
+    return (
+        f"trials {a.number} and {b.number} are within the measurement noise ({(a.value or 0.0) / b.value - 1.0:+.1%} "
+        f"apart; repeated runs spread {noise:.1%}): measure both again before choosing"
+    )
+
+
+def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = False) -> StudySummary:
+    """The :class:`StudySummary` of a study read back from storage (or live); ``exhausted``: the sampler has
+    nothing left to propose (``PrimusSampler.is_exhausted``, known to a live study only)."""
+    rows = rec.trials
+    states = Counter(t.state.lower() for t in rows)
+    placeholders = sum(
+        1 for t in rows if t.state == "PRUNED" and reason_category(t.attr("prune_reason")) == "exhausted"
+    )
+    acc = account(((t.state, t.attrs, t.duration_s) for t in rows), rec.spec.world)
+    pruned = Counter(
+        reason_category(t.attr("prune_reason"))
+        for t in rows
+        if t.state == "PRUNED" and reason_category(t.attr("prune_reason")) != "exhausted"
+    )
+    failed = Counter(reason_category(t.attr("failure_reason") or "error") for t in rows if t.state == "FAIL")
+    mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
+    best_row, base_row = rec.best, rec.baseline
+    centre_row = next(
+        (t for t in rows if t.attr("sweep_axis") == "baseline" and t.state == "COMPLETE"), None
+    ) or next((t for t in rows if t.attr("sweep_axis") == "baseline"), None)
+    design = rec.user_attrs.get("sweep") if isinstance(rec.user_attrs.get("sweep"), dict) else {}
+    centre_key = design.get("centre") or (centre_row.attr("config_key") if centre_row else None)
+    centre_note = str(design.get("centre_note") or "")
+    gain = gain_over = None
+    if best_row is not None:
+        for name, ref in (("baseline", base_row), ("centre", centre_row)):
+            if ref is not None and ref.state == "COMPLETE" and ref.value:
+                gain, gain_over = best_row.value / ref.value - 1.0, name
+                break
+    est_gain = None
+    if best_row is not None and base_row is not None and best_row.estimate and base_row.estimate:
+        est_gain = best_row.estimate / base_row.estimate - 1.0
+    from .report.gpu_hours import gpu_hours_account  # the report package imports this module
+
+    g = gpu_hours_account(rec)
+    return StudySummary(
+        study=rec.study_name,
+        storage=redact_url(rec.storage_url),
+        model=rec.spec.model.name,
+        n_trials_target=rec.spec.search.n_trials,
+        trials=len(rows),
+        by_state=dict(states),
+        placeholders=placeholders,
+        launched=acc.launched,
+        launched_failed=acc.failed_launched,
+        estimated=acc.analytical,
+        pruned_by_reason=dict(pruned.most_common()),
+        pruned_before_launch=dict(acc.pruned_before_launch.most_common()),
+        stopped_early=acc.pruned_other,
+        failed_by_reason=dict(failed.most_common()),
+        trials_by_phase=dict(Counter(t.phase if t.phase != "-" else "?" for t in rows)),
+        best=_brief(best_row, mcal) if best_row else None,
+        baseline=_brief(base_row, mcal) if base_row else None,
+        centre=_brief(centre_row, mcal) if centre_row else None,
+        centre_key=centre_key,
+        centre_note=centre_note,
+        gain=gain,
+        gain_over=gain_over,
+        estimated_gain=est_gain,
+        gpus=rec.spec.world,
+        gpu_hours=GpuHours(g.spent, g.saved_memory, g.memory_pruned, g.saved_early_stop, g.stopped),
+        llm_model=rec.llm_model,
+        llm=llm_usage(rec.llm),
+        pareto=[_brief(t, mcal) for t in rec.pareto()],
+        noise=_noise(rec.complete),
+        exhausted=exhausted or placeholders > 0,
+        next=next_commands(rec.storage_url, rec.study_name, program) if rec.storage_url else [],
+    )

@@ -1,0 +1,29 @@
+"""The report's plots are readable (#22 item 9): per-axis tick labels do not run together."""
+
+from itertools import combinations
+
+from primus_optuna.record.report import TrialRow, load_record
+from primus_optuna.record.report.plots import axis_effects_figure
+from tests.helpers.recorded_study import make_study
+
+
+def test_axis_effect_tick_labels_do_not_overlap(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    make_study(url)
+    rec = load_record(url, "small")
+    base = rec.baseline_config
+    for i, r in enumerate(
+        rec.space.legal_values()["recompute"]
+    ):  # every recompute value, long names included
+        c = rec.space.canonical(base.replace(recompute=r, pp_schedule="1f1b"))
+        rec.trials.append(TrialRow(100 + i, "COMPLETE", c, [4000.0 + 10 * i], {}))
+    fig = axis_effects_figure(rec)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    checked = 0
+    for ax in fig.axes:
+        boxes = [lab.get_window_extent(renderer) for lab in ax.get_xticklabels() if lab.get_text()]
+        for a, b in combinations(boxes, 2):
+            assert not a.overlaps(b), (ax.get_title(), [lab.get_text() for lab in ax.get_xticklabels()])
+        checked += len(boxes) > 4
+    assert checked  # the recompute panel, with its long labels, was among them

@@ -1,0 +1,127 @@
+"""One account per figure (#22 item 3): the run summary, ``run --json``, the report's executive summary and
+the dashboard's study note are written from one :class:`StudySummary`."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from primus_optuna.cli.run_cmd import summarize, summary_data
+from primus_optuna.record.dashboard import study_summary as dashboard_note
+from primus_optuna.record.report import load_record, render
+from primus_optuna.record.summary import next_commands, reason_category, study_summary
+from primus_optuna.space import Space
+from tests.helpers.recorded_study import make_study, small_spec
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = make_study(url)
+    spec = small_spec()
+    space = Space(spec)
+    dists = {a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in space.candidates}
+    c = space.canonical(space.make(mbs=2))
+    base = {"config_key": c.key(), "phase": "fallback", "memory_peak_gib": 80.0}
+    study.add_trial(  # a job stopped early: launched, it spent GPU-hours
+        optuna.trial.create_trial(
+            params=c.to_params(),
+            distributions=dists,
+            state=optuna.trial.TrialState.PRUNED,
+            user_attrs={
+                **base,
+                "prune_reason": "slow: median 2000.0 < 0.95 x best",
+                "gpu_hours": 0.5,
+                "gpu_hours_saved_early_stop": 1.5,
+                "source": "measured",
+                "measured_partial": True,
+            },
+        )  # fmt: skip
+    )
+    study.add_trial(  # a placeholder: the sampler had nothing left to propose
+        optuna.trial.create_trial(
+            params={},
+            distributions={},
+            state=optuna.trial.TrialState.PRUNED,
+            user_attrs={
+                "phase": "exhausted",
+                "prune_reason": "exhausted: every legal configuration was tried",
+            },
+        )  # fmt: skip
+    )
+    study.ask()  # a trial running now (another worker)
+    return url
+
+
+def test_every_view_carries_the_same_figures(url):
+    study = optuna.load_study(study_name="small", storage=url)
+    s = study_summary(load_record(url, "small"))
+    # launched: the 6 measured completions, the OOM failure and the job stopped early
+    assert s.launched == 8 and s.launched_failed == 1 and s.stopped_early == 1
+    assert s.by_state["running"] == 1 and s.placeholders == 1
+    assert s.pruned_by_reason == {"memory": 1, "duplicate": 1, "slow": 1}
+    assert s.failed_by_reason == {"oom": 1}
+    assert s.gain_over == "baseline" and s.centre is not None and s.centre.trial == 0
+    assert s.llm.tokens == 3456 and s.llm.cost_usd == pytest.approx(0.0123)
+
+    run_text = "\n".join(summarize(study, url))
+    report = render(load_record(url, "small")).markdown()
+    executive = report.split("## ")[1]
+    note = dashboard_note(load_record(url, "small"))
+    for text in (s.trials_text(), s.launched_text(), s.gpu_hours_text().removeprefix("GPU-hours"),
+                 s.gain_text().removeprefix("gain"), s.llm.text()):  # fmt: skip
+        assert text in run_text, text
+        assert text in executive, text
+        assert text in note, text
+    assert "1 running" in s.trials_text() and "1 placeholder" in s.trials_text()
+    assert "spent on 8 launched jobs" in s.gpu_hours_text()
+
+    doc = summary_data(study, url)
+    assert doc["launched"] == 8 and doc["budget"]["launched"] == 8 and doc["budget"]["n_trials"] == 30
+    assert doc["budget"]["running"] == 1 and doc["budget"]["placeholders"] == 1
+    assert doc["gpu_hours"]["spent"] == pytest.approx(s.gpu_hours.spent, abs=1e-4)
+    assert doc["baseline"]["trial"] == 0 and doc["centre"]["trial"] == 0
+    assert doc["llm"]["tokens"] == 3456
+
+
+def test_one_reason_vocabulary():
+    assert reason_category("memory: 150 GiB > 126 GiB usable") == "memory"
+    assert reason_category("duplicate (trial 5)") == "duplicate"
+    assert reason_category("oom") == "oom" and reason_category(None) == "unknown"
+
+
+def test_next_commands_paste_into_a_new_shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cmds = next_commands("sqlite:///runs/my study.db", "my study")
+    # a relative file storage is made absolute, arguments are quoted for the shell
+    assert (
+        cmds[0]
+        == f"primus-optuna report --storage 'sqlite:///{tmp_path}/runs/my study.db' --study-name 'my study'"
+    )
+    import shlex
+
+    assert shlex.split(cmds[1])[-1] == f"sqlite:///{tmp_path}/runs/my study.db"
+
+
+def test_measured_peak_comes_first_everywhere(url):
+    from primus_optuna.physics.memory_calibration import MemoryCalibration
+    from primus_optuna.record.dashboard import trial_note
+    from primus_optuna.record.report import sensitivity
+
+    rec = load_record(url, "small")
+    best = rec.best
+    best.attrs.update(measured_peak_memory_gib=97.25, memory_peak_calibrated_gib=88.0)
+    s = study_summary(rec)
+    assert s.best.peak_text() == (
+        f"peak memory 97.25 GiB measured (estimate {best.peak_gib:.2f} GiB, calibrated estimate 88.00 GiB)"
+    )
+    assert s.best.peak_text() in "\n".join(s.lines())
+    note = trial_note(best.attrs, None, best.number)
+    assert note.index("97.25 GiB measured") < note.index("peak memory estimated")
+    # the sensitivity table judges fit with the memory filter's calibration
+    mcal = MemoryCalibration(scale=0.5, n_trials=2)
+    rows, _ = sensitivity(rec, best.config, None, mcal)
+    raw, _ = sensitivity(rec, best.config)
+    for a, b in zip(rows, raw, strict=True):
+        if b.get("peak_gib") is not None:
+            assert a["peak_gib"] == pytest.approx(0.5 * b["peak_gib"])
