@@ -126,8 +126,8 @@ def test_run_with_the_llm_planner_over_http(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "and planner openai/test-model (oneshot)" in r.output
     assert (
-        "planner openai/test-model (oneshot): 2 calls (0 with no answer, 0 unparseable), 300 tokens, $0.0000; "
-        "2 candidates proposed, 1 accepted (0 repaired), 1 rejected." in r.output
+        "LLM planner openai/test-model: 2 calls (0 with no answer, 0 unparseable), 300 tokens, $0.0000, "
+        "1 candidates rejected" in r.output
     )
     loaded = optuna.load_study(study_name="small-moe", storage=url)
     planned = [t for t in loaded.trials if t.user_attrs.get("phase") == "planner"]

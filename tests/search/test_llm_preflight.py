@@ -97,9 +97,9 @@ def test_model_given_on_the_command_line_is_named_in_summary_and_report(tmp_path
     assert (
         f"planner openai/test-model at {srv.url}: model 'test-model' served, context 4096 tokens" in r.output
     )
-    summary = next(x for x in r.output.splitlines() if x.startswith("planner openai/test-model (oneshot): "))
+    summary = next(x for x in r.output.splitlines() if x.startswith("LLM planner openai/test-model: "))
     assert "1 calls (0 with no answer, 1 unparseable), 150 tokens" in summary
-    assert "Stopped: llm.max_calls=1 reached." in summary
+    assert "; stopped: llm.max_calls=1 reached" in summary
     md = build_report(storage, None, tmp_path / "report")["md"].read_text()
     assert "**LLM**: openai/test-model (given on the command line), oneshot" in md
     assert "1 unparseable), 150 tokens" in md
