@@ -38,7 +38,7 @@ from ..physics.throughput import estimate_throughput
 from ..redaction import looks_secret, redact
 from ..search.configs import trial_config
 from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
-from ..search.state import store_spec
+from ..search.state import CONFIG, store_spec
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
@@ -64,9 +64,18 @@ def duplicate_of(
     """
     states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
     for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=states):
-        if t.number != trial.number and trial_config(space, t) == config:
+        if t.number == trial.number or not _settled(t):
+            continue
+        if trial_config(space, t) == config:
             return f"duplicate: same configuration as trial {t.number} ({t.state.name.lower()})"
     return None
+
+
+def _settled(t: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``t`` runs its configuration: ``suggest_config`` recorded it (or every axis is a param). A
+    running trial that is still deciding only holds a claim, which it gives up if another worker holds
+    the same one, so a claim alone never makes this trial a duplicate."""
+    return bool(t.system_attrs.get(CONFIG)) or all(a in t.params for a in AXES)
 
 
 def storage_runs_dir(study: optuna.Study) -> Path:

@@ -36,7 +36,9 @@ Example::
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -286,23 +288,36 @@ class PrimusSampler(BaseSampler):
         ctx = self._context(study, trial)
         proposal = None
         chain = self.proposers()  # one chain per decision: the planner is asked at most once
-        for _ in range(CLAIM_ATTEMPTS):
+        seen_finished = {t.number for t in ctx.others if t.state.is_finished()}
+        for attempt in range(CLAIM_ATTEMPTS):
             proposal = next((p for pr in chain if (p := pr.propose(ctx)) is not None), None)
             if proposal is None:
                 return None
             self._record(
                 study, trial, proposal, user_attrs=False
             )  # the claim, visible to every worker at once
-            if not self._claimed_elsewhere(study, trial, proposal.config):
+            if not self._claimed_elsewhere(study, trial, proposal.config, seen_finished):
                 break
             ctx.exclude.add(proposal.config)  # another worker took it meanwhile: choose again
+            # two workers that saw each other's claim both choose again: a jittered pause lets one of them
+            # claim the next point first, so they do not collide on it too
+            time.sleep(random.uniform(0.0, 0.05 * (attempt + 1)))  # timing only, not a decision
         assert proposal is not None
         self._set_user_attrs(study, trial, self.proposal_attrs(proposal))  # (user attrs cannot be taken back)
         return proposal
 
-    def _claimed_elsewhere(self, study: optuna.Study, trial: FrozenTrial, config: TrainingConfig) -> bool:
-        active = study._storage.get_all_trials(study._study_id, deepcopy=False, states=ACTIVE)
-        return any(t.number != trial.number and trial_config(self.space, t) == config for t in active)
+    def _claimed_elsewhere(
+        self, study: optuna.Study, trial: FrozenTrial, config: TrainingConfig, seen_finished: set[int]
+    ) -> bool:
+        """Whether another trial holds ``config``: one in flight, or one that started and finished after this
+        decision read the study (a fast job can end before the check; it covers the point all the same)."""
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        return any(
+            t.number != trial.number
+            and (t.state in ACTIVE or t.number not in seen_finished)
+            and trial_config(self.space, t) == config
+            for t in trials
+        )
 
     def is_exhausted(self, study: optuna.Study) -> bool:
         """Whether nothing is left to propose: no failed point to retry, no sweep point and no feasible
