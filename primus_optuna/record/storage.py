@@ -4,7 +4,8 @@ Default storage is ``sqlite:///<study name>.db`` in the working directory. Any O
 (``postgresql://...``, ``mysql://...``), and a journal file is accepted as ``journal:PATH`` or a path ending in
 ``.log``/``.jsonl``. RDB storages get a heartbeat so a killed worker's trial is failed and retried
 (:class:`optuna.storages.RetryHeartbeatStaleTrialCallback`) by the next ``optimize`` once it is older than
-the grace period (default 3 x the heartbeat interval).
+the grace period (default 3 x the heartbeat interval). Keep the grace period above interval + 1 s: SQLite's
+clock has whole seconds, so a shorter one fails (and retries) trials that are alive.
 
 At creation the study stores the study file (system attr ``primus:spec``, see :mod:`primus_optuna.search.state`,
 with a one-line ``primus_study`` user attr) and ``primus_space_hash`` in its user attrs; resuming a study whose space hash differs is refused with a :class:`SpecError`.

@@ -135,6 +135,7 @@ def test_two_processes_on_one_sqlite_study_never_run_a_configuration_twice(short
         assert p.returncode == 0, err.decode()[-2000:]
     study = optuna.load_study(study_name=spec.name, storage=url)
     assert len(study.trials) == 20
+    assert not study.get_trials(states=(State.FAIL,))  # no live trial failed as stale and run again
     _no_repeats(study)
     sweep = [t.user_attrs["sweep_index"] for t in study.trials if t.user_attrs.get("phase") == "sweep"]
     assert len(sweep) == len(set(sweep))
