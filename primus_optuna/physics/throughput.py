@@ -82,6 +82,14 @@ FP16_GRAD_COPY_BYTES = 6
 UNFUSED_FWD_BYTES = 13
 UNFUSED_BWD_BYTES = 19
 """HBM bytes per attention score without flash attention, forward and backward (see ``_Context.layer``)"""
+EXPERT_BIAS_BYTES = 28
+"""HBM bytes per routed copy and hidden element, forward, of the experts' output bias, which Megatron's
+TEGroupedMLP adds outside the grouped GEMM, one local expert at a time (``linear_fc2`` with ``skip_bias_add``,
+then ``_apply_bias``: ``torch.cat([t + b * p ...]).to(dtype)``, ``megatron/core/transformer/moe/
+experts.py@d3528a21``:249-266, unchanged at d98e8a64 outside the TE op-fuser path): ``b·p`` written in fp32
+(4), ``t + b·p`` reads bf16 and fp32 and writes fp32 (10), the concatenation copies it (8), the cast back to
+bf16 (6); two kernels per local expert plus two. Backward (the autograd of the same ops, about 36 bytes)
+is counted by backward's 2x of the memory-bound kernels"""
 KERNELS_DENSE = 20
 KERNELS_MOE = 35
 """kernels per layer forward outside the GEMMs/attention (norms, residuals, rotary, activation, casts;
@@ -279,6 +287,9 @@ class _Context:
             nbytes += 4 * copies * h * ACT  # permute + unpermute (read + write)
             nbytes += 2 * local * md.experts * 4  # router softmax / top-k (fp32)
             kernels = KERNELS_MOE
+            if md.linear_bias:  # the experts' output bias, per local expert (EXPERT_BIAS_BYTES)
+                nbytes += EXPERT_BIAS_BYTES * copies * h
+                kernels += 2 * round(g.mlp[1].count) + 2
             if g.shared:
                 nbytes += 3 * tokens * md.shared_expert_ffn / tp * ACT * (1 if md.swiglu else 2 / 3)
         else:

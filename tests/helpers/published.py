@@ -1,10 +1,13 @@
 """Published training runs (tests/data/published-runs.csv) that the step-time model can express today.
 
-Rows are kept when their model is in the catalog (or GPT-OSS-120B, given inline) and their GPU is H100, B200,
+Rows are kept when their model is in the catalog and their GPU is H100, B200,
 GB200 (B200 silicon at GB200's clocks: 2.5 PFLOP/s BF16, 5 PFLOP/s FP8 dense per GPU, NVIDIA GB200 NVL72
 datasheet, in an NVLink domain of up to 64 of the run's GPUs), an AMD MI325X or MI355X. MXFP8/FP8 current
-scaling map to ``fp8``; ``flex``/``turbo`` dispatchers to ``deepep``; recompute to ``selective`` when the row
-names modules. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for Llama3.1-8B,
+scaling map to ``fp8`` (recipe ``mxfp8`` / ``tensorwise``); ``flex``/``turbo`` dispatchers to ``deepep``; the
+rows' recompute modules to ``selective:<modules>`` (``[] (none)``: none). Estimated as they ran: the rows'
+``grad_reduce_in_fp32=False`` (every Bridge recipe) and ``fp8_param_gather=True`` flags, GPT-OSS with its
+sliding windows, attention sinks and linear biases (the catalog entry), and the MoE dispatch sync-free under a
+full-iteration CUDA graph (a captured graph cannot wait on the host for token counts). The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for Llama3.1-8B,
 GBS 256 for 70B (the assumption of tests/physics/test_throughput_validation.py). The rest (GB300/B300, models
 not in the catalog) is skipped until the model can express it.
 """
@@ -22,19 +25,6 @@ from primus_optuna.spec import StudySpec
 
 CSV = Path(__file__).resolve().parents[1] / "data" / "published-runs.csv"
 
-GPT_OSS_120B = {
-    "name": "gpt-oss-120b",
-    "num_layers": 36,
-    "hidden_size": 2880,
-    "ffn_hidden_size": 2880,
-    "num_attention_heads": 64,
-    "num_query_groups": 8,
-    "kv_channels": 64,
-    "vocab_size": 201088,
-    "num_experts": 128,
-    "moe_router_topk": 4,
-    "moe_ffn_hidden_size": 2880,
-}
 MODELS: dict[str, Any] = {
     "Llama3.1-405B": "llama3.1-405b",
     "Llama3-70B": "llama3.1-70b",
@@ -43,7 +33,7 @@ MODELS: dict[str, Any] = {
     "Llama3-8B": "llama3.1-8b",
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
-    "GPT-OSS-120B": GPT_OSS_120B,
+    "GPT-OSS-120B": "gpt-oss-120b",
     "DeepSeek-V2-236B": "deepseek-v2",
 }
 GB200 = {"catalog": "b200", "name": "gb200", "bf16_tflops": 2500, "fp8_tflops": 5000}
@@ -72,6 +62,18 @@ def _gbs(r: dict[str, str]) -> int | None:
     if r["model"].startswith("Llama3.1-8B"):
         return 4 * int(r["mbs"]) * int(r["gpus"])
     return 256
+
+
+def _recompute(r: dict[str, str]) -> str:
+    """The row's recompute as the ``recompute`` axis writes it: its ``recompute_modules`` (Megatron's default
+    ``core_attn`` when it names none; ``[] (none)``, an empty module list, recomputes nothing)."""
+    if r["recompute_granularity"] != "selective":
+        return "none"
+    text = r["recompute_modules"]
+    if "none" in text:
+        return "none"
+    mods = [m.strip() for m in text.split(",") if m.strip()]
+    return "selective:" + "+".join(mods) if mods else "selective"
 
 
 @dataclass(frozen=True)
@@ -103,23 +105,32 @@ def load_published() -> list[Published]:
             gpn = min(gpus, 64) if r["gpu"] == "GB200" else min(gpus, 8)
             model = MODELS[name]
             fp8 = "fp8" in r["precision"]
+            flags = r["other_memory_flags"]
+            workload: dict[str, Any] = {
+                "seq_length": int(r["seq"]),
+                "global_batch_size": gbs,
+                "precision": "fp8" if fp8 else "bf16",
+                "distributed_optimizer": r["dist_opt"] != "False",
+                "tp_comm_overlap": "tp_comm_overlap userbuffers" in flags,
+                # as the rows ran: the recipes' 2-byte gradient buffer and FP8 parameter all-gather
+                "grad_reduce_in_fp32": "grad_reduce_in_fp32=False" not in flags,
+                # a full-iteration CUDA graph cannot wait on the host for the MoE token counts
+                "moe_sync_free": r["cuda_graph"] == "full_iteration",
+            }
+            if fp8:
+                workload["fp8_recipe"] = "mxfp8" if r["precision"].startswith("mxfp8") else "tensorwise"
+                workload["fp8_param_gather"] = "fp8_param_gather=True" in flags
             spec = StudySpec.from_dict(
                 {
                     "name": "published",
                     "model": {"catalog": model} if isinstance(model, str) else model,
                     "cluster": {"gpu": GPUS[r["gpu"]], "nodes": gpus // gpn, "gpus_per_node": gpn},
-                    "workload": {
-                        "seq_length": int(r["seq"]),
-                        "global_batch_size": gbs,
-                        "precision": "fp8" if fp8 else "bf16",
-                        "distributed_optimizer": r["dist_opt"] != "False",
-                        "tp_comm_overlap": "tp_comm_overlap userbuffers" in r["other_memory_flags"],
-                    },
+                    "workload": workload,
                 }
             )
             vp = int(r["vp"]) if r["vp"] else 1
             pp = int(r["pp"])
-            rec = "selective" if r["recompute_granularity"] == "selective" else "none"
+            rec = _recompute(r)
             disp = "deepep" if r["moe_dispatcher"].startswith(("flex", "turbo")) else "alltoall"
             sched = "interleaved" if vp > 1 and pp > 1 else "1f1b"
             ep = int(r["ep"]) if spec.model.is_moe else 1

@@ -342,3 +342,40 @@ def test_recompute_costs_exactly_what_it_drops() -> None:
     }
     assert step["none"] < step["full:1"] < step["full:2"] < step["full"]
     assert step["none"] < step["selective:moe"] < step["full"]
+
+
+def test_expert_output_bias_is_added_per_local_expert_outside_the_grouped_gemm() -> None:
+    """Megatron's TEGroupedMLP adds the experts' fc2 bias after the grouped GEMM, one local expert at a time
+    (``megatron/core/transformer/moe/experts.py@d3528a21``:249-266, ``torch.cat([t + b * p ...]).to(dtype)``):
+    GPT-OSS (linear biases) pays EXPERT_BIAS_BYTES per routed copy and hidden element and two kernels per local
+    expert in forward, the same model without biases does not."""
+    from primus_optuna.physics.throughput import EXPERT_BIAS_BYTES, _context
+
+    base = StudySpec.from_dict(
+        {
+            "name": "gpt-oss",
+            "model": {"catalog": "gpt-oss-120b"},
+            "cluster": {"gpu": "h100", "nodes": 8, "gpus_per_node": 8},
+            "workload": {"seq_length": 4096, "global_batch_size": 512},
+        }
+    )
+    nobias = with_changes(base, model={"add_bias_linear": False})
+    tp, cp, ep, mbs = 1, 1, 8, 2
+    ctx_b, ctx_n = _context(base), _context(nobias)
+    with_bias = ctx_b.layer(tp, cp, ep, mbs, "alltoall").other_f
+    without = ctx_n.layer(tp, cp, ep, mbs, "alltoall").other_f
+    m = base.model
+    copies = mbs * 4096 * m.moe_router_topk
+    local_experts = m.experts // ep
+    expected = (
+        EXPERT_BIAS_BYTES * copies * m.hidden_size / ctx_b.hbm + (2 * local_experts + 2) * ctx_b.kernel_s
+    )
+    # the bias-free model also drops the router's bias (no traffic term): only the expert bias differs
+    assert with_bias - without == pytest.approx(expected, rel=1e-9)
+    c = Space(base).make(tp=tp, ep=ep, mbs=mbs)
+    c_n = Space(nobias).make(tp=tp, ep=ep, mbs=mbs)
+    derived = c.derive(base.world, 512), c_n.derive(nobias.world, 512)
+    assert (
+        estimate_throughput(base, derived[0]).step_time_s
+        > estimate_throughput(nobias, derived[1]).step_time_s
+    )
