@@ -150,7 +150,11 @@ FAMILIES: dict[str, FamilyConstants] = {
     # family, the per-expert grouped-GEMM cost per vendor, fitted jointly on dense and MoE rows of
     # shared/reference/data/published-runs.csv (scripts/fit_published.py --fit: the fitting half of each
     # family's rows, minimising the unscaled iteration-time MAE; grid steps 0.05 / 0.1 / 10-25 µs).
-    # Held-back figures: docs/benchmarks.md, "Issue 21".
+    # Held-back figures: docs/benchmarks.md, "Issue 21". Re-run after the experts' output bias, FP8 current
+    # scaling's amax pass and the rows estimated as they ran (2-byte gradients, FP8 parameter gather, GPT-OSS's
+    # windows/sinks/biases, recompute modules): the grid's argmin for hopper and blackwell moves to its edge
+    # (GEMM peak 0.80; blackwell grouped 0.8) and the held-back rows get worse (dense MAE 10.0% -> 12.4%, MoE
+    # rows within 10% 2 -> 1 of 8), so the values below are kept.
     "hopper": FamilyConstants(
         a2a_inter_eff=0.7,  # fitted (0.6/0.7/0.85 scanned) to the Bridge H100 Qwen3-235B rows: EP 32 over 4 nodes
         gemm=EfficiencyCurve(

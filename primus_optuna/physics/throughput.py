@@ -90,6 +90,12 @@ experts.py@d3528a21``:249-266, unchanged at d98e8a64 outside the TE op-fuser pat
 (4), ``t + b·p`` reads bf16 and fp32 and writes fp32 (10), the concatenation copies it (8), the cast back to
 bf16 (6); two kernels per local expert plus two. Backward (the autograd of the same ops, about 36 bytes)
 is counted by backward's 2x of the memory-bound kernels"""
+CURRENT_SCALING_AMAX_BYTES = ACT
+"""FP8 current (per-tensor) scaling reads each tensor it casts once more, for its amax, before the cast
+(TransformerEngine ``transformer_engine/pytorch/csrc/quantizer.cpp``, ``Float8CurrentScalingQuantizer::
+quantize_impl``: ``nvte_compute_amax_with_config``, then ``nvte_compute_scale_from_amax``, then
+``nvte_quantize_v2``); delayed scaling takes the scale from the amax history and MXFP8 computes its block
+scales in the casting pass"""
 KERNELS_DENSE = 20
 KERNELS_MOE = 35
 """kernels per layer forward outside the GEMMs/attention (norms, residuals, rotary, activation, casts;
@@ -170,6 +176,9 @@ class _Context:
         # FP8 linear GEMMs: the family's measured FP8/BF16 speed-up at the same shape, never slower than BF16
         self.lin_peak = self.bf16_peak * (max(1.0, self.k.fp8_gemm_speedup) if self.fp8 else 1.0)
         self.lin_bytes = 1 if self.fp8 else ACT
+        # FP8 cast of a GEMM input per element: read bf16, write fp8; current (per-tensor) scaling first reads
+        # the tensor once more for its amax (CURRENT_SCALING_AMAX_BYTES)
+        self.cast_bytes = ACT + 1 + (CURRENT_SCALING_AMAX_BYTES if w.fp8_recipe == "tensorwise" else 0)
         self.flash = w.flash_attention
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
@@ -299,7 +308,7 @@ class _Context:
             # TransformerEngine casts each linear layer's input to FP8 (read bf16, write fp8, amax) in forward;
             # backward casts and transposes the output gradient (counted by backward's 2x of these kernels)
             lin_inputs = list(g.attention + g.mlp[(1 if is_moe else 0) :] + g.shared)
-            nbytes += sum(x.m * x.k * x.count * (ACT + 1) for x in lin_inputs)
+            nbytes += sum(x.m * x.k * x.count * self.cast_bytes for x in lin_inputs)
             kernels += len(lin_inputs)
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with

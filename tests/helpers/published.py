@@ -3,7 +3,8 @@
 Rows are kept when their model is in the catalog and their GPU is H100, B200,
 GB200 (B200 silicon at GB200's clocks: 2.5 PFLOP/s BF16, 5 PFLOP/s FP8 dense per GPU, NVIDIA GB200 NVL72
 datasheet, in an NVLink domain of up to 64 of the run's GPUs), an AMD MI325X or MI355X. MXFP8/FP8 current
-scaling map to ``fp8`` (recipe ``mxfp8`` / ``tensorwise``); ``flex``/``turbo`` dispatchers to ``deepep``; the
+scaling map to ``fp8`` (recipe ``mxfp8`` / ``tensorwise``; Megatron's default, delayed, where the row names
+none); ``flex``/``turbo`` dispatchers to ``deepep``; the
 rows' recompute modules to ``selective:<modules>`` (``[] (none)``: none). Estimated as they ran: the rows'
 ``grad_reduce_in_fp32=False`` (every Bridge recipe) and ``fp8_param_gather=True`` flags, GPT-OSS with its
 sliding windows, attention sinks and linear biases (the catalog entry), and the MoE dispatch sync-free under a
@@ -118,7 +119,11 @@ def load_published() -> list[Published]:
                 "moe_sync_free": r["cuda_graph"] == "full_iteration",
             }
             if fp8:
-                workload["fp8_recipe"] = "mxfp8" if r["precision"].startswith("mxfp8") else "tensorwise"
+                # mxfp8 / fp8_cs (current scaling); a row that names no recipe keeps Megatron's default (delayed)
+                if r["precision"].startswith("mxfp8"):
+                    workload["fp8_recipe"] = "mxfp8"
+                elif r["precision"].startswith("fp8_cs"):
+                    workload["fp8_recipe"] = "tensorwise"
                 workload["fp8_param_gather"] = "fp8_param_gather=True" in flags
             spec = StudySpec.from_dict(
                 {

@@ -11,6 +11,12 @@ from scripts.fit_published import calibrated_errors
 ERRORS = calibrated_errors()
 ROWS = [(key, lab, cal) for key, (_, rows) in ERRORS.items() for lab, _, _, _, cal in rows]
 XFAIL = {
+    # GPT-OSS-120B on H100 as it ran (sliding windows, sinks, biases; selective layernorm+moe_act): +20.1% raw,
+    # +21.2% after the 26.04.01 Hopper scale; the same model is +19.1% (B200) and +19.9% (GB200) after theirs
+    # (docs/benchmarks.md, Issue 21: what of GPT-OSS the model does not explain)
+    "GPT-OSS-120B H100-SXM 64 bf16 tp1-pp4-ep8-cp1-vpp1-mbs1-selective:moe_act+layernorm-alltoall-1f1b": (
+        "+21.2% after scale"
+    ),
     # torch FSDP2 (per-layer parameter all-gather in forward and again in backward, per-layer gradient
     # reduce-scatter) is modelled as Megatron's distributed optimizer (once per step): +39.3% raw, +21.7% after
     # the Primus CDNA3 scale

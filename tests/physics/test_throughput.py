@@ -379,3 +379,31 @@ def test_expert_output_bias_is_added_per_local_expert_outside_the_grouped_gemm()
         estimate_throughput(base, derived[0]).step_time_s
         > estimate_throughput(nobias, derived[1]).step_time_s
     )
+
+
+def test_fp8_current_scaling_reads_each_cast_tensor_once_more_for_its_amax() -> None:
+    """TransformerEngine's current (per-tensor) scaling computes the amax in its own pass before the cast
+    (``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax_with_config``, then
+    ``nvte_quantize_v2``); delayed scaling and MXFP8 cast in one pass: the forward's memory-bound time differs by
+    CURRENT_SCALING_AMAX_BYTES per GEMM-input element and nothing else."""
+    from primus_optuna.physics.flops import layer_gemms
+    from primus_optuna.physics.throughput import CURRENT_SCALING_AMAX_BYTES, _context
+
+    base = StudySpec.from_dict(
+        {
+            "name": "fp8",
+            "model": {"catalog": "llama3.1-8b"},
+            "cluster": {"gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+            "workload": {"seq_length": 4096, "global_batch_size": 64, "precision": "fp8"},
+        }
+    )
+    other = {
+        r: _context(with_changes(base, workload={"fp8_recipe": r}))
+        for r in ("delayed", "mxfp8", "tensorwise")
+    }
+    f = {r: ctx.layer(2, 1, 1, 1, "alltoall").other_f for r, ctx in other.items()}
+    assert f["delayed"] == pytest.approx(f["mxfp8"], rel=1e-12)
+    g = layer_gemms(base.model, 4096, 1, 2, 1, 1)
+    elements = sum(x.m * x.k * x.count for x in g.attention + g.mlp)
+    extra = CURRENT_SCALING_AMAX_BYTES * elements / other["tensorwise"].hbm
+    assert f["tensorwise"] - f["delayed"] == pytest.approx(extra, rel=1e-9)
