@@ -27,6 +27,13 @@ config_option = click.option(
 )
 
 
+def seconds_option(name: str, help: str) -> Callable[[F], F]:
+    """A duration flag: a positive number of seconds, unset (``None``) by default."""
+    return click.option(
+        name, type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS", help=help
+    )
+
+
 def user_errors(fn: F) -> F:
     """Turn :class:`SpecError` into one message on stderr and exit code 2."""
 

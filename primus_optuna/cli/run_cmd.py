@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..run.interrupt import stop_signal
-from ._common import check_storage_url, study_argument, user_errors
+from ._common import check_storage_url, seconds_option, study_argument, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
 """analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
@@ -150,13 +150,7 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
 @click.option(
     "--llm-max-calls", type=click.IntRange(min=0), default=None, help="Planner calls (default llm.max_calls)."
 )
-@click.option(
-    "--llm-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
-    help="Wall-clock limit of one planner call (default llm.timeout_s).",
-)
+@seconds_option("--llm-timeout", help="Wall-clock limit of one planner call (default llm.timeout_s).")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default search.seed).")
 @click.option(
     "--n-jobs",
@@ -181,11 +175,8 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
     help="Trial heartbeat interval; a trial silent for 3x this long (a killed worker) is failed and retried. "
     "Default 10 for the analytical runner, 30 otherwise; 0 disables (then a killed run leaves a RUNNING trial).",
 )
-@click.option(
+@seconds_option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
     help="Start no new trial after this many seconds (the running ones finish); the study stays resumable.",
 )
 @click.option(
