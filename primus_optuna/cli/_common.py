@@ -58,6 +58,16 @@ def config_from_option(space: Space, text: str) -> TrainingConfig:
     return space.make(**parse_config_string(text))
 
 
+def trial_value_text(trial: Any) -> str:
+    """``1234.5 tokens/s/GPU (estimated)`` for a trial with a value: ``estimated`` when the analytical runner
+    gave it, ``measured`` when a run did (so an estimate is never read as a measurement); ``""`` without one."""
+    if not trial.values:
+        return ""
+    source = trial.user_attrs.get("source")
+    kind = "" if source is None else f" ({'estimated' if source == 'analytical' else 'measured'})"
+    return f"{trial.values[0]:.1f} tokens/s/GPU{kind}"
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..run.interrupt import stop_signal
-from ._common import check_storage_url, seconds_option, study_argument, user_errors
+from ._common import check_storage_url, seconds_option, study_argument, trial_value_text, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
 """analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
@@ -60,7 +60,7 @@ class ProgressLines:
             if done not in (1, self.n) and now - self.last < self.every_s:
                 return
             self.last = now
-        value = f" {trial.values[0]:.1f} tokens/s/GPU" if trial.values else ""
+        value = f" {trial_value_text(trial)}" if trial.values else ""
         reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason")
         try:
             best = f"; best {study.best_trials[0].values[0]:.1f} (trial {study.best_trials[0].number})"

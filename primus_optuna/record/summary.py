@@ -133,6 +133,15 @@ class TrialBrief:
         return f"{est} ({cal_text})" if cal_text else est
 
 
+    def peak_short(self) -> str:
+        """``97.2 GiB measured`` or ``100.0 GiB estimated`` (``peak unknown`` without either)."""
+        if self.measured_peak_memory_gib is not None:
+            return f"{self.measured_peak_memory_gib:.1f} GiB measured"
+        if self.estimated_peak_memory_gib is not None:
+            return f"{self.estimated_peak_memory_gib:.1f} GiB estimated"
+        return "peak unknown"
+
+
 def _brief(t: TrialRow, mcal: MemoryCalibration) -> TrialBrief:
     est_peak = t.peak_gib
     return TrialBrief(
@@ -297,8 +306,8 @@ class StudySummary:
             if self.pareto:
                 out.append(f"Pareto front ({len(self.pareto)} trials, tokens/s/GPU vs peak GiB):")
                 out += [
-                    f"  #{t.trial}: {t.tokens_per_s_per_gpu:.1f} tok/s/GPU, "
-                    f"{t.estimated_peak_memory_gib or 0.0:.1f} GiB  {t.config_key}"
+                    f"  #{t.trial}: {t.tokens_per_s_per_gpu:.1f} tok/s/GPU "
+                    f"({'measured' if t.measured else 'estimated'}), {t.peak_short()}  {t.config_key}"
                     for t in self.pareto
                 ]
         else:
