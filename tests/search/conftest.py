@@ -93,6 +93,10 @@ class PlannerBench:
         study.optimize(make_objective(spec), n_trials=n_trials, n_jobs=n_jobs)
         return study
 
+    def open(self, spec: StudySpec, name: str = "s.db") -> StudyHandle:
+        """The study in SQLite under ``tmp_path`` (created, or resumed when ``name`` exists)."""
+        return open_study(spec, storage=f"sqlite:///{self.tmp_path / name}", pruner=MemoryPrefilterPruner())
+
     def stored(
         self,
         spec: StudySpec,
@@ -103,9 +107,9 @@ class PlannerBench:
         cache: bool = False,
         **sampler: Any,
     ) -> StudyHandle:
-        """A study in SQLite under ``tmp_path`` (resumed when ``name`` exists) with the planner of ``spec.llm``,
-        its transcripts in the study's artifact store (and its DSPy cache in the study's when ``cache``)."""
-        handle = open_study(spec, storage=f"sqlite:///{self.tmp_path / name}", pruner=MemoryPrefilterPruner())
+        """Run :meth:`open`'s study with the planner of ``spec.llm``, its transcripts in the study's artifact
+        store (and its DSPy cache in the study's when ``cache``)."""
+        handle = self.open(spec, name)
         sampler = {"llm": spec.llm, "artifact_store": handle.artifact_store, **sampler}
         if cache:
             sampler["cache_dir"] = handle.cache_dir
