@@ -132,7 +132,6 @@ class TrialBrief:
         est = f"peak memory {gib(self.estimated_peak_memory_gib)} GiB estimated"
         return f"{est} ({cal_text})" if cal_text else est
 
-
     def peak_short(self) -> str:
         """``97.2 GiB measured`` or ``100.0 GiB estimated`` (``peak unknown`` without either)."""
         if self.measured_peak_memory_gib is not None:
