@@ -322,7 +322,7 @@ def run(
         base = space.canonical(space.baseline)
         reasons = space.check(base)
         mem = estimate_memory(spec, base) if not reasons else None
-        why = "; ".join(reasons) or (mem.reason() if mem is not None and not mem.fits else "")
+        why = "; ".join(reasons) or (f"estimated {mem.reason()}" if mem is not None and not mem.fits else "")
         say(
             f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
             f"{design.centre.key()}"
