@@ -59,13 +59,15 @@ def config_from_option(space: Space, text: str) -> TrainingConfig:
 
 
 def trial_value_text(trial: Any) -> str:
-    """``1234.5 tokens/s/GPU (estimated)`` for a trial with a value: ``estimated`` when the analytical runner
-    gave it, ``measured`` when a run did (so an estimate is never read as a measurement); ``""`` without one."""
+    """``1234.5 tokens/s/GPU (estimated)`` for a trial with a value, its kind
+    (:func:`~primus_optuna.run.base.value_kind`) beside it, so an estimate is never read as a measurement;
+    ``""`` without a value."""
     if not trial.values:
         return ""
-    source = trial.user_attrs.get("source")
-    kind = "" if source is None else f" ({'estimated' if source == 'analytical' else 'measured'})"
-    return f"{trial.values[0]:.1f} tokens/s/GPU{kind}"
+    from ..run.base import value_kind
+
+    kind = value_kind(trial.user_attrs.get("source"))
+    return f"{trial.values[0]:.1f} tokens/s/GPU" + (f" ({kind})" if kind else "")
 
 
 def emit_json(data: Any) -> None:

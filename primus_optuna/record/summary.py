@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..physics.memory_calibration import MemoryCalibration
 from ..redaction import redact_url
+from ..run.base import value_kind
 from .budget import account, reason_category
 from .storage import sibling_dir, storage_file
 
@@ -115,6 +116,11 @@ class TrialBrief:
     @property
     def measured(self) -> bool:
         return self.source not in (None, "analytical")
+
+    @property
+    def value_kind(self) -> str:
+        """How the value came about: ``measured``, ``projected`` (a profile) or ``estimated``."""
+        return value_kind(self.source) or "estimated"
 
     def peak_text(self) -> str:
         """``peak memory X GiB measured (estimate Y GiB, calibrated Z GiB)``: measured first."""
@@ -255,7 +261,7 @@ class StudySummary:
     def gain_text(self) -> str:
         ref = self.baseline if self.gain_over == "baseline" else self.centre
         if self.gain is not None and ref is not None:
-            kind = "measured" if ref.measured else "estimated"
+            kind = ref.value_kind
             figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
             if self.gain_over == "baseline":
                 return f"gain over the baseline ({figures}): {self.gain:+.1%}"
@@ -296,8 +302,7 @@ class StudySummary:
             out += [
                 f"best configuration (trial {b.trial}, {b.phase}):",
                 f"  {b.config_key}",
-                f"  {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU ({'measured' if b.measured else 'estimated'}), "
-                f"{b.peak_text()}",
+                f"  {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU ({b.value_kind}), {b.peak_text()}",
             ]
             if self.noise:
                 out.append(f"  warning: {self.noise}")
@@ -306,7 +311,7 @@ class StudySummary:
                 out.append(f"Pareto front ({len(self.pareto)} trials, tokens/s/GPU vs peak GiB):")
                 out += [
                     f"  #{t.trial}: {t.tokens_per_s_per_gpu:.1f} tok/s/GPU "
-                    f"({'measured' if t.measured else 'estimated'}), {t.peak_short()}  {t.config_key}"
+                    f"({t.value_kind}), {t.peak_short()}  {t.config_key}"
                     for t in self.pareto
                 ]
         else:
