@@ -121,8 +121,13 @@ class PlannerBench:
 
 
 @pytest.fixture
-def planner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PlannerBench:
-    """The planner tests' bench (:class:`PlannerBench`), with ``OPENAI_API_KEY`` set to a fake key."""
+def openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake ``OPENAI_API_KEY`` (the loopback server and DummyLM accept any key)."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+
+
+@pytest.fixture
+def planner(tmp_path: Path, openai_key: None) -> PlannerBench:
+    """The planner tests' bench (:class:`PlannerBench`), with ``OPENAI_API_KEY`` set to a fake key."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return PlannerBench(tmp_path)
