@@ -44,6 +44,9 @@ def user_errors(fn: F) -> F:
         except SpecError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C before a command's own handling starts (click: "Aborted!", exit 1)
+            click.echo("interrupted (SIGINT); run the same command again", err=True)
+            sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -11,7 +12,7 @@ from typing import Any
 import click
 
 from ..run.interrupt import stop_signal
-from ._common import check_storage_url, seconds_option, study_argument, trial_value_text, user_errors
+from ._common import F, check_storage_url, seconds_option, study_argument, trial_value_text, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
 """analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
@@ -103,6 +104,21 @@ class _QuietInterrupt(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.failed: set[str] = set()
+
+
+def _graceful_signals(fn: F) -> F:
+    """Run the command under :func:`~primus_optuna.run.interrupt.handle_signals` (graceful) from its first
+    line: a signal while the study is opened is honoured before the first trial, and never cut into library
+    code (Python's own handler raises even in a SQLAlchemy weakref callback, where the interrupt is lost)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..run.interrupt import handle_signals
+
+        with handle_signals(graceful=True):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _exhausted(study: Any) -> bool:
@@ -201,6 +217,7 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the end-of-run summary as JSON on stdout.")
 @user_errors
+@_graceful_signals
 def run(
     study: str,
     storage: str | None,
@@ -235,7 +252,7 @@ def run(
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
-    from ..run.interrupt import Interrupted, exit_code, handle_signals
+    from ..run.interrupt import Interrupted, exit_code, raise_if_stopped
     from ..run.objective import make_objective, requeue_interrupted
     from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
@@ -356,40 +373,42 @@ def run(
         say("nothing left to run: every legal configuration that fits in memory has been tried")
         n = 0
     try:
-        with handle_signals():
-            try:
-                st.optimize(
-                    objective,
-                    n_trials=n,
-                    timeout=timeout,
-                    n_jobs=n_jobs,
-                    catch=(RunFailure,),
-                    show_progress_bar=show_bar,
-                    callbacks=[ProgressLines(n)] if lines else None,
+        try:
+            raise_if_stopped(st, None)  # a signal while the study was opened
+            st.optimize(
+                objective,
+                n_trials=n,
+                timeout=timeout,
+                n_jobs=n_jobs,
+                catch=(RunFailure,),
+                show_progress_bar=show_bar,
+                callbacks=[*([ProgressLines(n)] if lines else []), raise_if_stopped],
+            )
+        except KeyboardInterrupt as exc:
+            interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
+        if interrupted is None and stop_signal() is not None:  # the sampler stopped the study on it
+            interrupted = Interrupted(stop_signal())
+        if interrupted is not None:
+            stopped = [
+                t.number
+                for t in st.get_trials(deepcopy=False)
+                if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
+            ]
+            click.echo(
+                f"interrupted ({signal.Signals(interrupted.signum).name})"
+                + (
+                    f": trial(s) {', '.join(f'#{k}' for k in stopped)} stopped, recorded as FAIL "
+                    "(failure_reason: interrupted)"
+                    if stopped
+                    else ""
                 )
-            except KeyboardInterrupt as exc:
-                interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
-            if interrupted is not None:
-                stopped = [
-                    t.number
-                    for t in st.get_trials(deepcopy=False)
-                    if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
-                ]
-                click.echo(
-                    f"interrupted ({signal.Signals(interrupted.signum).name})"
-                    + (
-                        f": trial(s) {', '.join(f'#{k}' for k in stopped)} stopped, recorded as FAIL "
-                        "(failure_reason: interrupted)"
-                        if stopped
-                        else ""
-                    )
-                    + "; run the same command again to resume (interrupted trials are re-run first)",
-                    err=True,
-                )
-            from ._common import program
+                + "; run the same command again to resume (interrupted trials are re-run first)",
+                err=True,
+            )
+        from ._common import program
 
-            refresh_study_note(st, handle.storage_url, program=program())
-            _print_summary(st, handle.storage_url, as_json)
+        refresh_study_note(st, handle.storage_url, program=program())
+        _print_summary(st, handle.storage_url, as_json)
     except KeyboardInterrupt as exc:  # a second interrupt while writing the summary
         interrupted = interrupted or (exc if isinstance(exc, Interrupted) else Interrupted())
     finally:

@@ -326,9 +326,10 @@ class StudySummary:
             out.append("failed by reason: " + ", ".join(f"{k} {v}" for k, v in self.failed_by_reason.items()))
         out.append("budget: " + self.launched_text())
         out.append(self.gpu_hours_text())
-        out.append(
-            "trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(self.trials_by_phase.items()))
-        )
+        if self.trials_by_phase:
+            out.append(
+                "trials by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(self.trials_by_phase.items()))
+            )
         if self.llm.calls or self.llm.failed_calls:
             out.append(self.llm_text())
         out.append("next:")

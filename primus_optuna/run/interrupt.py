@@ -16,13 +16,14 @@ Example::
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Interrupted", "exit_code", "handle_signals", "reset_stop", "stop_signal"]
+__all__ = ["Interrupted", "exit_code", "handle_signals", "raise_if_stopped", "reset_stop", "stop_signal"]
 
 _stop = threading.Event()
 _signum: list[int] = []
@@ -60,16 +61,56 @@ def exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
+def _recording(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside Optuna's tell (``optuna.study._tell._tell_with_warning``, which also
+    runs the sampler's ``after_trial``). Optuna 5.0's ``_run_trial`` cannot take an interrupt there: its
+    ``finally`` reads ``updated_state``, unbound after a ``KeyboardInterrupt`` (an ``UnboundLocalError``, and
+    the trial stays RUNNING), so the signal only raises the stop flag and :func:`raise_if_stopped` raises it."""
+    while frame is not None:
+        if (
+            frame.f_code.co_name == "_tell_with_warning"
+            and frame.f_globals.get("__name__") == "optuna.study._tell"
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def raise_if_stopped(study: object, trial: object) -> None:
+    """An ``optimize`` callback (run after each trial is recorded): raise :class:`Interrupted` when a signal
+    arrived and has not been raised yet (it came while the trial was recorded, or ``graceful``)."""
+    signum = stop_signal()
+    if signum is not None:
+        raise Interrupted(signum)
+
+
 @contextmanager
-def handle_signals() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread and set the stop
-    flag; the previous handlers are restored (and the flag cleared) on exit. A no-op outside the main thread."""
+def handle_signals(*, graceful: bool = False) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM set the stop flag and raise :class:`Interrupted` in the main thread;
+    the previous handlers are restored (and the flag cleared) on exit. A no-op outside the main thread.
+
+    While Optuna records a trial the signal is held until it is recorded (pass :func:`raise_if_stopped` as an
+    ``optimize`` callback). ``graceful``: a first signal only sets the flag and says so on stderr — a launched
+    job is stopped at its runner's next poll, the objective raises before it starts a runner, the callback
+    after the trial — so no library code is cut in the middle (a SQLAlchemy weakref callback, a storage
+    write); a second signal raises at once."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        first = stop_signal() is None
         request_stop(signum)
+        if graceful and first:
+            name = signal.Signals(signum).name
+            os.write(
+                2,
+                f"{name}: stopping after the running trial (a launched job is stopped now); "
+                f"send it again to stop at once\n".encode(),
+            )
+            return
+        if _recording(frame):
+            return  # raised by raise_if_stopped once Optuna has recorded the trial
         raise Interrupted(signum)
 
     reset_stop()

@@ -38,6 +38,7 @@ from ..physics.throughput import estimate_throughput
 from ..redaction import looks_secret, redact
 from ..search.configs import trial_config
 from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
+from ..search.sampler import INTERRUPTED
 from ..search.state import CONFIG, store_spec
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
@@ -45,8 +46,8 @@ from ..spec import StudySpec
 from ..spec.study import AXES
 from .base import EarlyStopped, RunContext, RunFailure, Runner
 from .follow import LiveIteration
+from .interrupt import Interrupted, stop_signal
 
-INTERRUPTED = "interrupted"
 RETRY_ATTRS = ("phase", "proposer", "rationale", "config_key", "sweep_index", "sweep_axis", "sweep_value")
 """user attrs an interrupted trial's re-run keeps (what was proposed, not what was measured)"""
 TrialHook = Callable[[optuna.Trial, dict[str, Any]], None]
@@ -153,6 +154,9 @@ def make_objective(
             study, spec
         )  # a Python-API study becomes a full citizen (report, export, warm start, note)
         config = suggest_config(trial, spec, space)
+        signum = stop_signal()
+        if signum is not None:  # a graceful stop asked while the sampler decided: do not start the runner
+            raise Interrupted(signum)
         dup = duplicate_of(study, trial, space, config)
         if dup:
             trial.set_user_attr("prune_reason", dup)

@@ -75,10 +75,12 @@ from .pruner import memory_attrs
 from .state import EXHAUSTED, PROPOSAL, set_trial_state, store_spec
 from .sweep import SweepDesign, SweepPoint, sweep_design
 
-__all__ = ["EXHAUSTED_REASON", "PrimusSampler", "Proposal", "is_free"]
+__all__ = ["EXHAUSTED_REASON", "INTERRUPTED", "PrimusSampler", "Proposal", "is_free"]
 
 log = logging.getLogger(__name__)
 EXHAUSTED_REASON = "exhausted: every legal configuration that fits in memory has been tried"
+INTERRUPTED = "interrupted"
+"""``failure_reason`` (and ``phase``, when it came before the decision) of a trial stopped by Ctrl-C / SIGTERM"""
 CLAIM_ATTEMPTS = 4
 """how many times a worker chooses again when another in-flight trial claimed the same configuration"""
 
@@ -243,8 +245,15 @@ class PrimusSampler(BaseSampler):
             return
         if trial.params:  # e.g. a retry of a trial whose params were set without this sampler
             return
-        with self._lock:
-            proposal = self._decide(study, trial)
+        try:
+            with self._lock:
+                proposal = self._decide(study, trial)
+        except KeyboardInterrupt:
+            # Optuna fails a trial interrupted in the objective, not one interrupted while the sampler decides
+            # (``study.ask``): without this it stays RUNNING, and without a heartbeat for ever
+            self._set_user_attrs(study, trial, {"phase": INTERRUPTED, "failure_reason": INTERRUPTED})
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            raise
         if proposal is None:
             set_trial_state(study, trial, EXHAUSTED, EXHAUSTED_REASON)
             self._set_user_attrs(study, trial, {"phase": "exhausted", "prune_reason": EXHAUSTED_REASON})
@@ -256,8 +265,19 @@ class PrimusSampler(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        if self.is_exhausted(study):
-            log.info("every feasible configuration has been tried; stopping the study")
+        try:
+            exhausted = self.is_exhausted(study)
+        except KeyboardInterrupt:
+            # Optuna calls after_trial inside tell, and optuna 5.0's _run_trial cannot take an interrupt there
+            # (optuna/study/_optimize.py: its `finally` reads `updated_state`, unbound after a KeyboardInterrupt:
+            # an UnboundLocalError, the trial left RUNNING): let the trial be recorded and stop after it. The
+            # CLI's signal handler has raised its stop flag, so `primus-optuna run` still reports the interrupt.
+            log.warning("interrupted while trial %d was recorded: the study stops after it", trial.number)
+            exhausted = True
+        else:
+            if exhausted:
+                log.info("every feasible configuration has been tried; stopping the study")
+        if exhausted:
             try:
                 study.stop()
             except RuntimeError:  # ask/tell: the caller checks is_exhausted()

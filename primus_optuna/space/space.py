@@ -266,12 +266,17 @@ class Space:
             yield TrainingConfig(**dict(zip(AXES, values, strict=True)))
 
     def legal_values(self) -> dict[str, list[Any]]:
-        """For each axis, the candidate values that appear in at least one legal configuration."""
+        """For each axis, the candidate values that appear in at least one legal configuration (a new dict
+        of new lists each call; computed once: every trial's parameters are offered over them)."""
+        return {a: list(v) for a, v in self._legal_values.items()}
+
+    @cached_property
+    def _legal_values(self) -> dict[str, tuple[Any, ...]]:
         seen: dict[str, set[Any]] = {a: set() for a in AXES}
         for c in self._configs:
             for a in AXES:
                 seen[a].add(getattr(c, a))
-        return {a: [v for v in self.candidates[a] if v in seen[a]] for a in AXES}
+        return {a: tuple(v for v in self.candidates[a] if v in seen[a]) for a in AXES}
 
     def elimination_counts(self, limit: int = 500_000) -> Counter[str]:
         """How many points of the Cartesian product each rule rejects (for diagnostics)."""

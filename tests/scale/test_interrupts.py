@@ -1,4 +1,4 @@
-"""Ctrl-C and ``kill -TERM`` on the real ``primus-optuna run`` (subprocesses) with a launched job running."""
+"""Ctrl-C and ``kill -TERM`` on the real ``primus-optuna run`` (subprocesses): with a launched job running, and on the analytical runner."""
 
 import os
 import signal
@@ -6,7 +6,18 @@ import signal
 import optuna
 import pytest
 
-from .helpers import State, cli, finish, job_runner, launches, scale_study, trials, wait_for, write_study
+from .helpers import (
+    ROOT,
+    State,
+    cli,
+    finish,
+    job_runner,
+    launches,
+    scale_study,
+    trials,
+    wait_for,
+    write_study,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -54,3 +65,38 @@ def test_interrupt_stops_the_job_fails_the_trial_and_resume_reruns_it_first(tmp_
     # a second resume does not re-run it again
     rc, out, _ = finish(cli([*args, "--n-trials", 1], cwd=tmp_path))
     assert rc == 0 and "re-running first" not in out
+
+
+def _trial_count(url: str, name: str) -> int:
+    try:
+        return len(trials(url, name))
+    except KeyError:  # the study does not exist yet
+        return 0
+
+
+@pytest.mark.parametrize("moment", ["opening", "searching"])
+def test_ctrl_c_on_the_analytical_runner_exits_130_and_leaves_no_trial_running(tmp_path, moment):
+    # the analytical runner spends its time in the sampler's decision, in Optuna's tell (after_trial) and in
+    # SQLAlchemy: a KeyboardInterrupt raised there was lost in a weakref callback (the run went on, exit 0),
+    # became an UnboundLocalError in Optuna's _run_trial, or left the trial RUNNING
+    study = ROOT / "studies" / "mixtral-8x22b-mi355x-fp8.yaml"
+    db = tmp_path / "c.db"
+    url = f"sqlite:///{db}"
+    name = "mixtral-8x22b-mi355x-fp8"
+    proc = cli(["run", study, "--storage", url, "--n-trials", 200, "--no-llm"], cwd=tmp_path)
+    if moment == "opening":  # the storage file exists: the study is being created and its sweep designed
+        wait_for(db.exists, proc=proc, what="the storage file")
+    else:
+        wait_for(lambda: _trial_count(url, name) >= 3, proc=proc, what="three trials")
+    proc.send_signal(signal.SIGINT)
+    rc, out, err = finish(proc)
+    assert rc == 130, err[-3000:]
+    assert "Traceback" not in err and "Traceback" not in out, err[-3000:]
+    assert "interrupted (SIGINT)" in err and "run the same command again" in err
+    ts = trials(url, name) if _trial_count(url, name) else []
+    assert not [t.number for t in ts if t.state == State.RUNNING]
+    assert len(ts) < 200
+    rc, out, err = finish(cli(["run", study, "--storage", url, "--n-trials", 2, "--no-llm"], cwd=tmp_path))
+    assert rc == 0, err[-3000:]
+    done = [t.user_attrs["config_key"] for t in trials(url, name) if t.state == State.COMPLETE]
+    assert len(done) == len(set(done)) >= 2

@@ -298,3 +298,39 @@ def test_fallback_never_repeats_a_configuration_on_a_study_whose_layers_do_not_d
     study.optimize(objective, n_trials=20)
     keys = [space.canonical(space.make(**t.params)).key() for t in study.trials]
     assert len(keys) == 20 and len(set(keys)) == len(keys)
+
+
+def test_an_interrupt_while_the_sampler_decides_fails_the_trial(spec, monkeypatch):
+    # Ctrl-C lands in study.ask() (the sampler's decision) more often than anywhere else on the analytical
+    # runner; Optuna only fails a trial interrupted in the objective, so the sampler must (else it stays RUNNING)
+    sampler = PrimusSampler(spec)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(make_objective(spec), n_trials=1)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sampler, "_decide", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        study.optimize(make_objective(spec), n_trials=1)
+    last = study.trials[-1]
+    assert last.state == State.FAIL and last.user_attrs["failure_reason"] == "interrupted"
+    assert last.user_attrs["phase"] == "interrupted" and not last.params
+    monkeypatch.undo()
+    study.optimize(make_objective(spec), n_trials=1)  # the next trial decides afresh
+    assert study.trials[-1].state == State.COMPLETE
+    assert study.trials[-1].user_attrs["config_key"] != study.trials[0].user_attrs["config_key"]
+
+
+def test_an_interrupt_while_a_trial_is_recorded_stops_the_study_after_it(spec, monkeypatch):
+    # after_trial runs inside Optuna's tell, where optuna 5.0's _run_trial turns a KeyboardInterrupt into an
+    # UnboundLocalError and leaves the trial RUNNING: the sampler lets the trial be recorded and stops instead
+    sampler = PrimusSampler(spec)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sampler, "is_exhausted", interrupted)
+    study.optimize(make_objective(spec), n_trials=5)
+    assert [t.state for t in study.trials] == [State.COMPLETE]
