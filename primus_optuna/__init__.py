@@ -51,6 +51,7 @@ _LAZY: dict[str, str] = {
     "Observation": "search.learner",
     "budget_accounting": "record.budget",
     "llm_accounting": "search.llm_budget",
+    "reserve_call": "search.llm_budget",
     "MemoryPrefilterPruner": "search.pruner",
     "study_calibrations": "search.calibrations",
     "store_spec": "search.state",

@@ -27,6 +27,13 @@ config_option = click.option(
 )
 
 
+def seconds_option(name: str, help: str) -> Callable[[F], F]:
+    """A duration flag: a positive number of seconds, unset (``None``) by default."""
+    return click.option(
+        name, type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS", help=help
+    )
+
+
 def user_errors(fn: F) -> F:
     """Turn :class:`SpecError` into one message on stderr and exit code 2."""
 
@@ -52,6 +59,18 @@ def load_study(path: str) -> tuple[StudySpec, Space]:
 def config_from_option(space: Space, text: str) -> TrainingConfig:
     """The baseline with the ``--config`` axes applied, derived (not canonicalised)."""
     return space.make(**parse_config_string(text))
+
+
+def trial_value_text(trial: Any) -> str:
+    """``1234.5 tokens/s/GPU (estimated)`` for a trial with a value, its kind
+    (:func:`~primus_optuna.run.base.value_kind`) beside it, so an estimate is never read as a measurement;
+    ``""`` without a value."""
+    if not trial.values:
+        return ""
+    from ..run.base import value_kind
+
+    kind = value_kind(trial.user_attrs.get("source"))
+    return f"{trial.values[0]:.1f} tokens/s/GPU" + (f" ({kind})" if kind else "")
 
 
 def emit_json(data: Any) -> None:

@@ -41,7 +41,7 @@ def plan(study: str, top_n: int, as_json: bool) -> None:
         f"study {spec.name}: {result.legal_configs} legal configurations, {result.feasible_configs} fit in "
         f"memory (estimated in {elapsed:.2f} s)"
     )
-    click.echo(f"top {len(result.top)}:")
+    click.echo(f"top {len(result.top)} (every figure estimated: tokens/s/GPU, peak memory per GPU, MFU):")
     for i, e in enumerate(result.top, 1):
         click.echo(_line(i, e))
         click.echo(format_throughput(e.throughput, indent="         ", header=False))
@@ -52,12 +52,12 @@ def plan(study: str, top_n: int, as_json: bool) -> None:
         where = (
             f"rank {result.baseline_rank} of {result.feasible_configs}"
             if result.baseline_rank
-            else f"does not fit in memory ({base.peak_gib:.1f} GiB); by throughput alone it would rank "
+            else f"does not fit in memory (estimated peak {base.peak_gib:.1f} GiB); by throughput alone it would rank "
             f"{result.baseline_throughput_rank} of {result.feasible_configs}"
         )
         click.echo(f"baseline ({where}):")
         click.echo(_line(result.baseline_rank or "-", base))
         click.echo(format_throughput(base.throughput, indent="         ", header=False))
-    click.echo(f"Pareto set (throughput vs peak memory, {len(result.pareto)} configurations):")
+    click.echo(f"Pareto set (estimated throughput vs peak memory, {len(result.pareto)} configurations):")
     for e in result.pareto:
         click.echo(_line("", e))

@@ -173,7 +173,7 @@ def export(
 ) -> None:
     """Print the best (or chosen) trial's configuration in the format a launcher reads."""
     from ..record.export import export_config, select_trial, study_spec, trial_config
-    from ._common import check_output_path
+    from ._common import check_output_path, trial_value_text
 
     if output:
         check_output_path(output, "--output")
@@ -181,7 +181,7 @@ def export(
     spec = study_spec(study)
     trial = select_trial(study, trial_number)
     config = trial_config(trial, spec)
-    value = f", {trial.values[0]:.1f} tokens/s/GPU" if trial.values else f" ({trial.state.name})"
+    value = f", {trial_value_text(trial)}" if trial.values else f" ({trial.state.name})"
     header = f"primus-optuna study {study.study_name}, trial {trial.number}{value}: {config.key()}"
     extra = {"study": study.study_name, "trial": trial.number, "values": trial.values}
     text = export_config(spec, config, fmt, header=header, extra=extra, upstream=upstream)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..run.interrupt import stop_signal
-from ._common import F, check_storage_url, study_argument, user_errors
+from ._common import F, check_storage_url, seconds_option, study_argument, trial_value_text, user_errors
 
 ANALYTICAL_HEARTBEAT_S = 10
 """analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
@@ -61,7 +61,7 @@ class ProgressLines:
             if done not in (1, self.n) and now - self.last < self.every_s:
                 return
             self.last = now
-        value = f" {trial.values[0]:.1f} tokens/s/GPU" if trial.values else ""
+        value = f" {trial_value_text(trial)}" if trial.values else ""
         reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason")
         try:
             best = f"; best {study.best_trials[0].values[0]:.1f} (trial {study.best_trials[0].number})"
@@ -166,13 +166,7 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
 @click.option(
     "--llm-max-calls", type=click.IntRange(min=0), default=None, help="Planner calls (default llm.max_calls)."
 )
-@click.option(
-    "--llm-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
-    help="Wall-clock limit of one planner call (default llm.timeout_s).",
-)
+@seconds_option("--llm-timeout", help="Wall-clock limit of one planner call (default llm.timeout_s).")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default search.seed).")
 @click.option(
     "--n-jobs",
@@ -197,11 +191,8 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
     help="Trial heartbeat interval; a trial silent for 3x this long (a killed worker) is failed and retried. "
     "Default 10 for the analytical runner, 30 otherwise; 0 disables (then a killed run leaves a RUNNING trial).",
 )
-@click.option(
+@seconds_option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
     help="Start no new trial after this many seconds (the running ones finish); the study stays resumable.",
 )
 @click.option(
@@ -348,7 +339,7 @@ def run(
         base = space.canonical(space.baseline)
         reasons = space.check(base)
         mem = estimate_memory(spec, base) if not reasons else None
-        why = "; ".join(reasons) or (mem.reason() if mem is not None and not mem.fits else "")
+        why = "; ".join(reasons) or (f"estimated {mem.reason()}" if mem is not None and not mem.fits else "")
         say(
             f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
             f"{design.centre.key()}"

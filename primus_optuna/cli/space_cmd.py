@@ -69,6 +69,16 @@ def _fits_line(mem: MemoryEstimate) -> str:
     return f"{verdict}: {mem.reason().removeprefix('memory: ')} (estimate)"
 
 
+def _derived_note(spec: StudySpec, config: TrainingConfig) -> str | None:
+    """Why ``dp`` or the micro-batch count of a derived configuration is missing (``None`` when both exist)."""
+    if not config.dp:
+        inner = config.tp * config.cp * config.pp
+        return f"tp·cp·pp = {inner} does not divide the {spec.world} GPUs"
+    if not config.num_microbatches:
+        return f"GBS {spec.workload.global_batch_size} not divisible by mbs·dp = {config.mbs * config.dp}"
+    return None
+
+
 @click.command()
 @study_argument
 @config_option
@@ -86,6 +96,7 @@ def check(study: str, config_text: str, as_json: bool) -> None:
         emit_json(
             {
                 "config": config.to_dict(),
+                "derived_note": _derived_note(spec, config),
                 "legal": not reasons,
                 "reasons": reasons,
                 "canonical": {
@@ -99,13 +110,13 @@ def check(study: str, config_text: str, as_json: bool) -> None:
             }
         )
         raise SystemExit(1 if reasons else 0)
+    note = _derived_note(spec, config)
     if config.dp and config.num_microbatches:
         click.echo(f"{config}  dp={config.dp} micro-batches={config.num_microbatches}")
     elif config.dp:
-        click.echo(f"{config}  dp={config.dp}, micro-batches: none (GBS not divisible by mbs·dp)")
+        click.echo(f"{config}  dp={config.dp}, micro-batches: none ({note})")
     else:
-        inner = config.tp * config.cp * config.pp
-        click.echo(f"{config}  dp: none (tp·cp·pp = {inner} does not divide the {spec.world} GPUs)")
+        click.echo(f"{config}  dp: none ({note})")
     click.echo("legal" if not reasons else "illegal:")
     for reason in reasons:
         click.echo(f"  - {reason}")

@@ -142,7 +142,7 @@ def study_summary(rec: StudyRecord, program: str = "primus-optuna") -> str:
     if b is not None:
         lines.append(
             f"- **Best**: trial {b.trial}, `{b.config_key}`, {fmt_tok(b.tokens_per_s_per_gpu)} tokens/s/GPU "
-            f"({b.source or '?'}); {b.peak_text()}."
+            f"({b.value_kind}, source {b.source or '?'}); {b.peak_text()}."
         )
     else:
         lines.append("- **Best**: no completed trial yet.")

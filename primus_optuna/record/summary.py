@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..physics.memory_calibration import MemoryCalibration
 from ..redaction import redact_url
+from ..run.base import value_kind
 from .budget import account, reason_category
 from .storage import sibling_dir, storage_file
 
@@ -116,6 +117,11 @@ class TrialBrief:
     def measured(self) -> bool:
         return self.source not in (None, "analytical")
 
+    @property
+    def value_kind(self) -> str:
+        """How the value came about: ``measured``, ``projected`` (a profile) or ``estimated``."""
+        return value_kind(self.source) or "estimated"
+
     def peak_text(self) -> str:
         """``peak memory X GiB measured (estimate Y GiB, calibrated Z GiB)``: measured first."""
 
@@ -131,6 +137,14 @@ class TrialBrief:
             return f"peak memory {gib(self.measured_peak_memory_gib)} GiB measured ({beside})"
         est = f"peak memory {gib(self.estimated_peak_memory_gib)} GiB estimated"
         return f"{est} ({cal_text})" if cal_text else est
+
+    def peak_short(self) -> str:
+        """``97.2 GiB measured`` or ``100.0 GiB estimated`` (``peak unknown`` without either)."""
+        if self.measured_peak_memory_gib is not None:
+            return f"{self.measured_peak_memory_gib:.1f} GiB measured"
+        if self.estimated_peak_memory_gib is not None:
+            return f"{self.estimated_peak_memory_gib:.1f} GiB estimated"
+        return "peak unknown"
 
 
 def _brief(t: TrialRow, mcal: MemoryCalibration) -> TrialBrief:
@@ -247,7 +261,7 @@ class StudySummary:
     def gain_text(self) -> str:
         ref = self.baseline if self.gain_over == "baseline" else self.centre
         if self.gain is not None and ref is not None:
-            kind = "measured" if ref.measured else "estimated"
+            kind = ref.value_kind
             figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
             if self.gain_over == "baseline":
                 return f"gain over the baseline ({figures}): {self.gain:+.1%}"
@@ -288,8 +302,7 @@ class StudySummary:
             out += [
                 f"best configuration (trial {b.trial}, {b.phase}):",
                 f"  {b.config_key}",
-                f"  {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU ({'measured' if b.measured else 'estimated'}), "
-                f"{b.peak_text()}",
+                f"  {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU ({b.value_kind}), {b.peak_text()}",
             ]
             if self.noise:
                 out.append(f"  warning: {self.noise}")
@@ -297,8 +310,8 @@ class StudySummary:
             if self.pareto:
                 out.append(f"Pareto front ({len(self.pareto)} trials, tokens/s/GPU vs peak GiB):")
                 out += [
-                    f"  #{t.trial}: {t.tokens_per_s_per_gpu:.1f} tok/s/GPU, "
-                    f"{t.estimated_peak_memory_gib or 0.0:.1f} GiB  {t.config_key}"
+                    f"  #{t.trial}: {t.tokens_per_s_per_gpu:.1f} tok/s/GPU "
+                    f"({t.value_kind}), {t.peak_short()}  {t.config_key}"
                     for t in self.pareto
                 ]
         else:

@@ -17,6 +17,7 @@ from .base import (
     RunFailure,
     Runner,
     RunTimeout,
+    value_kind,
 )
 from .command import CommandRunner
 from .factory import make_runner
@@ -42,4 +43,5 @@ __all__ = [
     "Runner",
     "make_runner",
     "parse_log",
+    "value_kind",
 ]

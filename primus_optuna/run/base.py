@@ -20,6 +20,17 @@ if TYPE_CHECKING:
     from .follow import LiveIteration
 
 
+VALUE_KINDS = {"analytical": "estimated", "profiled": "projected", "measured": "measured"}
+"""how a user reads a trial's value, by its ``source``: the step-time model's estimate, a single-device profile
+projected to the cluster, or a run's log"""
+
+
+def value_kind(source: str | None) -> str | None:
+    """``estimated``, ``projected`` or ``measured`` for a trial's ``source`` (another runner's source counts
+    as measured); ``None`` without a source (a plain objective's value)."""
+    return None if source is None else VALUE_KINDS.get(source, "measured")
+
+
 @dataclass
 class Measurement:
     """What one run of one configuration produced."""

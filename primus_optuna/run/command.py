@@ -338,14 +338,7 @@ class CommandRunner:
                 text += "\n" + extra.read_text(errors="replace")
         log_tail = tail(text)
         where: dict[str, Any] = {"log_path": str(log_path), "log_tail": log_tail, "wall_s": round(wall, 3)}
-        spec = self.spec
-        parsed = parse_log(
-            text,
-            seq_length=spec.workload.seq_length,
-            world_size=spec.world,
-            global_batch_size=spec.workload.global_batch_size,
-            warmup_iters=self.warmup_iters,
-        )
+        parsed = parse_log(text, **self._log_shape())
         if parsed.oom:
             raise OutOfMemory(f"out of memory: {parsed.oom_line}", **where)
         if stopped is not None:
@@ -381,6 +374,17 @@ class CommandRunner:
             },
         )
 
+    def _log_shape(self) -> dict[str, int]:
+        """What :func:`parse_log` and :class:`LogFollower` need to read a job's log: tokens per iteration
+        and the iterations to skip."""
+        w = self.spec.workload
+        return {
+            "seq_length": w.seq_length,
+            "world_size": self.spec.world,
+            "global_batch_size": w.global_batch_size,
+            "warmup_iters": self.warmup_iters,
+        }
+
     def _watch(
         self, proc: subprocess.Popen[bytes], log_path: Path, context: RunContext, t0: float
     ) -> tuple[int, bool, tuple[str, list[LiveIteration]] | None]:
@@ -389,14 +393,7 @@ class CommandRunner:
         seen) when stopped)."""
         follower = None
         if context.on_iteration is not None:
-            spec = self.spec
-            follower = LogFollower(
-                log_path,
-                seq_length=spec.workload.seq_length,
-                world_size=spec.world,
-                global_batch_size=spec.workload.global_batch_size,
-                warmup_iters=self.warmup_iters,
-            )
+            follower = LogFollower(log_path, **self._log_shape())
         seen: list[LiveIteration] = []
         deadline = t0 + self.timeout_s
         while True:

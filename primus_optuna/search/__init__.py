@@ -1,7 +1,8 @@
 """How trials are chosen: :class:`PrimusSampler` (a chain of proposers: retry, warm start, the one-axis sweep,
 the LLM planner, the model-guided fallback), :func:`suggest_config` for Optuna's own samplers, and
 :class:`MemoryPrefilterPruner`, which prunes a configuration that would not fit before anything is launched.
-Library state is in ``primus:`` system attrs (:mod:`.state`); calibrations are derived from the trials
+Library state is in ``primus:`` system attrs (:mod:`.state`; the LLM call budget, reserved before each call, in
+:mod:`.llm_budget`); calibrations are derived from the trials
 (:func:`study_calibrations`).
 
 Imports Optuna, physics, space and spec; DSPy and LiteLLM only in ``planner`` (loaded when an LLM is
@@ -12,7 +13,7 @@ from .calibrations import StudyCalibrations, study_calibrations
 from .configs import legal_config, trial_config
 from .early_stop import ThroughputPruner, study_pruner
 from .learner import Observation, prior_observations
-from .llm_budget import llm_accounting
+from .llm_budget import llm_accounting, reserve_call
 from .pruner import (
     MemoryPrefilterPruner,
     config_from_params,
@@ -22,7 +23,7 @@ from .pruner import (
     prune_if_infeasible,
 )
 from .sampler import PrimusSampler
-from .state import release, reserve, store_spec, stored_spec
+from .state import store_spec, stored_spec
 from .suggest import suggest_config
 from .sweep import SweepDesign, sweep_design, sweep_plan
 
@@ -41,8 +42,7 @@ __all__ = [
     "memory_check",
     "prior_observations",
     "prune_if_infeasible",
-    "release",
-    "reserve",
+    "reserve_call",
     "store_spec",
     "stored_spec",
     "study_calibrations",

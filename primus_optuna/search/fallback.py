@@ -73,6 +73,15 @@ RIDGE = 1.0
 MIN_PAIRS_FOR_AXIS_FACTORS = 3
 
 
+def estimated_peak(peak_gib: float, memory_scale: float = 1.0) -> str:
+    """``estimated peak X GiB`` (``, calibrated ×s: Y GiB`` beside it when the study's memory calibration is
+    not 1): how a rationale names a memory figure the model estimated, never to be read as a measurement."""
+    text = f"estimated peak {peak_gib:.1f} GiB"
+    if round(memory_scale, 3) != 1.0:
+        text += f" (calibrated ×{memory_scale:.2f}: {peak_gib * memory_scale:.1f} GiB)"
+    return text
+
+
 @dataclass(frozen=True)
 class Row:
     config: TrainingConfig
@@ -471,6 +480,6 @@ class ModelGuidedProposer:
         obj = f" (Pareto weight w={w:.2f} on log peak memory)" if multi else ""
         return row.config, (
             f"model-guided {what} by {crit} of {len(open_idx)} untried feasible configurations{obj}: "
-            f"{expected:.0f} tokens/s/GPU expected ({how}; model {row.estimate.tokens_per_s_per_gpu:.0f}), "
-            f"peak {row.peak_gib:.1f} GiB"
+            f"{expected:.0f} tokens/s/GPU expected ({how}; model estimate "
+            f"{row.estimate.tokens_per_s_per_gpu:.0f}), {estimated_peak(row.peak_gib, memory_scale)}"
         )

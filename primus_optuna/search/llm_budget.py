@@ -1,7 +1,8 @@
 """The LLM planner's books, kept in the study's storage: calls reserved before they are made, and what they cost.
 
-Every count lives in a ``primus:llm:*`` study system attr and changes by one atomic SQL statement on
-:class:`~optuna.storages.RDBStorage` (SQLite or PostgreSQL, any number of processes and threads):
+The library's one budget reservation. Every count lives in a ``primus:llm:*`` study system attr (read and
+written through :mod:`.state`) and changes by one atomic SQL statement on :class:`~optuna.storages.RDBStorage`
+(SQLite or PostgreSQL, any number of processes and threads):
 
 - :func:`reserve_call` takes one of ``llm.max_calls`` with ``UPDATE ... SET n = n + 1 WHERE n < max``; the
   statement's row count says whether this caller got it. So ``max_calls: 2`` with ``n_jobs=8`` (or eight
@@ -14,6 +15,11 @@ fall back to a process-wide lock around read-modify-write, which is exact within
 
 Read everything with :func:`llm_accounting`; it also reads the ``llm_*`` user attrs of studies recorded
 before this module existed.
+
+Example::
+
+    if reserve_call(study, spec.llm.max_calls):  # False: the budget is spent, make no call
+        ...
 """
 
 from __future__ import annotations
@@ -24,11 +30,11 @@ from typing import Any
 
 import optuna
 
+from .state import set_study_state, study_state
+
 PREFIX = "primus:llm:"
-CALLS = PREFIX + "calls"
-"""calls reserved (each is made once reserved): what ``llm.max_calls`` bounds"""
 COUNTERS = (
-    "calls",
+    "calls",  # reserved (each is made once reserved): what ``llm.max_calls`` bounds
     "answered",
     "failed",
     "unparseable",
@@ -111,16 +117,12 @@ def add(study: optuna.Study, name: str, delta: float = 1, *, limit: float | None
     if rdb is not None:
         return _atomic_add(rdb, study._study_id, key, delta, limit)
     with _local_lock:
-        now = float(study._storage.get_study_system_attrs(study._study_id).get(key, 0) or 0)
+        now = float(study_state(study, key) or 0)
         if limit is not None and now + delta > limit:
             return False
         new = now + delta
-        study._storage.set_study_system_attr(study._study_id, key, int(new) if new.is_integer() else new)
+        set_study_state(study, key, int(new) if new.is_integer() else new)
         return True
-
-
-def set_counter(study: optuna.Study, name: str, value: float) -> None:
-    study._storage.set_study_system_attr(study._study_id, PREFIX + name, value)
 
 
 def reserve_call(study: optuna.Study, max_calls: int) -> bool:
@@ -128,13 +130,9 @@ def reserve_call(study: optuna.Study, max_calls: int) -> bool:
     return max_calls > 0 and add(study, "calls", 1, limit=max_calls)
 
 
-def set_attr(study: optuna.Study, key: str, value: Any) -> None:
-    study._storage.set_study_system_attr(study._study_id, key, value)
-
-
 def notes(study: optuna.Study) -> list[str]:
     """The planner's scratchpad: what it learned in earlier calls (oldest first)."""
-    value = study._storage.get_study_system_attrs(study._study_id).get(NOTES)
+    value = study_state(study, NOTES)
     return [str(n) for n in value] if isinstance(value, list) else []
 
 
@@ -150,7 +148,7 @@ def llm_accounting(study: optuna.Study) -> dict[str, Any]:
     ``unparseable``, ``tokens`` (provider usage, parsed or not), ``cost_usd``, ``tool_calls``, ``proposed`` /
     ``accepted`` / ``rejected`` / ``repaired`` candidates, ``model``, ``mode``, ``stop_reason`` (why it made no
     further call, or ``None``), ``last_error`` and ``notes``."""
-    sys_attrs = study._storage.get_study_system_attrs(study._study_id)
+    sys_attrs = study_state(study)
     out: dict[str, Any] = {}
     recorded = any(k.startswith(PREFIX) for k in sys_attrs)
     user = {} if recorded else study._storage.get_study_user_attrs(study._study_id)

@@ -67,6 +67,7 @@ from .planner_schema import (
     response_format,
 )
 from .planner_tools import PlannerTools
+from .state import set_study_state
 
 log = logging.getLogger(__name__)
 
@@ -503,7 +504,7 @@ class Planner:
 
     def _stop(self, study: optuna.Study, why: str) -> None:
         self.stopped = why
-        llm_budget.set_attr(study, llm_budget.STOP, why)
+        set_study_state(study, llm_budget.STOP, why)
 
     # --- prompt ------------------------------------------------------------------------------------------
     def describe_study(self) -> str:
@@ -639,7 +640,7 @@ class Planner:
         out = PlannerOutcome(mode=self.mode)
         with self._lock:  # an earlier run's stop reason is over: cleared before this run's first reservation
             if not self._started:
-                llm_budget.set_attr(study, llm_budget.STOP, None)
+                set_study_state(study, llm_budget.STOP, None)
                 self._started = True
         exhausted = self.budget_exhausted(study)
         if exhausted is None and not llm_budget.reserve_call(study, self.settings.max_calls):
@@ -647,12 +648,12 @@ class Planner:
         if exhausted:
             out.error = exhausted
             if not self.stopped and self._recorded_stop != exhausted:  # once per process and reason
-                llm_budget.set_attr(study, llm_budget.STOP, exhausted)
+                set_study_state(study, llm_budget.STOP, exhausted)
                 self._recorded_stop = exhausted
             return out
         out.called = True
-        llm_budget.set_attr(study, llm_budget.MODEL, self.model)
-        llm_budget.set_attr(study, llm_budget.MODE, self.mode)
+        set_study_state(study, llm_budget.MODEL, self.model)
+        set_study_state(study, llm_budget.MODE, self.mode)
         t0 = time.perf_counter()
         deadline = time.monotonic() + self.settings.timeout_s
         lm = self.make_lm(deadline)
@@ -848,7 +849,7 @@ class Planner:
             if value:
                 add(study, name, value)
         if out.error:
-            llm_budget.set_attr(study, llm_budget.LAST_ERROR, out.error[:400])
+            set_study_state(study, llm_budget.LAST_ERROR, out.error[:400])
 
     def _store(self, study: optuna.Study, transcript: dict[str, Any]) -> str | None:
         if self.artifact_store is None:

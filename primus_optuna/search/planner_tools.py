@@ -30,6 +30,7 @@ from ..spec.study import AXES
 from . import llm_budget
 from .planner_schema import repair_near_miss
 from .pruner import memory_attrs, study_memory_calibration
+from .state import set_study_state
 
 MAX_NOTE_CHARS = 400
 MAX_NOTES = 12
@@ -262,7 +263,7 @@ class PlannerTools:
         """Append this call's notes to the study's scratchpad (the newest :data:`MAX_NOTES`)."""
         if self.new_notes:
             kept = [*llm_budget.notes(self.study), *self.new_notes][-MAX_NOTES:]
-            llm_budget.set_attr(self.study, llm_budget.NOTES, kept)
+            set_study_state(self.study, llm_budget.NOTES, kept)
 
     # --- the corrected model --------------------------------------------------------------------------------
     def _expected(self, config: TrainingConfig) -> tuple[float, float] | None:

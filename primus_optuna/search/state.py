@@ -21,11 +21,8 @@ Trial system attrs
 Study system attrs
     - :data:`SPEC` — the study file (also read under the legacy name ``primus_spec``, system then user attr).
     - :data:`WARM_START` — what a warm start imported (legacy: user attr ``warm_start``).
-    - :data:`RESERVATION` ``+ name + ":" + holder`` — one slot of a budget (:func:`reserve`).
-
-Example::
-
-    reserve(study, "llm_call", f"trial-{trial.number}", limit=spec.llm.max_calls)  # True: make the call
+    - ``primus:llm:*`` — the LLM planner's books and its call budget, reserved before each call: one module
+      of their own, :mod:`.llm_budget` (``reserve_call``, ``llm_accounting``).
 """
 
 from __future__ import annotations
@@ -48,14 +45,10 @@ __all__ = [
     "MEMORY_CHECK",
     "PREFIX",
     "PROPOSAL",
-    "RESERVATION",
     "SPEC",
     "SPACE_HASH",
     "SUMMARY",
     "WARM_START",
-    "release",
-    "reservations",
-    "reserve",
     "set_study_state",
     "set_trial_state",
     "store_spec",
@@ -75,7 +68,6 @@ MEMORY_CHECK = PREFIX + "memory_check"
 EXHAUSTED = PREFIX + "exhausted"
 SPEC = PREFIX + "spec"
 WARM_START = PREFIX + "warm_start"
-RESERVATION = PREFIX + "reserved:"
 LEGACY_SPEC = "primus_spec"
 """where studies written before the ``primus:`` names keep the study file (system attr, older still: user attr)"""
 LEGACY_WARM_START = "warm_start"
@@ -121,40 +113,6 @@ def study_state(study: optuna.Study, key: str | None = None) -> Any:
 
 def set_study_state(study: optuna.Study, key: str, value: Any) -> None:
     study._storage.set_study_system_attr(study._study_id, key, value)
-
-
-# --- budgets: reserve before spending ----------------------------------------------------------------------
-def reservations(study: optuna.Study, name: str) -> dict[str, Any]:
-    """``{holder: value}`` of the live (not released) reservations of budget ``name``."""
-    prefix = f"{RESERVATION}{name}:"
-    return {
-        k.removeprefix(prefix): v
-        for k, v in study_state(study).items()
-        if k.startswith(prefix) and v != "released"
-    }
-
-
-def reserve(study: optuna.Study, name: str, holder: str, limit: int, value: Any = "reserved") -> bool:
-    """Reserve one slot of budget ``name`` for ``holder``; ``True`` when it is granted (spend it), ``False``
-    when the budget is full (the reservation is released again).
-
-    Each reservation is its own system attr, written *before* the budget is read, so any number of threads and
-    processes never overrun ``limit``: of the granted holders the one that wrote last saw every other granted
-    one (granted slots are never released by this function), hence at most ``limit`` are granted. Two holders
-    that collide on the last slot may both be refused (under-use, never overrun)."""
-    key = f"{RESERVATION}{name}:{holder}"
-    if study_state(study, key) not in (None, "released"):
-        return True  # already holds a slot (e.g. a retried trial)
-    set_study_state(study, key, value)
-    if len(reservations(study, name)) <= limit:
-        return True
-    set_study_state(study, key, "released")
-    return False
-
-
-def release(study: optuna.Study, name: str, holder: str) -> None:
-    """Give back a slot that was not spent (e.g. a call that got no answer)."""
-    set_study_state(study, f"{RESERVATION}{name}:{holder}", "released")
 
 
 # --- the stored study file ---------------------------------------------------------------------------------

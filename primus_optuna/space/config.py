@@ -83,8 +83,13 @@ class TrainingConfig:
         return {a: getattr(self, a) for a in AXES}
 
     def to_dict(self) -> dict[str, Any]:
-        """Axes plus the derived ``dp`` and ``num_microbatches``."""
-        return {**self.to_params(), "dp": self.dp, "num_microbatches": self.num_microbatches}
+        """Axes plus the derived ``dp`` and ``num_microbatches``; each ``None`` where it is not derived or the
+        division is not whole (an illegal configuration has no data-parallel size, not a size of 0)."""
+        return {
+            **self.to_params(),
+            "dp": self.dp or None,
+            "num_microbatches": self.num_microbatches or None,
+        }
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainingConfig:

@@ -109,3 +109,13 @@ def test_run_warns_about_an_illegal_baseline_instead_of_repairing_it_silently(tm
     line = next(x for x in r.output.splitlines() if x.startswith("warning: "))
     assert "baseline is illegal" in line and "global_batch_size=32 is not divisible by mbs" in line
     assert "the sweep starts from tp1-" in line  # the centre by its key, as the sweep attr names it
+
+
+def test_run_warns_about_a_baseline_that_does_not_fit_with_the_estimate_named_as_one(tmp_path):
+    data = small_moe_study(baseline={"tp": 1, "pp": 1, "ep": 1, "mbs": 4})
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    r = invoke("run", _write(tmp_path, data), "--storage", url, "--n-trials", 1, "--no-progress")
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("warning: "))
+    assert "baseline does not fit in memory" in line
+    assert re.search(r"\(estimated memory: \d+\.\d GiB on stage \d+ > \d+\.\d GiB usable\)", line), line

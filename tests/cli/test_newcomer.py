@@ -3,6 +3,7 @@ parallelism, a job that does not outlive a killed `run`, strict storage and outp
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -49,6 +50,8 @@ def test_a_run_into_a_log_prints_progress_lines_and_next_commands_that_paste(tmp
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr + r.stdout  # no progress-bar redraws in a log file
     assert "[1/3] trial 0 complete" in r.stderr and "[3/3] trial 2" in r.stderr
+    first = next(x for x in r.stderr.splitlines() if x.startswith("[1/3]"))
+    assert " tokens/s/GPU (estimated)" in first  # the analytical runner's value is an estimate, and says so
     assert f"report: {tmp_path / 'runs' / 'p-report'}/report.html" in r.stdout
     nxt = r.stdout.split("next:\n", 1)[1].splitlines()
     report = shlex.split(nxt[0])
@@ -164,6 +167,30 @@ def test_check_of_an_illegal_configuration_prints_no_dp_0(tmp_path):
     r = CliRunner().invoke(cli, ["check", str(study), "--config", "tp=3"])
     assert r.exit_code == 1 and "dp=0" not in r.output
     assert "illegal" in r.output
+    assert "dp: none (tp·cp·pp = 6 does not divide the 8 GPUs)" in r.output
+
+
+def test_check_json_of_an_illegal_configuration_has_no_dp_0(tmp_path):
+    """``check --json`` says what the human output says: no data-parallel size (null), and why."""
+    study = _write(tmp_path, small_moe_study())
+    r = CliRunner().invoke(cli, ["check", str(study), "--config", "tp=3", "--json"])
+    doc = json.loads(r.output)
+    assert r.exit_code == 1 and doc["legal"] is False
+    assert doc["config"]["dp"] is None and doc["config"]["num_microbatches"] is None
+    assert doc["derived_note"] == "tp·cp·pp = 6 does not divide the 8 GPUs"
+    assert '"dp": 0' not in r.output
+    ok = json.loads(CliRunner().invoke(cli, ["check", str(study), "--config", "tp=1", "--json"]).output)
+    assert ok["config"]["dp"] == 4 and ok["config"]["num_microbatches"] == 8 and ok["derived_note"] is None
+
+
+def test_check_names_the_batch_that_does_not_divide(tmp_path):
+    data = small_moe_study()
+    data["workload"]["global_batch_size"] = 36
+    study = _write(tmp_path, data)
+    r = CliRunner().invoke(cli, ["check", str(study), "--config", "tp=1,pp=2,mbs=4", "--json"])
+    doc = json.loads(r.output)
+    assert doc["config"]["dp"] == 4 and doc["config"]["num_microbatches"] is None
+    assert doc["derived_note"] == "GBS 36 not divisible by mbs·dp = 16"
 
 
 def test_the_study_name_is_the_value_column_a_user_can_type(tmp_path):

@@ -68,6 +68,8 @@ def test_plan_text(tmp_path):
     assert r.exit_code == 0, r.output
     assert "legal configurations" in r.output and "baseline" in r.output and "Pareto set" in r.output
     assert "compute_mlp" in r.output
+    assert "top 2 (every figure estimated: tokens/s/GPU, peak memory per GPU, MFU):" in r.output
+    assert "Pareto set (estimated throughput vs peak memory" in r.output
 
 
 def test_plan_bad_study_is_a_user_error(tmp_path):

@@ -142,3 +142,19 @@ def test_report_on_an_empty_storage_says_it_holds_no_study(tmp_path: Path) -> No
         r = invoke(*cmd, "--storage", url)
         assert r.exit_code == 2
         assert r.output.startswith(f"error: --storage {url}: it holds no study;"), r.output
+
+
+def test_export_header_says_whether_the_value_was_measured(storage: str, tmp_path: Path) -> None:
+    r = invoke("export", "--storage", storage, "--study-name", "small")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0].startswith("# primus-optuna study small, trial 5, ")
+    assert "tokens/s/GPU (measured): " in r.output.splitlines()[0]
+    from tests.conftest import small_moe_study
+
+    (tmp_path / "s.yaml").write_text(json.dumps(small_moe_study()))
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert (
+        invoke("run", tmp_path / "s.yaml", "--storage", url, "--n-trials", 2, "--no-progress").exit_code == 0
+    )
+    r = invoke("export", "--storage", url)
+    assert "tokens/s/GPU (estimated): " in r.output.splitlines()[0], r.output

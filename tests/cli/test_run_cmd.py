@@ -260,3 +260,43 @@ def test_run_warns_when_the_baseline_does_not_fit_and_names_the_gain_over_the_sw
     md = build_report(f"sqlite:///{tmp_path / 'u.db'}", "unfit", tmp_path / "rep")["md"].read_text()
     assert f"**Gain**{gain.removeprefix('gain')}." in md  # the same sentence as the run summary
     assert "0 launched, 3 estimated by the analytical runner (no GPU)" in md
+
+
+def test_llm_flags_override_the_study_file(tmp_path, monkeypatch):
+    """--llm, --llm-api-base, --llm-mode, --llm-max-calls and --llm-timeout reach the planner."""
+    from primus_optuna.search import sampler as sampler_module
+    from primus_optuna.search.llm_budget import llm_accounting
+    from primus_optuna.spec import StudySpec
+    from tests.helpers.openai_server import OpenAIServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    data = small_moe_study(sweep_order=["mbs"])
+    study = _write(tmp_path, data)
+    seen = {}
+    init = sampler_module.PrimusSampler.__init__
+
+    def spy(self, spec, *args, **kwargs):
+        seen["llm"] = kwargs.get("llm")
+        init(self, spec, *args, **kwargs)
+
+    monkeypatch.setattr(sampler_module.PrimusSampler, "__init__", spy)
+    n = len(sampler_module.PrimusSampler(StudySpec.from_dict(data)).plan) + 3
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with OpenAIServer(["no parseable answer"]) as srv:
+        r = invoke(
+            "run", study, "--storage", url, "--n-trials", n, "--no-progress", "--llm", "openai/test-model",
+            "--llm-api-base", srv.url, "--llm-mode", "oneshot", "--llm-max-calls", 2, "--llm-timeout", 3.5,
+        )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    llm = seen["llm"]
+    assert (llm.model, llm.mode, llm.max_calls, llm.timeout_s) == ("openai/test-model", "oneshot", 2, 3.5)
+    books = llm_accounting(optuna.load_study(study_name="small-moe", storage=url))
+    assert books["calls"] == 2 and books["mode"] == "oneshot"
+
+
+def test_duration_flags_refuse_a_non_positive_value(tmp_path):
+    study = _write(tmp_path, small_moe_study())
+    for flag in ("--llm-timeout", "--timeout"):
+        r = invoke("run", study, "--storage", f"sqlite:///{tmp_path / 'd.db'}", flag, 0)
+        assert r.exit_code == 2 and flag in r.output and "x>0" in r.output, r.output
+        assert not (tmp_path / "d.db").exists()

@@ -78,6 +78,7 @@ def test_json_api_shows_notes_attrs_and_artifacts(served) -> None:
     # study note = the current summary
     note = detail["note"]["body"]
     assert "**Best**: trial 5" in note and "+15.6%" in note and "memory 1, duplicate 1" in note
+    assert "tokens/s/GPU (measured, source measured); peak memory " in note  # estimate or measurement, named
     # trial note written while it ran: rationale and the step-time breakdown (second hook call kept both)
     live = detail["trials"][-1]
     assert live["number"] == 9 and live["state"] == "Complete"

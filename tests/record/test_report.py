@@ -50,7 +50,9 @@ def test_report_sections_and_numbers(small_study, tmp_path: Path) -> None:
         assert cells[1] == t.state.name
         assert cells[4] == fmt_tok(t.value)
         assert cells[5] == fmt_tok(t.user_attrs["estimate_tokens_per_s_per_gpu"])
-        assert cells[6] == fmt_gib(t.user_attrs["memory_peak_gib"])
+        assert (
+            cells[6] == fmt_gib(t.user_attrs["memory_peak_gib"]) + " est."
+        )  # no measured peak: the estimate
     # estimates vs measurements: mean and median of the stored estimate_error
     errs = [t.user_attrs["estimate_error"] for t in study.trials if t.state.name == "COMPLETE"]
     assert f"Mean estimate_error **{fmt_pct(statistics.fmean(errs))}**" in md

@@ -41,6 +41,19 @@ def test_measured_peak_memory_is_the_result_with_the_estimate_beside_it(rec):
     assert "peak memory 97.25 GiB measured (estimate 100.00 GiB)" in md
 
 
+def test_peak_memory_cells_say_estimated_or_measured(rec):
+    """No bare memory figure in a table: a trial's peak is ``X measured`` or ``X est.``; the pruned and the
+    sensitivity tables, estimates throughout, say so in their header."""
+    best = rec.best
+    best.attrs["measured_peak_memory_gib"] = 97.25
+    md = render(rec).markdown()
+    trials = md.split("All trials", 1)[1]
+    rows = [r for r in trials.splitlines() if r.startswith("| ") and r[2:3].isdigit()]
+    assert rows and all(" measured |" in r or " est. |" in r or "| - |" in r for r in rows), rows
+    assert any("| 97.25 measured |" in r for r in rows)
+    assert md.count("| est. peak GiB |") == 2  # pruned before launch, sensitivity
+
+
 def test_sensitivity_uses_the_study_calibration_and_says_so(rec):
     from primus_optuna.physics.calibration import Calibration
     from primus_optuna.record.report.analysis import sensitivity

@@ -125,3 +125,20 @@ def test_measured_peak_comes_first_everywhere(url):
     for a, b in zip(rows, raw, strict=True):
         if b.get("peak_gib") is not None:
             assert a["peak_gib"] == pytest.approx(0.5 * b["peak_gib"])
+
+
+def test_pareto_lines_say_which_figures_are_estimates(tmp_path):
+    """The run summary's Pareto front names each throughput and peak as measured or estimated: the recorded
+    study measured its throughputs, not its peaks, so no line shows a bare memory figure."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    make_study(url, multi=True)
+    s = study_summary(load_record(url, "small"))
+    lines = s.lines()
+    front = lines[lines.index(next(x for x in lines if x.startswith("Pareto front ("))) + 1 :][
+        : len(s.pareto)
+    ]
+    assert front
+    for line, t in zip(front, s.pareto, strict=True):
+        assert (
+            f"tok/s/GPU (measured), {t.estimated_peak_memory_gib:.1f} GiB estimated  {t.config_key}" in line
+        )

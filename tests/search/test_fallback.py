@@ -39,6 +39,19 @@ def test_best_untried_feasible_by_estimate(spec):
     assert second != config and estimate_memory(spec, second).fits and not space.check(second)
 
 
+def test_the_rationale_calls_its_figures_estimates(spec):
+    """The memory figure of a model-guided pick is an estimate: the rationale says so (and the calibrated value
+    beside it when the study has a memory calibration), so a user never reads it as a measured peak."""
+    space = Space(spec)
+    prop = ModelGuidedProposer(spec, space, exploration=0.0)
+    config, why = prop.propose([], index=0, exclude=set())
+    peak = estimate_memory(spec, config).peak_gib
+    assert why.endswith(f"estimated peak {peak:.1f} GiB") and "model estimate " in why
+    config, why = prop.propose([], index=0, exclude=set(), memory_scale=0.5)
+    peak = estimate_memory(spec, config).peak_gib
+    assert why.endswith(f"estimated peak {peak:.1f} GiB (calibrated ×0.50: {peak * 0.5:.1f} GiB)")
+
+
 def test_exploration_is_a_pure_function_of_seed_and_trial_number(spec):
     space = Space(spec)
     a = ModelGuidedProposer(spec, space, seed=3, exploration=1.0)

@@ -10,14 +10,8 @@ import threading
 import optuna
 import pytest
 
-from primus_optuna import StudySpec
-from primus_optuna.record.storage import open_study
-from primus_optuna.run.objective import make_objective
 from primus_optuna.search import llm_budget
 from primus_optuna.search.llm_budget import llm_accounting, reserve_call
-from primus_optuna.search.pruner import MemoryPrefilterPruner
-from primus_optuna.search.sampler import PrimusSampler
-from tests.conftest import small_moe_study
 from tests.helpers.openai_server import OpenAIServer, Reply
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -91,18 +85,13 @@ def test_in_memory_storage_counts_too():
     assert llm_accounting(study)["calls"] == 2
 
 
-def test_max_calls_holds_with_n_jobs(tmp_path):
+def test_max_calls_holds_with_n_jobs(planner):
     """``llm.max_calls: 2`` with ``n_jobs=8``: at most two calls reach the endpoint (#23 item 3)."""
-    data = small_moe_study(sweep_order=["mbs"])
-    data["llm"] = {"model": "openai/test-model", "num_retries": 0, "timeout_s": 5, "max_calls": 2}
-    spec = StudySpec.from_dict(data)
-    n_sweep = len(PrimusSampler(spec).plan)
-    os.environ.setdefault("OPENAI_API_KEY", "sk-test-not-a-secret")
+    spec = planner.spec(max_calls=2)
+    n_sweep = planner.ideas(spec).n_sweep
     # an answer that never parses, slow enough that all eight workers ask at once
     with OpenAIServer([Reply("no idea", delay_s=0.3)]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'j.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec), n_trials=n_sweep + 16, n_jobs=8)
+        handle = planner.stored(spec, n_sweep + 16, n_jobs=8, llm_api_base=srv.url)
         made = len(srv.requests)
     books = llm_accounting(handle.study)
     assert made == 2 and books["calls"] == 2
@@ -121,17 +110,12 @@ def test_legacy_user_attrs_are_read():
     assert (books["calls"], books["tokens"], books["failed"]) == (2, 3456, 1)
 
 
-def test_no_call_starts_once_the_cost_cap_is_spent(tmp_path):
-    data = small_moe_study(sweep_order=["mbs"])
-    data["llm"] = {"model": "openai/test-model", "num_retries": 0, "timeout_s": 5, "max_cost_usd": 0.5}
-    spec = StudySpec.from_dict(data)
-    n_sweep = len(PrimusSampler(spec).plan)
-    os.environ.setdefault("OPENAI_API_KEY", "sk-test-not-a-secret")
+def test_no_call_starts_once_the_cost_cap_is_spent(planner):
+    spec = planner.spec(max_cost_usd=0.5)
+    n_sweep = planner.ideas(spec).n_sweep
     with OpenAIServer(["no idea"]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'c.db'}", pruner=MemoryPrefilterPruner())
-        llm_budget.add(handle.study, "cost_usd", 0.5)  # spent by an earlier run
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec), n_trials=n_sweep + 2)
+        llm_budget.add(planner.open(spec).study, "cost_usd", 0.5)  # spent by an earlier run
+        handle = planner.stored(spec, n_sweep + 2, llm_api_base=srv.url)
         assert srv.requests == []
     books = llm_accounting(handle.study)
     assert books["calls"] == 0 and books["stop_reason"] == "llm.max_cost_usd=0.5 reached (spent 0.5000)"

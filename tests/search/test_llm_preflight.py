@@ -19,10 +19,7 @@ from primus_optuna.spec.study import LLMSpec
 from tests.conftest import small_moe_study
 from tests.helpers.openai_server import OpenAIServer
 
-
-@pytest.fixture(autouse=True)
-def _openai_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+pytestmark = pytest.mark.usefixtures("openai_key")
 
 
 def test_provider_strings_resolve_through_litellm():

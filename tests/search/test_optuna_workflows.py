@@ -104,28 +104,30 @@ def test_2_added_trials_cover_their_points_instead_of_shifting_the_sweep(spec):
     assert ran == [plan[0], *plan[2:]]  # the baseline first, the measured point not again, none skipped
 
 
-def test_3_budget_reservations_are_never_overrun_by_concurrent_workers(spec):
-    """The generic helper the planner's llm.max_calls uses: reserve a slot before spending it."""
-    from primus_optuna.search.state import release, reservations, reserve
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+def test_3_budget_reservations_are_never_overrun_by_concurrent_workers(spec, storage, tmp_path):
+    """The planner's llm.max_calls: one reservation before each call, exact with eight workers."""
+    from primus_optuna.search import reserve_call, state
+    from primus_optuna.search.llm_budget import llm_accounting
 
-    study = optuna.create_study()
-    granted: list[str] = []
+    url = None if storage == "memory" else f"sqlite:///{tmp_path / 'b.db'}"
+    study = optuna.create_study(storage=url)
+    granted: list[int] = []
     barrier = threading.Barrier(8)
 
     def worker(i: int) -> None:
         barrier.wait()
-        if reserve(study, "llm_call", f"trial-{i}", limit=2):
-            granted.append(f"trial-{i}")
+        if reserve_call(study, 2):
+            granted.append(i)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert 1 <= len(granted) <= 2 and set(reservations(study, "llm_call")) == set(granted)
-    assert reserve(study, "llm_call", granted[0], limit=2)  # a holder keeps its slot (a retried trial)
-    release(study, "llm_call", granted[0])
-    assert granted[0] not in reservations(study, "llm_call")
+    assert len(granted) == 2 and llm_accounting(study)["calls"] == 2
+    assert not reserve_call(study, 2)  # spent: a later worker makes no call
+    assert not hasattr(state, "reserve")  # one budget implementation: llm_budget's
 
 
 def test_4_a_warm_start_keeps_the_studys_own_out_of_memory_runs(spec):

@@ -3,58 +3,31 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.artifacts import FileSystemArtifactStore
 
-from primus_optuna import Space, StudySpec
+from primus_optuna import Space
 from primus_optuna.physics.memory import estimate_memory
-from primus_optuna.record.storage import open_study
-from primus_optuna.run.objective import make_objective
 from primus_optuna.search.llm_budget import llm_accounting
-from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
-from tests.conftest import small_moe_study
 from tests.helpers.openai_server import OpenAIServer, Reply
 
 from .conftest import chat_reply
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 State = optuna.trial.TrialState
 SENTINEL = "sk-sentinel-PRIMUS-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def _openai_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
-
-
-def _spec(**llm):
-    data = small_moe_study(sweep_order=["mbs"])
-    data["llm"] = {"model": "openai/test-model", "num_retries": 0, "timeout_s": 5, **llm}
-    return StudySpec.from_dict(data)
-
-
-def _cands(spec):
+def _cands(planner, spec):
     """Two good candidates (legal, fit, untried), then one illegal, one duplicate, one that does not fit."""
-    space = Space(spec)
-    plan = PrimusSampler(spec).plan
-    swept = {p.config for p in plan}
-    fits = [c for c in space.configs() if c not in swept and estimate_memory(spec, c).fits]
-    nofit = next(c for c in space.configs() if not estimate_memory(spec, c).fits)
-    illegal = {**fits[0].to_params(), "tp": 3}
+    ideas = planner.ideas(spec)
+    fits = ideas.fits[:2]
     out = [
         {**fits[0].to_params(), "rationale": "good one"},
-        {**illegal, "rationale": "illegal"},
-        {**plan[0].config.to_params(), "rationale": "the baseline again"},
-        {**nofit.to_params(), "rationale": "too big"},
+        {**ideas.illegal, "rationale": "illegal"},
+        {**ideas.baseline.to_params(), "rationale": "the baseline again"},
+        {**ideas.nofit.to_params(), "rationale": "too big"},
         {**fits[1].to_params(), "rationale": "good two"},
     ]
-    return out, fits[:2], len(plan)
-
-
-def _study(spec, sampler, tmp_path, name="s.db"):
-    handle = open_study(spec, storage=f"sqlite:///{tmp_path / name}", pruner=MemoryPrefilterPruner())
-    handle.study.sampler = sampler
-    return handle
+    return out, fits, ideas.n_sweep
 
 
 def _valid_only(spec, study):
@@ -65,18 +38,13 @@ def _valid_only(spec, study):
             assert not space.check(c) and estimate_memory(spec, c).fits
 
 
-def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(tmp_path):
+def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(planner, tmp_path):
     from dspy.utils import DummyLM
 
-    spec = _spec()
-    cands, good, n_sweep = _cands(spec)
+    spec = planner.spec()
+    cands, good, n_sweep = _cands(planner, spec)
     lm = DummyLM([{"reasoning": "deepep with zb", "candidates": json.dumps(cands)}])
-    store = FileSystemArtifactStore(str(tmp_path))
-    sampler = PrimusSampler(spec, llm=lm, artifact_store=store)
-    study = optuna.create_study(
-        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
-    )
-    study.optimize(make_objective(spec), n_trials=n_sweep + 3)
+    study = planner.run(spec, n_sweep + 3, llm=lm)
     tail = study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner", "fallback"]
     assert [t.user_attrs["rationale"] for t in tail[:2]] == ["good one", "good two"]
@@ -99,17 +67,13 @@ def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(t
     _valid_only(spec, study)
 
 
-def test_planner_end_to_end_through_litellm_over_http(tmp_path, monkeypatch):
+def test_planner_end_to_end_through_litellm_over_http(planner, monkeypatch):
     monkeypatch.setenv("PRIMUS_TEST_API_KEY", SENTINEL)
-    spec = _spec(api_key_env="PRIMUS_TEST_API_KEY")
-    cands, good, n_sweep = _cands(spec)
+    spec = planner.spec(api_key_env="PRIMUS_TEST_API_KEY")
+    cands, good, n_sweep = _cands(planner, spec)
     with OpenAIServer([chat_reply(cands)]) as srv:
         spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"api_base": srv.url})})
-        handle = _study(spec, None, tmp_path)
-        handle.study.sampler = PrimusSampler(
-            spec, llm=spec.llm, artifact_store=handle.artifact_store, cache_dir=handle.cache_dir
-        )
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 2)
+        handle = planner.stored(spec, n_sweep + 2, cache=True)
         requests = list(srv.requests)
     study = handle.study
     assert len(requests) == 1 and requests[0]["path"] == "/v1/chat/completions"
@@ -143,18 +107,14 @@ def test_planner_end_to_end_through_litellm_over_http(tmp_path, monkeypatch):
     ],
     ids=["timeout", "http500", "unparseable", "illegal", "duplicate", "no-fit"],
 )
-def test_planner_failures_fall_back_and_launch_nothing_invalid(tmp_path, reply, why):
-    spec = _spec(timeout_s=1)
-    cands, _, n_sweep = _cands(spec)
+def test_planner_failures_fall_back_and_launch_nothing_invalid(planner, reply, why):
+    spec = planner.spec(timeout_s=1)
+    cands, _, n_sweep = _cands(planner, spec)
     if isinstance(reply, str):
         picked = {"illegal": cands[1], "duplicate": cands[2], "memory": cands[3]}[reply]
         reply = Reply(chat_reply([picked]))
     with OpenAIServer([reply]) as srv:
-        handle = _study(spec, None, tmp_path)
-        handle.study.sampler = PrimusSampler(
-            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
-        )
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+        handle = planner.stored(spec, n_sweep + 1, llm_api_base=srv.url)
     study = handle.study
     last = study.trials[-1]
     assert last.user_attrs["phase"] == "fallback" and last.state == State.COMPLETE
@@ -171,13 +131,13 @@ def test_planner_failures_fall_back_and_launch_nothing_invalid(tmp_path, reply, 
     _valid_only(spec, study)
 
 
-def test_missing_key_is_one_error_naming_the_variable(monkeypatch):
+def test_missing_key_is_one_error_naming_the_variable(planner, monkeypatch):
     from primus_optuna.errors import SpecError
     from primus_optuna.search.planner import require_api_key
 
     monkeypatch.delenv("OPENAI_API_KEY")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    spec = _spec()
+    spec = planner.spec()
     with pytest.raises(SpecError, match=r"needs OPENAI_API_KEY in the environment: export OPENAI_API_KEY="):
         PrimusSampler(spec, llm=spec.llm)
     with pytest.raises(SpecError, match=r"needs ANTHROPIC_API_KEY"):
@@ -188,13 +148,11 @@ def test_missing_key_is_one_error_naming_the_variable(monkeypatch):
     require_api_key(spec.llm)
 
 
-def test_auth_error_stops_the_planner_and_unanswered_calls_are_not_counted(tmp_path):
-    spec = _spec(max_calls=2)
-    _, _, n_sweep = _cands(spec)
+def test_auth_error_stops_the_planner_and_unanswered_calls_are_not_counted(planner):
+    spec = planner.spec(max_calls=2)
+    n_sweep = planner.ideas(spec).n_sweep
     with OpenAIServer([Reply(status=401)]) as srv:
-        handle = _study(spec, None, tmp_path)
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 3)
+        handle = planner.stored(spec, n_sweep + 3, llm_api_base=srv.url)
         requests = len(srv.requests)
     study = handle.study
     assert requests == 1  # refused credentials: no second call
@@ -207,14 +165,12 @@ def test_auth_error_stops_the_planner_and_unanswered_calls_are_not_counted(tmp_p
     assert books["stop_reason"].startswith("planner stopped: the provider refused the credentials")
 
 
-def test_call_budget_is_enforced_from_storage_across_restarts(tmp_path):
-    spec = _spec(max_calls=1)
-    cands, _, n_sweep = _cands(spec)
+def test_call_budget_is_enforced_from_storage_across_restarts(planner):
+    spec = planner.spec(max_calls=1)
+    cands, _, n_sweep = _cands(planner, spec)
     with OpenAIServer([chat_reply(cands[:1])]) as srv:
         for n in (n_sweep + 1, 3):
-            handle = _study(spec, None, tmp_path)
-            handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-            handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n)
+            handle = planner.stored(spec, n, llm_api_base=srv.url)
         assert len(srv.requests) == 1
     phases = [t.user_attrs["phase"] for t in handle.study.trials[n_sweep:]]
     assert phases == ["planner", "fallback", "fallback", "fallback"]
@@ -222,16 +178,14 @@ def test_call_budget_is_enforced_from_storage_across_restarts(tmp_path):
     assert llm_accounting(handle.study)["calls"] == 1
 
 
-def test_rerun_replays_from_the_dspy_cache(tmp_path):
-    spec = _spec()
-    cands, good, n_sweep = _cands(spec)
+def test_rerun_replays_from_the_dspy_cache(planner, tmp_path):
+    spec = planner.spec()
+    cands, good, n_sweep = _cands(planner, spec)
     cache = tmp_path / "cache"
     with OpenAIServer([chat_reply(cands)]) as srv:
         keys = []
         for name in ("a.db", "b.db"):
-            handle = _study(spec, None, tmp_path, name)
-            handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url, cache_dir=cache)
-            handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+            handle = planner.stored(spec, n_sweep + 1, name=name, llm_api_base=srv.url, cache_dir=cache)
             trials = handle.study.trials
             assert trials[-1].state == State.WAITING  # the second candidate, queued for the next trial
             keys.append([t.user_attrs["config_key"] for t in trials[n_sweep:]])

@@ -10,47 +10,26 @@ from pathlib import Path
 import optuna
 import pytest
 from dspy.utils import DummyLM
-from optuna.artifacts import FileSystemArtifactStore
 
-from primus_optuna import Space, StudySpec
+from primus_optuna import Space
 from primus_optuna.physics.memory import estimate_memory
-from primus_optuna.record.storage import open_study
-from primus_optuna.run.objective import make_objective
 from primus_optuna.search.llm_budget import llm_accounting
-from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
-from tests.conftest import small_moe_study
 from tests.helpers.openai_server import OpenAIServer, Reply
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 State = optuna.trial.TrialState
 SENTINEL = "sk-sentinel-AGENT-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def _openai_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
-
-
-def _spec(**llm):
-    data = small_moe_study(sweep_order=["mbs"])
-    data["llm"] = {"model": "openai/test-model", "mode": "agent", "num_retries": 0, "timeout_s": 5, **llm}
-    return StudySpec.from_dict(data)
-
-
-def _ideas(spec):
+def _ideas(planner, spec):
     """An illegal idea (tp=3), two legal untried ones that fit, one that does not fit; the sweep's length."""
-    space = Space(spec)
-    plan = PrimusSampler(spec).plan
-    swept = {p.config for p in plan}
-    fits = [c for c in space.configs() if c not in swept and estimate_memory(spec, c).fits]
-    nofit = next(c for c in space.configs() if not estimate_memory(spec, c).fits)
+    ideas = planner.ideas(spec)
     return (
-        {**fits[0].to_params(), "tp": 3},
-        fits[0].to_params(),
-        fits[1].to_params(),
-        nofit.to_params(),
-        len(plan),
+        ideas.illegal,
+        ideas.fits[0].to_params(),
+        ideas.fits[1].to_params(),
+        ideas.nofit.to_params(),
+        ideas.n_sweep,
     )
 
 
@@ -70,17 +49,11 @@ def _transcripts(directory: Path):
     )
 
 
-def _run(spec, sampler, n, tmp_path, n_jobs=1):
-    study = optuna.create_study(
-        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
-    )
-    study.optimize(make_objective(spec), n_trials=n, n_jobs=n_jobs)
-    return study
-
-
-def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_legal_fitting_one(tmp_path):
-    spec = _spec()
-    illegal, good, other, nofit, n_sweep = _ideas(spec)
+def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_legal_fitting_one(
+    planner, tmp_path
+):
+    spec = planner.spec(mode="agent")
+    illegal, good, other, nofit, n_sweep = _ideas(planner, spec)
     lm = DummyLM(
         [
             _calls(("check", {"config": illegal})),
@@ -92,8 +65,7 @@ def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_lega
             _calls(("submit", {"candidates": [{**other, "rationale": "the next idea"}]})),
         ]
     )
-    store = FileSystemArtifactStore(str(tmp_path))
-    study = _run(spec, PrimusSampler(spec, llm=lm, artifact_store=store), n_sweep + 2, tmp_path)
+    study = planner.run(spec, n_sweep + 2, llm=lm)
     tail = study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner"]
     space = Space(spec)
@@ -116,9 +88,9 @@ def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_lega
     assert books["notes"] == ["tp=3 breaks the head count; the bigger layout does not fit"]
 
 
-def test_tool_budget_is_enforced_per_call(tmp_path):
-    spec = _spec(max_tool_calls=2)
-    _, good, _, _, n_sweep = _ideas(spec)
+def test_tool_budget_is_enforced_per_call(planner, tmp_path):
+    spec = planner.spec(mode="agent", max_tool_calls=2)
+    _, good, _, _, n_sweep = _ideas(planner, spec)
     lm = DummyLM(
         [
             _calls(("best", {})),
@@ -127,8 +99,7 @@ def test_tool_budget_is_enforced_per_call(tmp_path):
             _calls(("submit", {"candidates": [{**good, "rationale": "forced submit"}]})),
         ]
     )
-    store = FileSystemArtifactStore(str(tmp_path))
-    study = _run(spec, PrimusSampler(spec, llm=lm, artifact_store=store), n_sweep + 1, tmp_path)
+    study = planner.run(spec, n_sweep + 1, llm=lm)
     assert study.trials[-1].user_attrs["phase"] == "planner"
     (doc,) = _transcripts(tmp_path)
     ran = [c for c in doc["tool_calls"] if "refused" not in c]
@@ -138,10 +109,10 @@ def test_tool_budget_is_enforced_per_call(tmp_path):
     assert doc["termination"] == "forced_submit"
 
 
-def test_agent_over_http_with_native_tool_calls(tmp_path, monkeypatch):
+def test_agent_over_http_with_native_tool_calls(planner, tmp_path, monkeypatch):
     monkeypatch.setenv("PRIMUS_TEST_API_KEY", SENTINEL)
-    spec = _spec(api_key_env="PRIMUS_TEST_API_KEY")
-    illegal, good, _, _, n_sweep = _ideas(spec)
+    spec = planner.spec(mode="agent", api_key_env="PRIMUS_TEST_API_KEY")
+    illegal, good, _, _, n_sweep = _ideas(planner, spec)
     replies = [
         Reply(tool_calls=[("check", {"config": illegal})]),
         Reply(
@@ -150,11 +121,7 @@ def test_agent_over_http_with_native_tool_calls(tmp_path, monkeypatch):
         Reply(tool_calls=[("submit", {"candidates": [{**good, "rationale": "checked and estimated"}]})]),
     ]
     with OpenAIServer(replies) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'a.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(
-            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
-        )
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+        handle = planner.stored(spec, n_sweep + 1, name="a.db", llm_api_base=srv.url)
         requests = [json.loads(r["body"]) for r in srv.requests]
     assert len(requests) == 3
     names = {t["function"]["name"] for t in requests[0]["tools"]}
@@ -194,15 +161,11 @@ def test_agent_over_http_with_native_tool_calls(tmp_path, monkeypatch):
     ],
     ids=["malformed-tool-call", "tool-error", "over-long-answer", "timeout"],
 )
-def test_agent_failures_end_in_the_fallback_with_the_reason(tmp_path, replies, why):
-    spec = _spec(timeout_s=1.5)
-    _, _, _, _, n_sweep = _ideas(spec)
+def test_agent_failures_end_in_the_fallback_with_the_reason(planner, tmp_path, replies, why):
+    spec = planner.spec(mode="agent", timeout_s=1.5)
+    _, _, _, _, n_sweep = _ideas(planner, spec)
     with OpenAIServer(replies) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'f.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(
-            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
-        )
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+        handle = planner.stored(spec, n_sweep + 1, name="f.db", llm_api_base=srv.url)
     last = handle.study.trials[-1]
     assert last.state == State.COMPLETE and last.user_attrs["phase"] == "fallback"
     assert why in last.user_attrs["rationale"], last.user_attrs["rationale"]
@@ -218,13 +181,11 @@ def test_agent_failures_end_in_the_fallback_with_the_reason(tmp_path, replies, w
         assert "Unknown tool" in json.dumps(doc["messages"])
 
 
-def test_non_retryable_error_stops_the_planner_at_once(tmp_path):
-    spec = _spec(mode="oneshot", max_calls=5)
-    _, _, _, _, n_sweep = _ideas(spec)
+def test_non_retryable_error_stops_the_planner_at_once(planner, tmp_path):
+    spec = planner.spec(mode="oneshot", max_calls=5)
+    _, _, _, _, n_sweep = _ideas(planner, spec)
     with OpenAIServer([Reply(status=404)]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'n.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 3)
+        handle = planner.stored(spec, n_sweep + 3, name="n.db", llm_api_base=srv.url)
         made = len(srv.requests)
     assert made == 1
     books = llm_accounting(handle.study)
@@ -233,17 +194,15 @@ def test_non_retryable_error_stops_the_planner_at_once(tmp_path):
     assert "planner stopped: HTTP 404" in handle.study.trials[-1].user_attrs["rationale"]
 
 
-def test_provider_refusing_tools_turns_the_planner_one_shot(tmp_path):
-    spec = _spec()
-    _, good, _, _, n_sweep = _ideas(spec)
+def test_provider_refusing_tools_turns_the_planner_one_shot(planner, tmp_path):
+    spec = planner.spec(mode="agent")
+    _, good, _, _, n_sweep = _ideas(planner, spec)
     answer = json.dumps({"reasoning": "ok", "candidates": [{**good, "rationale": "one-shot"}]})
     refuse = Reply(
         raw=json.dumps({"error": {"message": "tools are not supported by this model"}}), status=400
     )
     with OpenAIServer([refuse, answer]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 't.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 2)
+        handle = planner.stored(spec, n_sweep + 2, name="t.db", llm_api_base=srv.url)
         bodies = [json.loads(r["body"]) for r in srv.requests]
     assert "tools" in bodies[0] and "tools" not in bodies[1]
     assert bodies[1]["response_format"]["type"] == "json_schema"
@@ -253,10 +212,11 @@ def test_provider_refusing_tools_turns_the_planner_one_shot(tmp_path):
     assert tail[1].user_attrs["rationale"] == "one-shot"
 
 
-def test_oneshot_schema_fold_compaction_and_near_miss_repair(tmp_path):
-    spec = _spec(mode="oneshot", fold_system_prompt=True, max_prompt_tokens=1200)
+def test_oneshot_schema_fold_compaction_and_near_miss_repair(planner, tmp_path):
+    spec = planner.spec(mode="oneshot", fold_system_prompt=True, max_prompt_tokens=1200)
     space = Space(spec)
-    swept = {p.config for p in PrimusSampler(spec).plan}
+    plan = PrimusSampler(spec).plan
+    swept = {p.config for p in plan}
     target = next(
         c
         for c in space.configs()
@@ -270,13 +230,8 @@ def test_oneshot_schema_fold_compaction_and_near_miss_repair(tmp_path):
     answer = json.dumps(
         {"reasoning": "virtual stages", "candidates": [{**near, "rationale": "vpp halves the bubble"}]}
     )
-    store_dir = tmp_path / "art"
-    store_dir.mkdir()
     with OpenAIServer([answer]) as srv:
-        sampler = PrimusSampler(
-            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=FileSystemArtifactStore(str(store_dir))
-        )
-        study = _run(spec, sampler, len(sampler.plan) + 1, tmp_path)
+        study = planner.run(spec, len(plan) + 1, llm=spec.llm, llm_api_base=srv.url)
         body = json.loads(srv.requests[0]["body"])
     assert [m["role"] for m in body["messages"]] == ["user"]  # the system message folded in
     schema = body["response_format"]["json_schema"]["schema"]
@@ -291,35 +246,29 @@ def test_oneshot_schema_fold_compaction_and_near_miss_repair(tmp_path):
     assert last.user_attrs["rationale"] == (
         "vpp halves the bubble (repaired: pp_schedule 1f1b→interleaved to stay legal)"
     )
-    (doc,) = _transcripts(store_dir)
+    (doc,) = _transcripts(tmp_path)
     assert doc["compacted"] and doc["compacted"][0].startswith("top trials cut to")
     assert doc["prompt_tokens_estimate"] <= 1200 or "sweep_effects dropped" in doc["compacted"]
     assert llm_accounting(study)["repaired"] == 1
 
 
-def test_unparseable_answers_in_a_row_stop_the_planner(tmp_path):
-    spec = _spec(mode="oneshot", max_unparseable=2, max_calls=6)
-    _, _, _, _, n_sweep = _ideas(spec)
+def test_unparseable_answers_in_a_row_stop_the_planner(planner, tmp_path):
+    spec = planner.spec(mode="oneshot", max_unparseable=2, max_calls=6)
+    _, _, _, _, n_sweep = _ideas(planner, spec)
     with OpenAIServer(["not an answer"]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'u.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 4)
+        handle = planner.stored(spec, n_sweep + 4, name="u.db", llm_api_base=srv.url)
         made = len(srv.requests)
     books = llm_accounting(handle.study)
     assert made == 2 and books["calls"] == 2 and books["unparseable"] == 2 and books["tokens"] == 300
     assert books["stop_reason"] == "planner stopped after 2 unparseable answers in a row"
 
 
-def test_agent_budgets_hold_with_n_jobs(tmp_path):
+def test_agent_budgets_hold_with_n_jobs(planner, tmp_path):
     """Eight threads, ``max_calls: 3``: three agent calls, each within its tool budget."""
-    spec = _spec(max_calls=3, max_tool_calls=1)
-    _, _, _, _, n_sweep = _ideas(spec)
+    spec = planner.spec(mode="agent", max_calls=3, max_tool_calls=1)
+    _, _, _, _, n_sweep = _ideas(planner, spec)
     with OpenAIServer([Reply(tool_calls=[("best", {})], delay_s=0.2)]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 'p.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(
-            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=handle.artifact_store
-        )
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 12, n_jobs=8)
+        handle = planner.stored(spec, n_sweep + 12, name="p.db", llm_api_base=srv.url, n_jobs=8)
     books = llm_accounting(handle.study)
     assert books["calls"] == 3
     docs = _transcripts(handle.artifact_dir)
@@ -351,17 +300,15 @@ def test_error_kinds():
     assert kind(bad) == "fatal"
 
 
-def test_an_abandoned_streamed_answer_stops_on_the_server(tmp_path):
+def test_an_abandoned_streamed_answer_stops_on_the_server(planner, tmp_path):
     """With an API base answers are streamed; at ``llm.timeout_s`` the planner closes the stream, so a
     single-slot local server stops generating instead of finishing an answer nobody reads (no retry)."""
-    spec = _spec(mode="oneshot", timeout_s=1.0, num_retries=3)
-    _, good, _, _, n_sweep = _ideas(spec)
+    spec = planner.spec(mode="oneshot", timeout_s=1.0, num_retries=3)
+    _, good, _, _, n_sweep = _ideas(planner, spec)
     words = " ".join(f"word{i}" for i in range(400))  # varied text: LiteLLM refuses a repeating stream
     slow = Reply(json.dumps({"reasoning": words, "candidates": [good]}), chunk_delay_s=0.05)
     with OpenAIServer([slow]) as srv:
-        handle = open_study(spec, storage=f"sqlite:///{tmp_path / 's.db'}", pruner=MemoryPrefilterPruner())
-        handle.study.sampler = PrimusSampler(spec, llm=spec.llm, llm_api_base=srv.url)
-        handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
+        handle = planner.stored(spec, n_sweep + 1, name="s.db", llm_api_base=srv.url)
         deadline = time.monotonic() + 10
         while not srv.streams_abandoned and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -372,17 +319,18 @@ def test_an_abandoned_streamed_answer_stops_on_the_server(tmp_path):
     assert llm_accounting(handle.study)["failed"] == 1
 
 
-def test_tools_stop_answering_when_the_prompt_budget_is_spent(tmp_path):
-    spec = _spec(max_prompt_tokens=500)  # less than the fixed part of the prompt: no room for any result
-    _, good, _, _, n_sweep = _ideas(spec)
+def test_tools_stop_answering_when_the_prompt_budget_is_spent(planner, tmp_path):
+    spec = planner.spec(
+        mode="agent", max_prompt_tokens=500
+    )  # less than the fixed part of the prompt: no room for any result
+    _, good, _, _, n_sweep = _ideas(planner, spec)
     lm = DummyLM(
         [
             _calls(("legal_values", {})),
             _calls(("submit", {"candidates": [{**good, "rationale": "without tools"}]})),
         ]
     )
-    store = FileSystemArtifactStore(str(tmp_path))
-    study = _run(spec, PrimusSampler(spec, llm=lm, artifact_store=store), n_sweep + 1, tmp_path)
+    study = planner.run(spec, n_sweep + 1, llm=lm)
     assert study.trials[-1].user_attrs["phase"] == "planner"
     (doc,) = _transcripts(tmp_path)
     assert [c.get("refused") for c in doc["tool_calls"]] == ["max_prompt_tokens"]
@@ -390,26 +338,21 @@ def test_tools_stop_answering_when_the_prompt_budget_is_spent(tmp_path):
     assert doc["prompt_tokens_estimate"] > 500
 
 
-def test_compaction_order_and_llama_cpp_python_json_object(tmp_path):
+def test_compaction_order_and_llama_cpp_python_json_object(planner, tmp_path):
     """A prompt budget below everything: top trials cut first, then legal values, then sweep effects dropped;
     ``response_format: json_object`` sends llama-cpp-python's JSON mode with the schema."""
-    spec = _spec(mode="oneshot", max_prompt_tokens=500, response_format="json_object")
-    _, good, _, _, n_sweep = _ideas(spec)
+    spec = planner.spec(mode="oneshot", max_prompt_tokens=500, response_format="json_object")
+    _, good, _, _, n_sweep = _ideas(planner, spec)
     answer = json.dumps({"reasoning": "r", "candidates": [{**good, "rationale": "small prompt"}]})
-    store_dir = tmp_path / "art"
-    store_dir.mkdir()
     with OpenAIServer([answer]) as srv:
-        sampler = PrimusSampler(
-            spec, llm=spec.llm, llm_api_base=srv.url, artifact_store=FileSystemArtifactStore(str(store_dir))
-        )
-        study = _run(spec, sampler, n_sweep + 1, tmp_path)
+        study = planner.run(spec, n_sweep + 1, llm=spec.llm, llm_api_base=srv.url)
         body = json.loads(srv.requests[0]["body"])
     fmt = body["response_format"]
     assert (
         fmt["type"] == "json_object"
         and fmt["schema"]["properties"]["candidates"]["items"]["properties"]["tp"]
     )
-    (doc,) = _transcripts(store_dir)
+    (doc,) = _transcripts(tmp_path)
     steps = doc["compacted"]
     assert steps[-2:] == ["legal_values dropped", "sweep_effects dropped"]
     assert all(s.startswith("top trials cut to") for s in steps[:-2]) and steps[-3] == "top trials cut to 0"
@@ -417,22 +360,19 @@ def test_compaction_order_and_llama_cpp_python_json_object(tmp_path):
     assert study.trials[-1].user_attrs["rationale"] == "small prompt"
 
 
-def test_report_shows_the_agents_tool_calls_and_notes(tmp_path):
+def test_report_shows_the_agents_tool_calls_and_notes(planner, tmp_path):
     from primus_optuna.record.report import build_report
 
-    spec = _spec()
-    _, good, _, _, n_sweep = _ideas(spec)
+    spec = planner.spec(mode="agent")
+    _, good, _, _, n_sweep = _ideas(planner, spec)
     lm = DummyLM(
         [
             _calls(("best", {}), ("note", {"text": "deepep pays off only with ep 8"})),
             _calls(("submit", {"candidates": [{**good, "rationale": "from the notes"}]})),
         ]
     )
-    storage = f"sqlite:///{tmp_path / 'r.db'}"
-    handle = open_study(spec, storage=storage, pruner=MemoryPrefilterPruner())
-    handle.study.sampler = PrimusSampler(spec, llm=lm, artifact_store=handle.artifact_store)
-    handle.study.optimize(make_objective(spec, runs_dir=handle.runs_dir), n_trials=n_sweep + 1)
-    md = build_report(storage, None, tmp_path / "report")["md"].read_text()
+    handle = planner.stored(spec, n_sweep + 1, llm=lm)
+    md = build_report(handle.storage_url, None, tmp_path / "report")["md"].read_text()
     assert "The planner's notes (its scratchpad, carried from call to call):" in md
     assert "- deepep pays off only with ep 8" in md
     assert "agent: 2 tool calls (best, note)." in md

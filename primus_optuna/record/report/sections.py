@@ -79,9 +79,11 @@ def _peak_text(t: TrialRow) -> str:
 
 
 def _peak_cell(t: TrialRow) -> str:
-    """A table cell: the measured peak first (``97.25 measured``), else the estimate."""
+    """A table cell: the measured peak first (``97.25 measured``), else the estimate (``100.00 est.``)."""
     measured = as_number(t.attr("measured_peak_memory_gib"))
-    return f"{fmt_gib(measured)} measured" if measured is not None else fmt_gib(t.peak_gib)
+    if measured is not None:
+        return f"{fmt_gib(measured)} measured"
+    return f"{fmt_gib(t.peak_gib)} est." if t.peak_gib is not None else fmt_gib(None)
 
 
 def _summary(doc: Doc, rec: StudyRecord) -> None:
@@ -392,7 +394,7 @@ def _memory(doc: Doc, rec: StudyRecord) -> None:
         f"{DEFAULT_MEASURE_STEPS})."
     )
     doc.table(
-        ["trial", "config", "peak GiB", "usable GiB", "stage", "reason", "est. step s"],
+        ["trial", "config", "est. peak GiB", "usable GiB", "stage", "reason", "est. step s"],
         [
             [
                 t.number,
@@ -532,7 +534,7 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     doc.p(f"Verdict: **{verdict}**.")
     if rows:
         doc.table(
-            ["axis", "step", "value", "status", "estimate", "vs best", "peak GiB", "note"],
+            ["axis", "step", "value", "status", "estimate", "vs best", "est. peak GiB", "note"],
             [
                 [
                     r["axis"],
