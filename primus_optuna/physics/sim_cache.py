@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,6 @@ class SimulationCache:
         self._known: dict[Key, Value] = {}
         self._new: dict[Key, Value] = {}
         self._loaded = False
-        self._lock = threading.Lock()  # plans in several threads (n_jobs) share the memo
-        self._save_lock = threading.Lock()  # one read-merge-write at a time in this process
 
     def path(self) -> Path | None:
         d = cache_dir()
@@ -64,10 +61,8 @@ class SimulationCache:
         return d / f"pipeline-{digest}.json"
 
     def _load(self) -> None:
-        with self._lock:
-            if not self._loaded:
-                self._known.update(self._read())
-                self._loaded = True
+        self._loaded = True
+        self._known.update(self._read())
 
     def _read(self) -> dict[Key, Value]:
         try:
@@ -85,28 +80,19 @@ class SimulationCache:
         return self._known.get(key)
 
     def put(self, key: Key, value: Value) -> None:
-        with self._lock:
-            self._known[key] = value
-            self._new[key] = value
+        self._known[key] = value
+        self._new[key] = value
 
     def save(self) -> None:
-        """Merge this process's new simulations into the file (written to a temporary file, then renamed).
-        Two processes saving at once may each miss the other's new entries in the file: they are simulated
-        again later, nothing is wrong."""
-        with self._save_lock:
-            self._save()
-
-    def _save(self) -> None:
-        with self._lock:
-            new = dict(self._new)
-        if not new:
+        """Merge this process's new simulations into the file (written to a temporary file, then renamed)."""
+        if not self._new:
             return
         try:
             path = self.path()
             if path is None:
                 return
             merged = self._read()
-            for key, value in new.items():
+            for key, value in self._new.items():
                 if len(merged) >= MAX_ENTRIES:
                     break
                 merged[key] = value
@@ -120,18 +106,15 @@ class SimulationCache:
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
+            self._new.clear()
         except OSError:
             return
-        with self._lock:
-            for key in new:
-                self._new.pop(key, None)
 
     def clear(self) -> None:
         """Forget what this process knows (the file stays; the next :meth:`get` reads it again)."""
-        with self._lock:
-            self._known.clear()
-            self._new.clear()
-            self._loaded = False
+        self._known.clear()
+        self._new.clear()
+        self._loaded = False
 
 
 SIMULATIONS = SimulationCache(Path(__file__).with_name("pipeline.py"))

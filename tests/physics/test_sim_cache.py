@@ -75,30 +75,3 @@ def test_off_disables_it(tmp_path: Path, monkeypatch) -> None:
     cache.put(("1f1b", 2, 1, 6, 1, 1, 0, 0, 0, 0, 0), ((1,) * 7, 1))
     cache.save()  # nowhere to write: a no-op
     assert not list(tmp_path.iterdir())
-
-
-def test_threads_putting_while_one_saves_lose_nothing(tmp_path, monkeypatch) -> None:
-    """Plans in several threads (``n_jobs``) share the memo: a save while others put raises nothing, and
-    every result put ends in the file after a last save."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    monkeypatch.setenv(sim_cache.ENV, str(tmp_path))
-    src = tmp_path / "sim.py"
-    src.write_text("z = 0\n")
-    cache = sim_cache.SimulationCache(src)
-
-    def work(i: int) -> None:
-        for j in range(200):
-            cache.put(("1f1b", 2, 1, 6, i, j, 0, 0, 0, 0, 0), ((i, j, 0, 0, 0, 0, 0), 1))
-            if j % 50 == 0:
-                cache.save()
-
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(work, range(4)))
-    cache.save()
-    fresh = sim_cache.SimulationCache(src)
-    assert all(
-        fresh.get(("1f1b", 2, 1, 6, i, j, 0, 0, 0, 0, 0)) == ((i, j, 0, 0, 0, 0, 0), 1)
-        for i in range(4)
-        for j in range(200)
-    )
