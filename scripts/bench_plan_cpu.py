@@ -11,17 +11,12 @@ python scripts/bench_plan_cpu.py studies/deepseek-v3-mi355x-fp8.yaml studies/gpt
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 from primus_optuna.physics import pipeline
 from primus_optuna.physics.plan import plan_space
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
-
-# cold means simulated here: no pipeline simulation is read from the on-disk cache (physics/sim_cache.py),
-# which is consulted at the first simulation, after this line
-os.environ["PRIMUS_OPTUNA_SIM_CACHE"] = "off"
 
 
 def main() -> None:

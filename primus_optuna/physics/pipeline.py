@@ -20,8 +20,7 @@ interleaved run W fused into B). The caps are the schedules' activation-memory l
 
 The result is the step time; the *bubble* is the step time minus the busiest stage's work. Simulations are
 memoised on the schedule, ``p``, ``v``, a capped ``m`` (the bubble no longer changes once the pipeline has
-reached its steady state, checked in the tests) and the pass durations normalised and rounded to 1/50, in the
-process and on disk (:mod:`.sim_cache`: a fresh process reads what earlier ones simulated).
+reached its steady state, checked in the tests) and the pass durations normalised and rounded to 1/100.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from functools import lru_cache
-
-from .sim_cache import SIMULATIONS
 
 M_CAP_PER_STAGE = 3
 """simulate at most ``3·p`` micro-batches (a multiple of p): the bubble is constant beyond (tested)"""
@@ -803,16 +800,10 @@ CRITICAL: list[tuple[int, ...]] = [()]
 def _normalised(
     schedule: str, pp: int, vpp: int, m: int, f: int, b: int, w: int, c: int, fl: int, bl: int, wl: int
 ) -> tuple[tuple[int, ...], int]:
-    key = (schedule, pp, vpp, m, f, b, w, c, fl, bl, wl)
-    known = SIMULATIONS.get(key)  # simulated by an earlier process (the same integers)
-    if known is not None:
-        return known
     r = _RES
     span, busy, sends = simulate(schedule, pp, vpp, m, f / r, b / r, w / r, c / r, fl / r, bl / r, wl / r)
     s = max(range(pp), key=lambda i: busy[i])
-    out = (CRITICAL[0], sends[s])
-    SIMULATIONS.put(key, out)
-    return out
+    return CRITICAL[0], sends[s]
 
 
 def pipeline_timing(

@@ -22,7 +22,6 @@ from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
 from .memory import MemoryEstimate, estimate_memory, peak_memory_all
-from .sim_cache import SIMULATIONS
 from .throughput import ThroughputEstimate, estimate_throughput, estimate_throughput_all
 
 
@@ -165,12 +164,9 @@ def plan_space(
     top: int = 10,
     calibration: Calibration | None = None,
 ) -> PlanResult:
-    """Estimate every legal configuration, drop those that do not fit, rank the rest (best first). The
-    pipeline simulations it ran are kept on disk for the next process (:mod:`.sim_cache`)."""
+    """Estimate every legal configuration, drop those that do not fit, rank the rest (best first)."""
     with _gc_paused():
-        result = _plan_space(spec, space, top, calibration)
-    SIMULATIONS.save()
-    return result
+        return _plan_space(spec, space, top, calibration)
 
 
 def _plan_space(
