@@ -13,7 +13,9 @@ from storage at each decision (:mod:`~primus_optuna.search.proposers`):
   measured; an enqueued trial runs its params (a partial ``enqueue_trial`` is completed with the nearest
   configuration that fits, with a warning);
 - threads of one process decide one at a time; other processes see a decision as soon as it is written, and a
-  worker that finds its choice claimed by another in-flight trial chooses again;
+  worker that finds its choice claimed by another in-flight trial gives its claim up and chooses again (when
+  only later trials share it, it waits a moment for them to give way and looks again: the claim a trial keeps
+  is one it saw alone after writing it, so two workers never keep the same one);
 - when nothing is left, :meth:`is_exhausted` is true, ``optimize`` is stopped after the last trial, and a trial
   asked anyway is pruned (``exhausted: ...``) without parameters instead of running random ones;
 - parameters that are not axes (or an axis asked with a distribution that does not hold the decision's value)
@@ -81,14 +83,22 @@ log = logging.getLogger(__name__)
 EXHAUSTED_REASON = "exhausted: every legal configuration that fits in memory has been tried"
 INTERRUPTED = "interrupted"
 """``failure_reason`` (and ``phase``, when it came before the decision) of a trial stopped by Ctrl-C / SIGTERM"""
-CLAIM_ATTEMPTS = 4
+CLAIM_ATTEMPTS = 16
 """how many times a worker chooses again when another in-flight trial claimed the same configuration"""
+CLAIM_RECHECK_S = 0.05
+"""how long a trial whose claim only later trials share waits (up to twice this) before it looks again"""
 
 
 def is_free(trial: FrozenTrial) -> bool:
     """Whether the sampler chooses this trial's configuration (not enqueued, no inherited decision)."""
     sa = trial.system_attrs
-    return "fixed_params" not in sa and PROPOSAL not in sa and not trial.params
+    return "fixed_params" not in sa and not _decided(sa) and not trial.params
+
+
+def _decided(system_attrs: dict[str, Any]) -> bool:
+    """Whether the trial holds a decision (a claim given up for another worker's is none)."""
+    proposal = system_attrs.get(PROPOSAL)
+    return isinstance(proposal, dict) and bool(proposal.get("config"))
 
 
 class PrimusSampler(BaseSampler):
@@ -238,7 +248,7 @@ class PrimusSampler(BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         store_spec(study, self.spec)
         sa = trial.system_attrs
-        if PROPOSAL in sa:  # a heartbeat retry (system attrs copied): the same decision
+        if _decided(sa):  # a heartbeat retry (system attrs copied): the same decision
             return
         if "fixed_params" in sa:
             self._enqueued(study, trial)
@@ -309,35 +319,56 @@ class PrimusSampler(BaseSampler):
         proposal = None
         chain = self.proposers()  # one chain per decision: the planner is asked at most once
         seen_finished = {t.number for t in ctx.others if t.state.is_finished()}
-        for attempt in range(CLAIM_ATTEMPTS):
+        for _ in range(CLAIM_ATTEMPTS):
             proposal = next((p for pr in chain if (p := pr.propose(ctx)) is not None), None)
             if proposal is None:
                 return None
             self._record(
                 study, trial, proposal, user_attrs=False
             )  # the claim, visible to every worker at once
-            if not self._claimed_elsewhere(study, trial, proposal.config, seen_finished):
+            rivals = self._claimants(study, trial, proposal.config, seen_finished)
+            if rivals and min(rivals) > trial.number:
+                # only later trials claim it too. Of the claims of one configuration the first written is seen by
+                # every later claimant, so a claimant keeps it only when, after writing, it sees no other claim;
+                # the later trials give way to this one at once (below), so look again once they had the time.
+                # SQLite's lock lines concurrent writers up, so two workers otherwise both see both claims, both
+                # give way and meet again on the next point, until the attempts run out.
+                time.sleep(CLAIM_RECHECK_S * (1.0 + random.random()))  # timing only, not a decision
+                rivals = self._claimants(study, trial, proposal.config, seen_finished)
+            if not rivals:
                 break
-            ctx.exclude.add(proposal.config)  # another worker took it meanwhile: choose again
-            # two workers that saw each other's claim both choose again: a jittered pause lets one of them
-            # claim the next point first, so they do not collide on it too
-            time.sleep(random.uniform(0.0, 0.05 * (attempt + 1)))  # timing only, not a decision
+            # another trial holds it: give the claim up at once (a rival waiting to look again then sees it gone)
+            # and choose again
+            set_trial_state(study, trial, PROPOSAL, {"withdrawn": proposal.config.key()})
+            ctx.exclude.add(proposal.config)
+        else:
+            log.warning(
+                "trial %d: %d choices in a row were claimed by other workers; running %s anyway (the objective's "
+                "duplicate guard prunes it if another trial runs it)",
+                trial.number,
+                CLAIM_ATTEMPTS,
+                proposal.config.key() if proposal else "-",
+            )
+            if proposal is not None:
+                self._record(study, trial, proposal, user_attrs=False)  # its claim was given up above
         assert proposal is not None
         self._set_user_attrs(study, trial, self.proposal_attrs(proposal))  # (user attrs cannot be taken back)
         return proposal
 
-    def _claimed_elsewhere(
+    def _claimants(
         self, study: optuna.Study, trial: FrozenTrial, config: TrainingConfig, seen_finished: set[int]
-    ) -> bool:
-        """Whether another trial holds ``config``: one in flight, or one that started and finished after this
-        decision read the study (a fast job can end before the check; it covers the point all the same)."""
+    ) -> list[int]:
+        """The other trials that hold ``config``: in flight (running or waiting, claims included), or started and
+        finished after this decision read the study (a fast job can end before the check; it covers the point
+        all the same)."""
         trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
-        return any(
-            t.number != trial.number
+        return [
+            t.number
+            for t in trials
+            if t.number != trial.number
             and (t.state in ACTIVE or t.number not in seen_finished)
             and trial_config(self.space, t) == config
-            for t in trials
-        )
+        ]
 
     def is_exhausted(self, study: optuna.Study) -> bool:
         """Whether nothing is left to propose: no failed point to retry, no sweep point and no feasible

@@ -10,7 +10,8 @@ Trial system attrs
     - :data:`PROPOSAL` — the sampler's decision, written in ``before_trial`` before anything slow: ``{"phase",
       "proposer", "config" (the ten axis params), "key", "index" (sweep position, when a sweep point),
       "retry_of" (when a retry)}``. A heartbeat retry copies it (Optuna copies system attrs), so a retry runs
-      the same decision; other workers see it at once (in-flight configurations are never proposed again).
+      the same decision; other workers see it at once (in-flight configurations are never proposed again). A
+      claim given up to another worker's reads ``{"withdrawn": key}`` until the next choice is written.
     - :data:`CONFIG` — the configuration the trial runs, written by
       :func:`~primus_optuna.search.suggest.suggest_config` (it differs from the params when a plain sampler's
       suggestion was mapped to the nearest legal configuration, see :data:`MAPPED`).
