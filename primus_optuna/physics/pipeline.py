@@ -7,20 +7,22 @@ computes the loss). Sending an activation/gradient to another stage is blocking 
 zero-bubble schedules), so its cost ``c`` is added to the sending pass; in the interleaved schedule
 Megatron runs the send/receive asynchronously (``overlap_p2p_comm``, on by default with virtual stages), so
 the transfer delays the receiver's dependency by ``c`` and does not occupy the sender (interleaving's ``v×``
-extra traffic then costs only where it lies on the critical path). Stages pick their next pass greedily: a ready B first, else a ready F if fewer
-than ``cap`` chunk-micro-batches are in flight, else a pending W (zero-bubble schedules only; 1F1B and
-interleaved run W fused into B). The caps are the schedules' activation-memory limits:
+extra traffic then costs only where it lies on the critical path).
 
-- 1F1B and ZB-H1: ``p − s`` micro-batches on stage ``s`` (Narayanan et al. 2021; Qi et al. 2024: ZB-H1 has
+1F1B and interleaved 1F1B run in Megatron-Core's fixed order (:func:`static_sequences`: warm-up forwards,
+then one forward and one backward, then the remaining backwards; a stage whose next pass's input has not
+arrived waits), W fused into B. The zero-bubble schedules pick their next pass greedily: a ready B first,
+else a ready F if fewer than ``cap`` chunk-micro-batches are in flight, else a pending W. The caps are the
+schedules' activation-memory limits:
+
+- ZB-H1: ``p − s`` micro-batches on stage ``s``, 1F1B's (Narayanan et al. 2021; Qi et al. 2024: ZB-H1 has
   1F1B's memory and fills the cool-down bubble with deferred W passes);
-- interleaved (Megatron): ``2(p − s − 1) + (v − 1)·p + 1`` chunk-micro-batches, forwards in Megatron's order
-  (groups of ``p`` micro-batches per chunk);
 - ZB-V: two chunks placed in a V (stage ``s`` holds chunks ``s`` and ``2p−1−s``, so the turn at the last stage
   needs no transfer), ``2p`` chunk-micro-batches per stage (1F1B's peak, Qi et al. 2024 §4).
 
 The result is the step time; the *bubble* is the step time minus the busiest stage's work. Simulations are
 memoised on the schedule, ``p``, ``v``, a capped ``m`` (the bubble no longer changes once the pipeline has
-reached its steady state, checked in the tests) and the pass durations normalised and rounded to 1/100.
+reached its steady state, checked in the tests) and the pass durations normalised and rounded to 1/50.
 """
 
 from __future__ import annotations
@@ -61,8 +63,7 @@ def stage_of(schedule: str, pp: int, k: int) -> int:
 
 
 def _cap(schedule: str, pp: int, vpp: int, m: int, s: int) -> int:
-    if schedule == "interleaved":
-        return min(2 * (pp - s - 1) + (vpp - 1) * pp + 1, m * vpp)
+    """Zero-bubble schedules: the chunk-micro-batches stage ``s`` may hold in flight."""
     if schedule == "zbv":
         return 2 * min(pp, m)
     return min(pp - s, m)
@@ -102,9 +103,11 @@ class _Shape:
     """per pass: the finish-time slot it waits for (the slot at 0 for the first chunk's forwards)"""
     stage_op: list[int]
     """per pass: its physical stage"""
-    replay: list
-    backoff: list[int]
-    """1F1B, interleaved: ``[order, per-stage sequences]`` of the shape's last full simulation (:func:`_replay`)"""
+    seqs: list[list[int]]
+    """1F1B, interleaved: each stage's fixed pass order (:func:`static_sequences`; empty for zero-bubble)"""
+    static: list[int]
+    """1F1B, interleaved: every pass in an order that respects Megatron's fixed per-stage sequences and the
+    passes' inputs (:func:`static_sequences`; empty for the zero-bubble schedules)"""
 
 
 @lru_cache(maxsize=256)
@@ -145,6 +148,11 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
             b_orders.append([order])
         else:
             b_orders.append([[nvm + k * m + i for i in range(m)] for k in ks])
+    seqs: list[list[int]] = []
+    if not zb:  # Megatron's fixed order (static_sequences)
+        for s in range(pp):
+            warm = 2 * (pp - s - 1) + (v - 1) * pp if asynchronous else pp - s - 1
+            seqs.append(_megatron_sequence(f_orders[s][0], [op for q in b_orders[s] for op in q], warm))
     # per pass: its chunk and the pass it waits for (-1: none)
     chunk_of = [k for k in range(nv) for _ in range(m)] * 2
     dep_of = [-1] * m + list(range(nvm - m)) + list(range(nvm + m, 2 * nvm)) + list(range(last * m, nvm))
@@ -205,9 +213,55 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
         b_start=b_start,
         dep_slot=[j if j >= 0 else zero for j in dep_of],
         stage_op=[st[k] for k in chunk_of],
-        replay=[],
-        backoff=[0, 0],
+        seqs=seqs,
+        static=_topological(seqs, dep_of, nvm) if seqs else [],
     )
+
+
+def static_sequences(schedule: str, pp: int, v: int, m: int) -> list[list[int]]:
+    """Megatron-Core's pass order on every stage of 1F1B or interleaved 1F1B (flat pass numbers as in
+    :func:`_shape`): ``W`` warm-up forwards, then one forward and one backward until the forwards run out,
+    then the remaining backwards.
+
+    ``W = min(p − s − 1, m)`` without interleaving; with it ``W = 2(p − s − 1) + (v − 1)·p`` capped at the
+    stage's ``v·m`` chunk-micro-batches (``get_pp_rank_microbatches``,
+    megatron/core/pipeline_parallel/schedules.py:954-977@d98e8a64). Forwards take micro-batches in groups of
+    ``p`` per chunk, chunks ascending; backwards the same groups with the chunks descending
+    (``get_schedule_table`` and ``get_model_chunk_id``, same file, 989-1016; the group is
+    ``microbatch_group_size_per_vp_stage``, ``p`` by default). The order is fixed: a stage whose next pass's
+    input has not arrived waits for it (the steady-state loop, same file, 1733-), even when another pass
+    could run. Tested against megatron-core's own functions (tests/mcore/test_pipeline_order.py)."""
+    return [list(seq) for seq in _shape(schedule, pp, v if schedule == "interleaved" else 1, m).seqs]
+
+
+def _megatron_sequence(fwd: list[int], bwd: list[int], warm: int) -> list[int]:
+    """One stage's order: ``warm`` forwards, forward/backward pairs, the remaining backwards."""
+    warm = min(warm, len(fwd))
+    steady = [op for k in range(len(fwd) - warm) for op in (fwd[warm + k], bwd[k])]
+    return fwd[:warm] + steady + bwd[len(fwd) - warm :]
+
+
+def _topological(seqs: list[list[int]], dep_of: list[int], nvm: int) -> list[int]:
+    """The per-stage sequences merged into one order in which every pass comes after its stage's previous
+    pass and after the pass it waits for (``dep_of``, -1: none); raises when the sequences deadlock."""
+    done = [False] * (2 * nvm)
+    at = [0] * len(seqs)
+    order: list[int] = []
+    progress = True
+    while progress:
+        progress = False
+        for s, seq in enumerate(seqs):
+            i = at[s]
+            while i < len(seq) and (dep_of[seq[i]] < 0 or done[dep_of[seq[i]]]):
+                done[seq[i]] = True
+                order.append(seq[i])
+                i += 1
+            if i != at[s]:
+                at[s] = i
+                progress = True
+    if len(order) != 2 * nvm:
+        raise RuntimeError(f"pipeline schedule deadlocked: {len(order)} of {2 * nvm} passes ordered")
+    return order
 
 
 def simulate(
@@ -230,12 +284,16 @@ def simulate(
 
     Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is ``nv·m + k·m + i``
     (one table of finish times for both). Same decisions, same floating-point operations in the same order as
-    the straightforward simulation kept in ``tests/physics/pipeline_reference.py`` (tested equal).
+    the straightforward simulations kept in ``tests/physics/pipeline_reference.py`` (tested equal): the fixed
+    order (1F1B, interleaved) and the greedy event simulation (zero-bubble).
     """
     zb = schedule in ("zb1p", "zbv")
     zbv = schedule == "zbv"
     asynchronous = schedule == "interleaved"  # overlap_p2p_comm
     v = 2 if zbv else (vpp if asynchronous else 1)
+    if asynchronous and m % pp:
+        # Megatron-Core refuses it: megatron/core/pipeline_parallel/schedules.py:1160-1180@d98e8a64
+        raise ValueError(f"interleaved schedule needs micro-batches ({m}) a multiple of pp={pp}")
     sh = _shape(schedule, pp, v, m)
     nv, last, st, nvm = sh.nv, sh.last, sh.st, sh.nvm
     f_orders, b_orders, chunk_of, dep_of = sh.f_orders, sh.b_orders, sh.chunk_of, sh.dep_of
@@ -257,19 +315,9 @@ def simulate(
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
     delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
     dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
-    replayable = schedule == "1f1b" or asynchronous
-    if replayable and sh.replay and min(dur_f) > 0.0 and min(dur_b) > 0.0:
-        backoff = sh.backoff  # [simulations to run before the next replay, gap after a failed one]
-        if backoff[0]:
-            backoff[0] -= 1
-        else:
-            got = _replay(sh, pp, dur_of, delay_of, asynchronous)
-            if got is not None:
-                backoff[1] = 0
-                CRITICAL[0] = got[2]
-                return got[0], got[1], sends
-            # shapes whose order changes with the durations: replay less often (speed only, not results)
-            backoff[1] = backoff[0] = min(2 * backoff[1] + 1, 15)
+    if not zb:  # 1F1B, interleaved: Megatron's fixed order
+        makespan, busy, CRITICAL[0] = _static(sh, pp, dur_of, delay_of, asynchronous)
+        return makespan, busy, sends
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
     # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
@@ -299,114 +347,7 @@ def simulate(
     makespan = 0.0
     inf = float("inf")
     heappop, heappush = heapq.heappop, heapq.heappush
-    if asynchronous:  # interleaved: one forward and one backward queue per stage, transfers asynchronous
-        # two extra finish-time slots: one never set (a queue's end: never ready), one at 0 (the first chunk's
-        # forward input), so a queue head's ready time is one lookup
-        fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
-        ids.extend((-1, -1))
-        f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
-        f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
-        b_at = list(sh.b_start)
-        n_op = 0
-        while heap:
-            t, _, s, ver = heappop(heap)
-            if ver != version[s] or remaining[s] == 0:
-                continue
-            fs = free[s]
-            if fs > t:
-                t = fs
-            while True:
-                if inflight_all[s] < caps[s]:
-                    fp = f_at[s]
-                    j = f_dep[fp]
-                    rf = fin[j]
-                    if rf < 0:
-                        rf = inf
-                    else:
-                        rf += delay_of[f_op[fp]]
-                        if rf < 0:
-                            rf = inf
-                else:
-                    rf = inf
-                if (
-                    rf <= t
-                ):  # Megatron's steady state: a ready forward first (the backward head is not needed)
-                    op = f_op[fp]
-                    f_at[s] = fp + 1
-                    d = dur_of[op]
-                    end = t + d
-                    fin[op] = end
-                    ids[op] = n_op
-                    busy[s] += d
-                    dep_id = ids[j]
-                    k = chunk_of[op]
-                    inflight_all[s] += 1
-                    bound = dep_id >= 0 and rf > last_end[s]
-                    rec_append((0, k, dep_id if bound else last_op[s], int(bound and delay_f[k] > 0)))
-                    break
-                bp = b_at[s]
-                rb = fin[b_dep[bp]]
-                if rb < 0:
-                    rb = inf
-                else:
-                    rb += delay_of[b_op[bp]]
-                    if rb < 0:
-                        rb = inf
-                if rb <= t:
-                    op = b_op[bp]
-                    b_at[s] = bp + 1
-                    d = dur_of[op]
-                    end = t + d
-                    fin[op] = end
-                    ids[op] = n_op
-                    busy[s] += d
-                    dep_id = ids[b_dep[bp]]
-                    k = chunk_of[op]
-                    inflight_all[s] -= 1
-                    bound = dep_id >= 0 and rb > last_end[s]
-                    rec_append((1, k, dep_id if bound else last_op[s], int(bound and delay_b[k] > 0)))
-                    break
-                nxt = rb if rb < rf else rf
-                if nxt < inf and (not heap or nxt <= heap[0][0]):
-                    t = nxt
-                    continue
-                # blocked: wait for a dependency (or for another stage to produce one)
-                free[s] = t
-                waiting.append(s)
-                if nxt < inf:
-                    seq += 1
-                    heappush(heap, (nxt, seq, s, version[s]))
-                elif not heap:
-                    raise RuntimeError(
-                        f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
-                    )
-                end = -1.0
-                break
-            if end < 0:
-                continue
-            last_op[s] = n_op
-            last_end[s] = end
-            free[s] = end
-            if end > makespan:
-                makespan, end_op = end, n_op
-            n_op += 1
-            remaining[s] -= 1
-            if remaining[s]:
-                seq += 1
-                heappush(heap, (end, seq, s, version[s]))
-            # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
-            if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
-                still = []
-                for w_ in waiting:
-                    if w_ != s and s in feeds[w_]:
-                        version[w_] += 1
-                        seq += 1
-                        heappush(heap, (free[w_], seq, w_, version[w_]))
-                    elif w_ != s:
-                        still.append(w_)
-                waiting = still
-        heap = []
-    elif not zbv:  # 1F1B and ZB-H1: one forward and one backward queue per stage, blocking sends
+    if not zbv:  # ZB-H1: one forward and one backward queue per stage, blocking sends
         fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
         ids.extend((-1, -1))
         f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
@@ -668,64 +609,40 @@ def simulate(
             coef[6] += is_last
         op = pred
     CRITICAL[0] = tuple(coef)
-    if replayable and not sh.backoff[0]:  # the order the next simulation of this shape will try
-        order = [0] * (2 * nvm)
-        for op in range(2 * nvm):
-            order[ids[op]] = op
-        seqs: list[list[int]] = [[] for _ in range(pp)]
-        stage_op = sh.stage_op
-        for op in order:
-            seqs[stage_op[op]].append(op)
-        sh.replay[:] = [order, seqs]
     return makespan, busy, sends
 
 
-REPLAYED = [0]
-"""simulations answered by :func:`_replay` (read by the tests)"""
+def _static(
+    sh: _Shape, pp: int, dur_of: list[float], delay_of: list[float], asynchronous: bool
+) -> tuple[float, list[float], tuple[int, ...]]:
+    """1F1B or interleaved: the passes in the shape's fixed order (:func:`static_sequences`), each starting
+    at ``max(its stage's previous end, its input's finish + transfer delay)``.
 
-
-def _replay(
-    sh: _Shape, pp: int, dur_of: list[float], delay_of: list[float], f_first: bool
-) -> tuple[float, list[float], tuple[int, ...]] | None:
-    """1F1B or interleaved with positive durations: the shape's previous per-stage pass order replayed,
-    then checked.
-
-    Each pass starts at ``max(its stage's previous end, its input's finish + transfer delay)`` (the same
-    floats the simulation computes). The order is accepted only if every stage's choice is the simulation's
-    greedy one given these times: 1F1B takes a backward when it is ready by the stage's free time or no later
-    than the forward head (within the cap), else a forward ready strictly before the backward head;
-    interleaved (``f_first``) the same with the roles swapped. With positive durations the simulation is an
-    event simulation in time order whose schedule is the only one with that property (at the first pass where
-    two such schedules differed, the chosen passes' inputs finished earlier, so are the same in both, and the
-    two choices contradict each other), so an accepted replay is the simulation's schedule: same finish
-    times, busy times (summed in the same order), makespan (accepted only when one pass alone ends last,
-    which the simulation's first-maximum rule then picks) and critical path (same strict comparisons).
-    Returns None when the check fails (the caller simulates).
-    """
-    order, seqs = sh.replay
+    Returns (makespan, busy time per stage, critical-path coefficients of (f, b, w, c, f_last, b_last,
+    w_last)). The critical path follows each pass's binding predecessor (its input when that arrives strictly
+    after the stage is free, else the stage's previous pass) back from the first pass to end last."""
     nvm = sh.nvm
     real = 2 * nvm
     fin = [-1.0] * real
-    fin.extend((-1.0, 0.0))
+    fin.extend((-1.0, 0.0))  # slot 2·nv·m never set, slot 2·nv·m + 1 at 0 (the first chunk's input)
     dep_slot, stage_op = sh.dep_slot, sh.stage_op
     last_end = [0.0] * pp
     last_op = [-1] * pp
     busy = [0.0] * pp
     pred = [-1] * real
     via = [0] * real  # 1 when the binding predecessor is an asynchronous transfer
-    for op in order:
+    for op in sh.static:
         s = stage_op[op]
         t = last_end[s]
         j = dep_slot[op]
         r = fin[j] + delay_of[op]
-        if r > t:
+        if r > t and j < real:
             t = r
-            if j < real:
-                pred[op] = j
-                via[op] = delay_of[op] > 0
-            else:
-                pred[op] = last_op[s]
+            pred[op] = j
+            via[op] = delay_of[op] > 0
         else:
+            if r > t:
+                t = r
             pred[op] = last_op[s]
         d = dur_of[op]
         end = t + d
@@ -733,44 +650,9 @@ def _replay(
         busy[s] += d
         last_end[s] = end
         last_op[s] = op
-    inf = float("inf")
-    f_op, f_dep, b_op, b_dep, caps = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep, sh.caps
-    for s in range(pp):
-        fa, ba = sh.f_start[s], sh.b_start[s]
-        infl, cap, free = 0, caps[s], 0.0
-        for op in seqs[s]:
-            rb = fin[b_dep[ba]]
-            rb = inf if rb < 0 else rb + delay_of[b_op[ba]]
-            rf = inf
-            if infl < cap:
-                rf = fin[f_dep[fa]]
-                rf = inf if rf < 0 else rf + delay_of[f_op[fa]]
-            if op >= nvm:
-                if op != b_op[ba]:
-                    return None
-                if f_first:
-                    if not rf > (free if free > rb else rb):
-                        return None
-                elif not (rb <= free or rb <= rf):
-                    return None
-                ba += 1
-                infl -= 1
-            else:
-                if op != f_op[fa] or rf == inf:
-                    return None
-                if f_first:
-                    if not (rf <= free or rf <= rb):
-                        return None
-                elif not rb > (free if free > rf else rf):
-                    return None
-                fa += 1
-                infl += 1
-            free = fin[op]
     del fin[real:]
     makespan = max(fin)
-    if fin.count(makespan) != 1:
-        return None
-    last, chunk_of = sh.last, sh.chunk_of
+    last, chunk_of, st = sh.last, sh.chunk_of, sh.st
     coef = [0] * 7
     op = fin.index(makespan)
     while op >= 0:
@@ -780,15 +662,14 @@ def _replay(
         if op < nvm:
             coef[0] += 1
             coef[4] += is_last
-            coef[3] += not f_first and k < last
+            coef[3] += not asynchronous and k < last and st[k + 1] != st[k]
         else:
             coef[1] += 1
             coef[5] += is_last
-            coef[3] += not f_first and k > 0
+            coef[3] += not asynchronous and k > 0 and st[k - 1] != st[k]
             coef[2] += 1
             coef[6] += is_last
         op = pred[op]
-    REPLAYED[0] += 1
     return makespan, busy, tuple(coef)
 
 

@@ -1,12 +1,22 @@
-"""The pipeline-schedule simulation as it was before its speed-up (kept verbatim as the reference that
-:func:`primus_optuna.physics.pipeline.simulate` must reproduce exactly: makespan, busy times, sends and the
-critical-path coefficients). Only the return value differs: the coefficients are returned, not stored."""
+"""Straightforward pipeline-schedule simulations that :func:`primus_optuna.physics.pipeline.simulate` must
+reproduce exactly (makespan, busy times, sends and the critical-path coefficients):
+:func:`simulate_reference`, the greedy event simulation as it was before its speed-up (kept verbatim; the
+reference for the zero-bubble schedules, and the greedy variant 1F1B and interleaved were simulated with
+before they followed Megatron's fixed order), and :func:`static_reference`, Megatron's fixed order."""
 
 from __future__ import annotations
 
 import heapq
 
-from primus_optuna.physics.pipeline import _cap, n_virtual, stage_of
+from primus_optuna.physics.pipeline import _cap as _zb_cap
+from primus_optuna.physics.pipeline import n_virtual, stage_of
+
+
+def _cap(schedule: str, pp: int, vpp: int, m: int, s: int) -> int:
+    """In-flight caps; interleaved: Megatron's warm-up + 1 (the library no longer simulates it greedily)."""
+    if schedule == "interleaved":
+        return min(2 * (pp - s - 1) + (vpp - 1) * pp + 1, m * vpp)
+    return _zb_cap(schedule, pp, vpp, m, s)
 
 
 def simulate_reference(
@@ -245,4 +255,105 @@ def simulate_reference(
             coef[2] += 1
             coef[6] += is_last
         op = op_pred[op]
+    return makespan, busy, sends, tuple(coef)
+
+
+def static_reference(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    f: float,
+    b: float,
+    w: float,
+    c: float,
+    f_last: float = 0.0,
+    b_last: float = 0.0,
+    w_last: float = 0.0,
+) -> tuple[float, list[float], list[int], tuple[int, ...]]:
+    """1F1B / interleaved in Megatron's fixed per-stage order, written straightforwardly: each stage's list
+    of (kind, chunk, micro-batch) from Megatron's warm-up count and schedule table, then rounds over the
+    stages running every head whose input is done, until all have run. Returns (makespan, busy per stage,
+    sends per stage and micro-batch, critical-path coefficients of (f, b, w, c, f_last, b_last, w_last))."""
+    interleaved = schedule == "interleaved"
+    v = vpp if interleaved else 1
+    nv = pp * v
+    last = nv - 1
+    dur = {}
+    sends = [0] * pp
+    for k in range(nv):
+        s = k % pp
+        fk, bk = (f + f_last, (b + b_last) + (w + w_last)) if k == last else (f, b + w)
+        if not interleaved and pp > 1 and k < last:
+            fk += c
+            sends[s] += 1
+        if not interleaved and pp > 1 and k > 0:
+            bk += c
+            sends[s] += 1
+        dur[(0, k)], dur[(1, k)] = fk, bk
+    # Megatron's virtual micro-batch id -> (micro-batch, chunk on the stage): groups of pp, chunks ascending
+    table = [(g + j, ck) for g in range(0, m, pp) for ck in range(v) for j in range(min(pp, m - g))]
+    if not interleaved:
+        table = [(i, 0) for i in range(m)]
+    lists = []
+    for s in range(pp):
+        total = len(table)
+        warm = min(2 * (pp - s - 1) + (v - 1) * pp if interleaved else pp - s - 1, total)
+        fw = [(0, ck * pp + s, i) for i, ck in table]
+        bw = [(1, (v - 1 - ck) * pp + s, i) for i, ck in table]
+        seq = fw[:warm]
+        for k in range(total - warm):
+            seq += [fw[warm + k], bw[k]]
+        lists.append(seq + bw[total - warm :])
+    fin: dict[tuple[int, int, int], float] = {}
+    pred: dict[tuple[int, int, int], tuple[int, int, int] | None] = {}
+    via: dict[tuple[int, int, int], int] = {}
+    busy = [0.0] * pp
+    prev: list[tuple[int, int, int] | None] = [None] * pp
+    at = [0] * pp
+    while any(at[s] < len(lists[s]) for s in range(pp)):
+        moved = False
+        for s in range(pp):
+            while at[s] < len(lists[s]):
+                op = lists[s][at[s]]
+                kind, k, i = op
+                if kind == 0:
+                    dep = (0, k - 1, i) if k > 0 else None
+                    delay = c if interleaved and k > 0 else 0.0
+                else:
+                    dep = (1, k + 1, i) if k < last else (0, k, i)
+                    delay = c if interleaved and k < last else 0.0
+                if dep is not None and dep not in fin:
+                    break
+                t = fin[prev[s]] if prev[s] is not None else 0.0
+                r = (fin[dep] if dep is not None else 0.0) + delay
+                if dep is not None and r > t:
+                    t, pred[op], via[op] = r, dep, int(delay > 0)
+                else:
+                    t, pred[op], via[op] = max(t, r), prev[s], 0
+                fin[op] = t + dur[(kind, k)]
+                busy[s] += dur[(kind, k)]
+                prev[s] = op
+                at[s] += 1
+                moved = True
+        assert moved, "deadlock"
+    makespan = max(fin.values())
+    # the first pass (forwards before backwards, chunk, micro-batch) to end last
+    end = min((op for op, t in fin.items() if t == makespan), key=lambda o: (o[0], o[1], o[2]))
+    coef = [0] * 7
+    node: tuple[int, int, int] | None = end
+    while node is not None:
+        kind, k, _ = node
+        coef[3] += via[node]
+        if kind == 0:
+            coef[0] += 1
+            coef[4] += k == last
+            coef[3] += not interleaved and k < last
+        else:
+            coef[1] += 1
+            coef[2] += 1
+            coef[3] += not interleaved and k > 0
+            coef[5] += k == last
+            coef[6] += k == last
+        node = pred[node]
     return makespan, busy, sends, tuple(coef)
