@@ -10,4 +10,4 @@ ruff check primus_optuna tests scripts hub
 ruff format --check primus_optuna tests scripts hub
 if [ -f scripts/services.sh ]; then source scripts/services.sh; fi
 echo "[test] pytest"
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -p no:cacheprovider --durations=15 "$@"
