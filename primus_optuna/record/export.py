@@ -42,6 +42,7 @@ from ..space.megatron_args import (
     PRIMUS_ONLY,
     ZERO_BUBBLE,
     config_from_megatron,
+    launch_env,
     megatron_flags,
     megatron_overrides,
     uses_primus,
@@ -110,6 +111,10 @@ def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "", upstr
         if only:
             note = f"Primus-only flags (upstream Megatron-LM refuses them; --upstream leaves them out): {' '.join(only)}"
             header = f"{header}\n{note}" if header else note
+    env = launch_env(spec)
+    if env:
+        note = "launch environment: " + " ".join(f"{k}={v}" for k, v in env.items())
+        header = f"{header}\n{note}" if header else note
     lines: list[str] = []
     i = 0
     while i < len(args):
@@ -122,13 +127,15 @@ def to_megatron(spec: StudySpec, config: TrainingConfig, header: str = "", upstr
 
 
 def to_env(spec: StudySpec, config: TrainingConfig, header: str = "") -> str:
-    """``export NAME=value`` lines: the ten axes, derived DP, GBS and sequence length."""
+    """``export NAME=value`` lines: the ten axes, derived DP, GBS and sequence length, and the environment the
+    workload's launch needs (:func:`~primus_optuna.space.megatron_args.launch_env`)."""
     c = config.derive(spec.world, spec.workload.global_batch_size)
     pairs = [(ENV_NAMES[a], v) for a, v in c.to_params().items()]
     pairs += [
         ("PRIMUS_DP", c.dp),
         ("PRIMUS_GBS", spec.workload.global_batch_size),
         ("PRIMUS_SEQ_LENGTH", spec.workload.seq_length),
+        *launch_env(spec).items(),
     ]
     return _comment(header) + "".join(f"export {k}={shlex.quote(_shell(v))}\n" for k, v in pairs)
 

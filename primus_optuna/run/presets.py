@@ -37,6 +37,7 @@ from ..space import Space, TrainingConfig
 from ..space.megatron_args import (
     PRIMUS_ONLY,
     ZERO_BUBBLE,
+    launch_env,
     megatron_flags,
     megatron_overrides,
     model_arguments,
@@ -321,13 +322,15 @@ def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> 
     return megatron_flags(values, skip=PRIMUS_ONLY)
 
 
-def megatron_env(config: TrainingConfig) -> dict[str, str]:
+def megatron_env(spec: StudySpec, config: TrainingConfig) -> dict[str, str]:
     """``CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron-LM requires it: tp > 1 or cp > 1, unless the EP-overlap
     path (which wants more connections) is on (``megatron/training/arguments.py``@d98e8a64:1451-1479; FSDP,
-    the other exception, is never used)."""
+    the other exception, is never used); plus the workload's own (:func:`launch_env`:
+    ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` with ``workload.te_op_fuser``)."""
+    env = launch_env(spec)
     if (config.tp > 1 or config.cp > 1) and not config.ep_overlap:
-        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    return {}
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
 
 
 def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
@@ -339,7 +342,7 @@ def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
         run += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT]
         config = TrainingConfig.from_params({a: values[a] for a in AXES})
         argv = [*run, script, *megatron_args(spec, config, opts.train_iters), *opts.extra_args]
-        env = {**megatron_env(config), **launch.env}
+        env = {**megatron_env(spec, config), **launch.env}
         return Launch(argv=argv, env=env, extra_logs=launch.extra_logs)
 
     return wrap

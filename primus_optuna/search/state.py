@@ -194,9 +194,10 @@ def space_hash(spec: StudySpec) -> str:
 
 
 def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
-    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields and
-    ``sequence_parallel`` enter only when they differ from their defaults, so study files written before they
-    existed keep their hash (fp32 everywhere and sequence parallelism then, as now)."""
+    """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields,
+    ``sequence_parallel`` and ``te_op_fuser`` enter only when they differ from their defaults, so study files
+    written before they existed keep their hash (fp32 everywhere, sequence parallelism, no TE op fuser then, as
+    now)."""
     return {
         k: v
         for k, v in workload.items()

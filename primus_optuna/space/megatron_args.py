@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import SpecError
 from ..spec import StudySpec
 from ..spec.optimizer import OPTIMIZER_DTYPE_FIELDS
 from ..spec.primus_import import baseline_from_megatron
@@ -61,6 +62,18 @@ PATTERN_ARGS = ("moe_layer_freq", "window_attn_skip_freq")
 """Per-layer 0/1 lists written as Megatron's list expression (``([0]*3+[1]*58)``)."""
 
 
+TE_OP_FUSER_ENV: dict[str, str] = {"NVTE_CUTEDSL_FUSED_GROUPED_MLP": "1"}
+"""Launch environment of ``workload.te_op_fuser``: without it Megatron's TEGroupedMLP refuses the fused path
+for a gated (SwiGLU) expert MLP and its assertion fails (``megatron/core/transformer/moe/experts.py@d98e8a64``:
+286-290, 450-455)."""
+
+
+def launch_env(spec: StudySpec) -> dict[str, str]:
+    """Environment variables a launch of ``spec``'s workload needs besides its arguments (the Megatron runner
+    adds them, the ``env`` export writes them, the ``megatron`` export names them)."""
+    return dict(TE_OP_FUSER_ENV) if spec.workload.te_op_fuser else {}
+
+
 def uses_primus(spec: StudySpec) -> bool:
     """Whether a study's exports default to Primus (its GPUs are AMD's: Primus is the Megatron that runs
     there); an NVIDIA study exports what upstream Megatron-LM accepts."""
@@ -77,6 +90,14 @@ def megatron_overrides(
     c, w, m = config, spec.workload, spec.model
     zb = c.pp_schedule in ZERO_BUBBLE
     primus = (uses_primus(spec) if primus is None else primus) or zb
+    if w.te_op_fuser and primus:
+        # absent from the Megatron-LM that Primus pins: no use_transformer_engine_op_fuser in
+        # transformer_config.py@d3528a21 (upstream: transformer_config.py@d98e8a64:525-527)
+        raise SpecError(
+            "workload.te_op_fuser: a Primus export cannot express --use-transformer-engine-op-fuser (the "
+            "Megatron-LM that Primus pins, d3528a21, has no use_transformer_engine_op_fuser); export Megatron-LM "
+            "arguments for an NVIDIA study (not zero bubble), or set workload.te_op_fuser: false"
+        )
     layout = spec.pipeline.layout is not None and c.pp > 1
     out: dict[str, Any] = {
         "tensor_model_parallel_size": c.tp,
@@ -141,6 +162,11 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
         out["turbo_sync_free_moe_stage"] = 2 if sync_free else 0
         if sync_free:
             out["use_turbo_grouped_gemm"] = True
+    if w.te_op_fuser:
+        # TE's fused grouped MLP (workload.te_op_fuser): TEGroupedMLP takes it only with TE GroupedLinear
+        # experts, i.e. grouped GEMMs (experts.py@d98e8a64:404-408); the launch environment adds
+        # TE_OP_FUSER_ENV (launch_env)
+        out.update(use_transformer_engine_op_fuser=True, moe_grouped_gemm=True)
     # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
     out.update(overlap_moe_expert_parallel_comm=c.ep_overlap, delay_wgrad_compute=c.ep_overlap)
     if c.ep_overlap and primus:

@@ -54,6 +54,8 @@ class Facts:
     """total shared-expert width (TP splits it)"""
     sequence_parallel: bool = True
     """workload.sequence_parallel (Megatron's --sequence-parallel when tp > 1)"""
+    te_op_fuser: bool = False
+    """workload.te_op_fuser (Megatron-LM's --use-transformer-engine-op-fuser, not in Primus's pin)"""
     model: ModelSpec | None = field(default=None, compare=False)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec, compare=False)
     memo: dict[tuple[int, int], str | None] = field(default_factory=dict, compare=False)
@@ -85,6 +87,7 @@ class Facts:
             pipeline=spec.pipeline,
             shared_ffn=m.shared_expert_ffn,
             sequence_parallel=w.sequence_parallel,
+            te_op_fuser=w.te_op_fuser,
         )
 
 
@@ -285,6 +288,17 @@ def _zb_requirements(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _zb_op_fuser(f: Facts, c: Any) -> str | None:
+    # the zero-bubble schedules exist only in Primus, whose pinned Megatron-LM has no
+    # use_transformer_engine_op_fuser (transformer_config.py@d3528a21; upstream @d98e8a64:525-527)
+    if c.pp_schedule in ("zb1p", "zbv") and f.te_op_fuser:
+        return (
+            f"pp_schedule={c.pp_schedule} (Primus zero bubble) cannot run workload.te_op_fuser (the Megatron-LM "
+            "that Primus pins has no TE op fuser); use 1f1b/interleaved or workload.te_op_fuser: false"
+        )
+    return None
+
+
 def _sync_free_tp(f: Facts, c: Any) -> str | None:
     # sync-free MoE stage 2 auto-enables Primus-Turbo's grouped GEMM
     # (primus/backends/megatron/patches/args/rocm_arg_validation.py@fd1eeabb:55-61,199-206), whose layers
@@ -424,6 +438,12 @@ RULES: tuple[Rule, ...] = (
         ("pp_schedule",),
         "zero-bubble schedules need gradient accumulation fusion",
         _zb_requirements,
+    ),
+    Rule(
+        "zb_op_fuser",
+        ("pp_schedule",),
+        "zero-bubble schedules (Primus) cannot run the TE op fuser",
+        _zb_op_fuser,
     ),
     Rule(
         "sync_free_tp",

@@ -311,6 +311,9 @@ def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
     tp = int(args.get("tensor_model_parallel_size") or 1)
     if tp > 1 and args.get("sequence_parallel") is not None and not _truthy(args["sequence_parallel"]):
         out["sequence_parallel"] = False
+    # --use-transformer-engine-op-fuser (upstream Megatron-LM only: transformer_config.py@d98e8a64:525-527)
+    if _truthy(args.get("use_transformer_engine_op_fuser", False)):
+        out["te_op_fuser"] = True
     if out.get("precision") == "fp8" and _truthy(args.get("fp8_param_gather", False)):
         out["fp8_param_gather"] = True
     # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py); its dtypes are legal only with

@@ -155,6 +155,22 @@ class WorkloadSpec(_Strict):
     False: they run on all tokens on every TP rank, activations outside the TP-split GEMMs are not divided by
     tp, and each block all-reduces its output (forward) and its input gradient (backward) (Korthikanti et al.
     2022, §4.2, Table 2)"""
+    te_op_fuser: bool = False
+    """Megatron's ``--use-transformer-engine-op-fuser`` (TransformerConfig ``use_transformer_engine_op_fuser``,
+    ``megatron/core/transformer/transformer_config.py@d98e8a64``:525-527; the flag is generated from that field,
+    which the exclusions do not name, ``megatron/training/arguments.py@d98e8a64``:2279-2374), launched with
+    ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``: each MoE layer's experts run as Transformer Engine's fused grouped MLP
+    (FC1, activation and FC2 of all local experts as one op chain, the FC2 bias scaled inside it;
+    ``megatron/core/transformer/moe/experts.py@d98e8a64``:382-456, 623-636), priced without the per-expert
+    grouped-GEMM cost and bias loop where TE takes its fused kernel (Blackwell, MXFP8;
+    ``physics.throughput.fused_grouped_mlp``), as without the flag elsewhere. Megatron asserts the path is
+    supported when the flag is on (experts.py:286-290): an MoE model (a dense MLP takes TEFusedMLP instead, not
+    modelled: refused here) with TE GroupedLinear experts (the export adds ``moe_grouped_gemm``), expert TP 1
+    (the export always writes ``expert_tensor_parallel_size: 1``), a gated SiLU / quick-GELU activation
+    (``model.swiglu``: refused without it), the router probabilities applied after the experts, no
+    expert_fc1/moe_act offload, Transformer Engine 2.14 or newer (one with ``scale_bias`` when the experts have
+    biases). NVIDIA only: not in the Megatron-LM that Primus pins (d3528a21), so AMD studies, Primus exports and
+    the zero-bubble schedules refuse it."""
     moe_sync_free: bool = False
     """Primus's sync-free MoE (``turbo_sync_free_moe_stage`` >= 2): the DeepEP path does not wait on the host
     for token counts (the all-to-all dispatcher always does, once per dispatch in forward)"""
@@ -216,7 +232,7 @@ class WorkloadSpec(_Strict):
         return self
 
 
-HASHED_WHEN_CHANGED = (*PRECISION_AWARE_FIELDS, "sequence_parallel")
+HASHED_WHEN_CHANGED = (*PRECISION_AWARE_FIELDS, "sequence_parallel", "te_op_fuser")
 """workload fields that enter the space hash only when they differ from their default (study files written
 before they existed keep their hash)"""
 
@@ -472,6 +488,9 @@ class StudySpec(_Strict):
             raise ValueError(
                 f"workload.precision is fp8 but {gpu.name} has no FP8 peak; use bf16 or set cluster.gpu.fp8_tflops"
             )
+        reason = te_op_fuser_reason(self)
+        if reason:
+            raise ValueError(reason)
         try:
             self.pipeline.check_model(self.model)
         except ValueError as exc:
@@ -541,6 +560,37 @@ class StudySpec(_Strict):
         if isinstance(env, dict):
             data["runner"]["options"]["env"] = {k: (MASK if looks_secret(k) else v) for k, v in env.items()}
         return redact_data(data)
+
+
+def te_op_fuser_reason(spec: StudySpec) -> str | None:
+    """Why ``workload.te_op_fuser`` cannot be on for ``spec`` (None when it is off or can be): the conditions
+    under which Megatron's TEGroupedMLP takes the fused grouped-MLP path
+    (``megatron/core/transformer/moe/experts.py@d98e8a64``:382-456, asserted at 286-290) that a study decides."""
+    if not spec.workload.te_op_fuser:
+        return None
+    m = spec.model
+    if not m.is_moe:
+        # Megatron runs a dense MLP through TEFusedMLP with the flag (gpt_layer_specs.py@d98e8a64:536-541);
+        # that path is not modelled here
+        return (
+            "workload.te_op_fuser models the MoE experts' fused grouped MLP and this model is dense (its "
+            "TEFusedMLP path is not modelled); set workload.te_op_fuser: false"
+        )
+    if not m.swiglu:
+        # experts.py@d98e8a64:415-428: a gated SiLU / quick-GELU, or squared ReLU with
+        # use_fused_weighted_squared_relu; a plain (GELU) MLP is refused and Megatron's assertion fails
+        return (
+            "workload.te_op_fuser needs a gated (SwiGLU) expert MLP: Megatron's fused grouped MLP supports "
+            "SwiGLU / quick-GEGLU (or weighted squared ReLU), not this model's GELU MLP "
+            "(experts.py@d98e8a64:415-428); set model.swiglu: true or workload.te_op_fuser: false"
+        )
+    if spec.cluster.gpu.vendor == "amd":
+        return (
+            "workload.te_op_fuser (--use-transformer-engine-op-fuser with the CuTe-DSL fused grouped MLP) is "
+            "not in the Megatron-LM that Primus pins (d3528a21), which AMD GPUs run; set "
+            "workload.te_op_fuser: false"
+        )
+    return None
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:

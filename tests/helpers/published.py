@@ -7,8 +7,9 @@ scaling map to ``fp8`` (recipe ``mxfp8`` / ``tensorwise``; Megatron's default, d
 none); ``flex``/``turbo`` dispatchers to ``deepep``; the
 rows' recompute modules to ``selective:<modules>`` (``[] (none)``: none). Estimated as they ran: the rows'
 ``grad_reduce_in_fp32=False`` (every Bridge recipe) and ``fp8_param_gather=True`` flags, GPT-OSS with its
-sliding windows, attention sinks and linear biases (the catalog entry), and the MoE dispatch sync-free under a
-full-iteration CUDA graph (a captured graph cannot wait on the host for token counts). The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for Llama3.1-8B,
+sliding windows, attention sinks and linear biases (the catalog entry), the MoE dispatch sync-free under a
+full-iteration CUDA graph (a captured graph cannot wait on the host for token counts), and the experts as TE's
+fused grouped MLP where the row names the "cutedsl fused grouped MLP" (``workload.te_op_fuser``). The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for Llama3.1-8B,
 GBS 256 for 70B (the assumption of tests/physics/test_throughput_validation.py). The rest (GB300/B300, models
 not in the catalog) is skipped until the model can express it.
 """
@@ -52,6 +53,10 @@ FAMILY = {
     "MI325X": "cdna3",
     "MI355X": "cdna4",
 }
+
+FUSED_GROUPED_MLP = "cutedsl fused grouped MLP"
+"""How the 26.06 Bridge recipes state TE's fused grouped MLP in ``other_memory_flags``
+(``workload.te_op_fuser``)."""
 
 
 def _gbs(r: dict[str, str]) -> int | None:
@@ -117,6 +122,8 @@ def load_published() -> list[Published]:
                 "grad_reduce_in_fp32": "grad_reduce_in_fp32=False" not in flags,
                 # a full-iteration CUDA graph cannot wait on the host for the MoE token counts
                 "moe_sync_free": r["cuda_graph"] == "full_iteration",
+                # TE's fused grouped MLP (use_transformer_engine_op_fuser + NVTE_CUTEDSL_FUSED_GROUPED_MLP=1)
+                "te_op_fuser": FUSED_GROUPED_MLP in flags,
             }
             if fp8:
                 # mxfp8 / fp8_cs (current scaling); a row that names no recipe keeps Megatron's default (delayed)

@@ -29,6 +29,7 @@ import pytest
 from primus_optuna import StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.space import Space
+from tests.helpers.published import FUSED_GROUPED_MLP
 
 DATA = Path(__file__).parent / "data" / "published_moe_runs.csv"
 ROWS = list(csv.DictReader(DATA.open()))
@@ -104,6 +105,7 @@ def _spec(row: dict[str, str]) -> tuple[StudySpec, dict]:
         "global_batch_size": int(row["gbs"]),
         "precision": "bf16" if row["precision"] == "bf16" else "fp8",
         "grad_reduce_in_fp32": "grad_reduce_in_fp32=False" not in flags,
+        "te_op_fuser": FUSED_GROUPED_MLP in flags,
     }
     if workload["precision"] == "fp8":
         workload["fp8_recipe"] = _fp8_recipe(row)

@@ -10,6 +10,7 @@ from primus_optuna.physics.calibration import (
     BREAKDOWN_TERMS,
     FAMILIES,
     Calibration,
+    family_constants,
     gpu_family,
 )
 from primus_optuna.physics.throughput import (
@@ -407,3 +408,78 @@ def test_fp8_current_scaling_reads_each_cast_tensor_once_more_for_its_amax() -> 
     elements = sum(x.m * x.k * x.count for x in g.attention + g.mlp)
     extra = CURRENT_SCALING_AMAX_BYTES * elements / other["tensorwise"].hbm
     assert f["tensorwise"] - f["delayed"] == pytest.approx(extra, rel=1e-9)
+
+
+def _fused_study(
+    gpu: str = "b200", precision: str = "fp8", catalog: str = "qwen3-30b-a3b", **workload
+) -> StudySpec:
+    w = {"seq_length": 4096, "global_batch_size": 64, "precision": precision, **workload}
+    if precision == "fp8":
+        w.setdefault("fp8_recipe", "mxfp8")
+    return StudySpec.from_dict(
+        {
+            "name": "fused-grouped-mlp",
+            "model": {"catalog": catalog},
+            "cluster": {"gpu": gpu, "nodes": 1, "gpus_per_node": 8},
+            "workload": w,
+        }
+    )
+
+
+def test_te_fused_grouped_mlp_drops_the_per_local_expert_cost() -> None:
+    """workload.te_op_fuser on Blackwell with MXFP8 (TE's CuTe-DSL fused grouped MLP, TE_FUSED_GROUPED_MLP):
+    each grouped GEMM loses the family's fixed cost per local expert, so the gain grows with the local experts
+    (Qwen3-30B-A3B: 128 at ep 1, 16 at ep 8); the rest of the step is unchanged."""
+    from primus_optuna.physics.throughput import _context, fused_grouped_mlp
+
+    off, on = _fused_study(), _fused_study(te_op_fuser=True)
+    assert fused_grouped_mlp(on) and not fused_grouped_mlp(off)
+    k = family_constants(on.cluster.gpu)
+    assert k.grouped_expert_us > 0
+    gains = {}
+    for ep in (1, 8):
+        lay_off = _context(off).layer(1, 1, ep, 1, "alltoall")
+        lay_on = _context(on).layer(1, 1, ep, 1, "alltoall")
+        local = on.model.experts // ep
+        # FC1 and FC2: two grouped GEMMs per layer and forward pass
+        assert lay_off.expert_f - lay_on.expert_f == pytest.approx(2 * local * k.grouped_expert_us * 1e-6)
+        assert lay_on.other_f == lay_off.other_f  # no linear biases in Qwen3
+        c = Space(on).make(ep=ep, mbs=1).derive(on.world, 64)
+        t_off, t_on = (estimate_throughput(s, c).step_time_s for s in (off, on))
+        assert t_on < t_off
+        gains[ep] = t_off - t_on
+    assert gains[1] > gains[8]
+
+
+def test_te_op_fuser_changes_nothing_where_te_takes_no_fused_kernel() -> None:
+    """The CuTe-DSL kernel needs compute capability 10 and a block-scaled recipe
+    (transformer_engine/pytorch/ops/fused/grouped_mlp.py@d0067d0d:842, 944-955): on H100, under BF16 or FP8
+    delayed scaling on B200, and with the flag off, every estimate is the unfused one."""
+    from primus_optuna.physics.throughput import fused_grouped_mlp
+
+    for kw in ({"gpu": "h100"}, {"precision": "bf16"}, {"fp8_recipe": "delayed"}):
+        off, on = _fused_study(**kw), _fused_study(te_op_fuser=True, **kw)
+        assert not fused_grouped_mlp(on), kw
+        for c in sample(Space(on), n=20):
+            assert estimate_throughput(on, c).to_dict() == estimate_throughput(off, c).to_dict(), (
+                kw,
+                c.key(),
+            )
+
+
+def test_te_fused_grouped_mlp_drops_the_per_expert_bias_loop() -> None:
+    """GPT-OSS-120B (linear biases): with the fused grouped MLP the FC2 bias is applied inside TE's fused op
+    (experts.py@d98e8a64:623-636), so forward loses EXPERT_BIAS_BYTES per routed copy and hidden element and
+    the two kernels per local expert (and two) of _apply_bias's loop."""
+    from primus_optuna.physics.throughput import EXPERT_BIAS_BYTES, _context
+
+    off = _fused_study(catalog="gpt-oss-120b")
+    on = _fused_study(catalog="gpt-oss-120b", te_op_fuser=True)
+    ep, mbs = 8, 1
+    ctx = _context(off)
+    lay_off, lay_on = ctx.layer(1, 1, ep, mbs, "alltoall"), _context(on).layer(1, 1, ep, mbs, "alltoall")
+    m = off.model
+    copies = mbs * 4096 * m.moe_router_topk
+    local = m.experts // ep
+    expected = EXPERT_BIAS_BYTES * copies * m.hidden_size / ctx.hbm + (2 * local + 2) * ctx.kernel_s
+    assert lay_off.other_f - lay_on.other_f == pytest.approx(expected, rel=1e-9)

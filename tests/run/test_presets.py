@@ -534,3 +534,25 @@ def test_an_interrupted_slurm_trial_cancels_its_job(
         timer.cancel()
         reset_stop()
     assert marker.read_text().strip().startswith("--name=primus-optuna-3-")
+
+
+def test_megatron_launch_gets_the_te_op_fuser_environment(spec: StudySpec, tmp_path: Path) -> None:
+    """workload.te_op_fuser: the Megatron runner passes --use-transformer-engine-op-fuser and launches with
+    NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (without it Megatron asserts on a gated expert MLP,
+    megatron/core/transformer/moe/experts.py@d98e8a64:286-290, 450-455); the Primus runner refuses it, the
+    Megatron-LM Primus pins (d3528a21) has no such argument."""
+    data = _on(spec).to_dict()
+    data["cluster"]["gpu"] = "b200"
+    on = StudySpec.from_dict({**data, "workload": {**data["workload"], "te_op_fuser": True}})
+    off = StudySpec.from_dict(data)
+    c = Space(on).baseline
+    launch, _ = build_command_runner(on, "megatron", {"megatron_path": "/m"}).build(c, _ctx(on, tmp_path))
+    assert launch.env.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP") == "1"
+    assert "--use-transformer-engine-op-fuser" in launch.argv
+    launch, _ = build_command_runner(off, "megatron", {"megatron_path": "/m"}).build(
+        c, _ctx(off, tmp_path, 1)
+    )
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in launch.env
+    assert "--use-transformer-engine-op-fuser" not in launch.argv
+    with pytest.raises(SpecError, match="workload.te_op_fuser"):
+        primus_overlay(on, c)

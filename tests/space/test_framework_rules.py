@@ -8,7 +8,7 @@ import pytest
 from primus_optuna import Space, StudySpec
 from tests.conftest import FLAGSHIP
 
-FRAMEWORK_RULES = ("zb_pipeline", "zb_requirements", "sync_free_tp")
+FRAMEWORK_RULES = ("zb_pipeline", "zb_requirements", "sync_free_tp", "zb_op_fuser")
 """The rule ids these tests cover (tests/space/test_rules.py checks every rule is covered somewhere)."""
 
 
@@ -75,3 +75,17 @@ def test_an_nvidia_study_offers_only_the_schedules_upstream_megatron_runs() -> N
         assert space.candidates["pp_schedule"] == ["1f1b", "interleaved"]
         assert {c.pp_schedule for c in space.configs()} <= {"1f1b", "interleaved"}
     assert "zbv" in Space(StudySpec.from_yaml(FLAGSHIP)).candidates["pp_schedule"]
+
+
+def test_zero_bubble_cannot_run_the_te_op_fuser() -> None:
+    """The zero-bubble schedules exist only in Primus, whose pinned Megatron-LM (d3528a21) has no
+    use_transformer_engine_op_fuser (upstream: megatron/core/transformer/transformer_config.py@d98e8a64:525-527):
+    with workload.te_op_fuser (an NVIDIA study) they leave the space, 1F1B stays."""
+    space = _space(cluster={"gpu": "b200"}, workload={"te_op_fuser": True})
+    for axes in (ZB1P, ZBV):
+        reasons = space.check(space.make(**axes))
+        assert any("workload.te_op_fuser" in r and "zero bubble" in r for r in reasons), reasons
+    assert space.check(space.make(**{**ZB1P, "pp_schedule": "1f1b"})) == []
+    assert all(c.pp_schedule not in ("zb1p", "zbv") for c in space.configs())
+    off = _space(cluster={"gpu": "b200"})
+    assert off.check(off.make(**ZB1P)) == []

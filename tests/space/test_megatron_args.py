@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from primus_optuna import Space, StudySpec
+from primus_optuna import Space, SpecError, StudySpec
 from primus_optuna.record.export import export_config, megatron_args
 from primus_optuna.space.megatron_args import PRIMUS_ONLY, megatron_overrides
 from tests.conftest import FLAGSHIP, STUDIES
@@ -201,3 +201,62 @@ def test_an_nvidia_export_has_no_primus_flags_without_being_asked() -> None:
         assert {"use_turbo_deepep", "enable_zero_bubble"} <= set(_overlay(spec, c))  # the overlay is Primus's
     amd = StudySpec.from_yaml(FLAGSHIP)
     assert "--use-turbo-deepep" in export_config(amd, Space(amd).make(moe_dispatcher="deepep"), "megatron")
+
+
+def _fuser_spec(**workload) -> StudySpec:
+    data = StudySpec.from_yaml(FLAGSHIP).to_dict()  # Mixtral 8x22B (SwiGLU experts), FP8
+    data["cluster"] = {**data["cluster"], "gpu": "b200"}
+    data["workload"] = {**data["workload"], **workload}
+    return StudySpec.from_dict(data)
+
+
+def test_te_op_fuser_is_exported_as_megatrons_flag_with_grouped_gemm() -> None:
+    """workload.te_op_fuser = --use-transformer-engine-op-fuser (megatron/training/arguments.py@d98e8a64:
+    2279-2374 generates it from transformer_config.py@d98e8a64:525-527) with --moe-grouped-gemm, which the
+    fused path needs (TE GroupedLinear experts, moe/experts.py@d98e8a64:404-408); off, neither is written."""
+    on, off = _fuser_spec(te_op_fuser=True), _fuser_spec()
+    c = Space(on).baseline
+    args = megatron_args(on, c)
+    assert "--use-transformer-engine-op-fuser" in args and "--moe-grouped-gemm" in args
+    assert megatron_overrides(on, c)["use_transformer_engine_op_fuser"] is True
+    assert "--use-transformer-engine-op-fuser" not in megatron_args(off, c)
+    assert "use_transformer_engine_op_fuser" not in megatron_overrides(off, c)
+
+
+def test_te_op_fuser_launch_environment_is_exported() -> None:
+    """Megatron refuses the fused grouped MLP of a gated expert MLP without NVTE_CUTEDSL_FUSED_GROUPED_MLP
+    (moe/experts.py@d98e8a64:450-455, asserted at 286-290): the env export writes it, the megatron export
+    names it."""
+    on, off = _fuser_spec(te_op_fuser=True), _fuser_spec()
+    c = Space(on).baseline
+    assert "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1\n" in export_config(on, c, "env")
+    assert "# launch environment: NVTE_CUTEDSL_FUSED_GROUPED_MLP=1\n" in export_config(on, c, "megatron")
+    assert "NVTE_CUTEDSL" not in export_config(off, c, "env") + export_config(off, c, "megatron")
+
+
+def test_te_op_fuser_refuses_a_primus_export() -> None:
+    """The Megatron-LM that Primus pins (d3528a21) has no use_transformer_engine_op_fuser: the Primus overlay
+    (and any Primus-flavoured argument list) raises naming the field instead of dropping it."""
+    on = _fuser_spec(te_op_fuser=True)
+    c = Space(on).baseline
+    for export in (
+        lambda: export_config(on, c, "primus"),
+        lambda: megatron_overrides(on, c, primus=True),
+    ):
+        with pytest.raises(SpecError) as e:
+            export()
+        assert "workload.te_op_fuser" in str(e.value) and "d3528a21" in str(e.value)
+    assert export_config(_fuser_spec(), c, "primus")  # off, the overlay is written
+
+
+def test_te_op_fuser_round_trips_through_the_importer() -> None:
+    """The exported arguments read back as the workload (spec/primus_import.py:workload_from_megatron)."""
+    from primus_optuna.spec.primus_import import workload_from_megatron
+
+    on, off = _fuser_spec(te_op_fuser=True), _fuser_spec()
+    c = Space(on).baseline
+    assert workload_from_megatron(megatron_overrides(on, c))["te_op_fuser"] is True
+    assert "te_op_fuser" not in workload_from_megatron(megatron_overrides(off, c))
+    # as a command line parses it (a bare flag) and as YAML writes it
+    assert workload_from_megatron({"use_transformer_engine_op_fuser": "true"})["te_op_fuser"] is True
+    assert "te_op_fuser" not in workload_from_megatron({"use_transformer_engine_op_fuser": False})

@@ -145,3 +145,23 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
     exp.write_text("modules:\n  pre_trainer:\n    framework: megatron\n    model: nowhere.yaml\n")
     with pytest.raises(SpecError, match="primus_root"):
         import_primus_yaml(exp)
+
+
+def test_te_op_fuser_is_read_back_from_megatron_arguments(tmp_path: Path) -> None:
+    """``use_transformer_engine_op_fuser: true`` (Megatron-LM's --use-transformer-engine-op-fuser,
+    transformer_config.py@d98e8a64:525-527) in an argument YAML becomes ``workload.te_op_fuser``; on an AMD
+    cluster the study then names the field, the Megatron-LM that Primus pins having no such argument."""
+    exp = _tree(tmp_path)
+    text = exp.read_text().replace(
+        "      fp8: hybrid\n", "      fp8: hybrid\n      use_transformer_engine_op_fuser: true\n"
+    )
+    exp.write_text(text)
+    assert import_primus_yaml(exp).workload["te_op_fuser"] is True
+    data = {
+        "name": "imported",
+        "model": {"primus_yaml": str(exp)},
+        "cluster": {"gpu": "b200", "nodes": 8},
+    }
+    assert StudySpec.from_dict(data).workload.te_op_fuser is True
+    with pytest.raises(SpecError, match="workload.te_op_fuser"):
+        StudySpec.from_dict({**data, "cluster": {"gpu": "mi355x", "nodes": 8}})

@@ -255,3 +255,46 @@ def test_precision_aware_optimizer_accepts_the_published_recipe():
     }
     w = StudySpec.from_dict({**data, "workload": {**data["workload"], **recipe}}).workload
     assert (w.main_params_dtype, w.exp_avg_dtype, w.exp_avg_sq_dtype) == ("fp32", "bf16", "bf16")
+
+
+def _nvidia_moe(**workload) -> dict:
+    data = small_moe_study()
+    data["cluster"] = {**data["cluster"], "gpu": "b200"}
+    data["workload"] = {**data["workload"], **workload}
+    return data
+
+
+def test_te_op_fuser_defaults_off_and_is_accepted_on_an_nvidia_swiglu_moe():
+    assert StudySpec.from_dict(_nvidia_moe()).workload.te_op_fuser is False
+    assert StudySpec.from_dict(_nvidia_moe(te_op_fuser=True)).workload.te_op_fuser is True
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # a dense MLP takes TEFusedMLP (gpt_layer_specs.py@d98e8a64:536-541), not the modelled grouped MLP
+        ({"model": {"catalog": "llama3.1-8b"}}, "this model is dense"),
+        # Megatron's fused grouped MLP needs a gated SiLU / quick-GELU expert MLP (experts.py@d98e8a64:415-428)
+        ({"model": {"catalog": "mixtral-8x7b", "swiglu": False}}, "needs a gated (SwiGLU) expert MLP"),
+        # the Megatron-LM that Primus pins (d3528a21) has no use_transformer_engine_op_fuser
+        ({"cluster": {"gpu": "mi355x", "nodes": 2, "gpus_per_node": 4}}, "Primus pins (d3528a21)"),
+    ],
+)
+def test_te_op_fuser_legality_names_the_field_and_the_fix(change, message):
+    data = {**_nvidia_moe(te_op_fuser=True), **change}
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    text = str(e.value)
+    assert message in text
+    assert "workload.te_op_fuser" in text and "te_op_fuser: false" in text
+    # off, the same study loads
+    StudySpec.from_dict({**data, "workload": {**data["workload"], "te_op_fuser": False}})
+
+
+def test_te_op_fuser_enters_the_space_hash_only_when_on():
+    from primus_optuna.search.state import space_hash
+
+    base = StudySpec.from_dict(_nvidia_moe())
+    written_off = StudySpec.from_dict(_nvidia_moe(te_op_fuser=False))
+    assert space_hash(base) == space_hash(written_off)
+    assert space_hash(StudySpec.from_dict(_nvidia_moe(te_op_fuser=True))) != space_hash(base)
