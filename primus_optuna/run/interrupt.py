@@ -26,6 +26,7 @@ from types import FrameType
 __all__ = [
     "OPTUNA_TELL_FUNCTION",
     "OPTUNA_TELL_MODULE",
+    "STORAGE_PACKAGES",
     "Interrupted",
     "exit_code",
     "handle_signals",
@@ -40,6 +41,10 @@ __all__ = [
 # into tell (see :func:`_recording`).
 OPTUNA_TELL_MODULE = "optuna.study._tell"
 OPTUNA_TELL_FUNCTION = "_tell_with_warning"
+STORAGE_PACKAGES = ("optuna.storages", "sqlalchemy")
+"""packages a second signal is held out of: one cutting a storage write left its SQLite transaction open
+(``database is locked`` at the next write, a trial left RUNNING), and SQLAlchemy's weakref callbacks swallow
+it (``Exception ignored in ... _collection_gced``); seen with ``scripts/check_interrupts.py --then INT``"""
 
 _stop = threading.Event()
 _signum: list[int] = []
@@ -92,6 +97,16 @@ def _recording(frame: FrameType | None) -> bool:
     return False
 
 
+def _in_storage(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (the main thread's) is inside one of :data:`STORAGE_PACKAGES`."""
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if any(name == p or name.startswith(p + ".") for p in STORAGE_PACKAGES):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def raise_if_stopped(study: object, trial: object) -> None:
     """An ``optimize`` callback (run after each trial is recorded): raise :class:`Interrupted` when a signal
     arrived and has not been raised yet (it came while the trial was recorded, or ``graceful``)."""
@@ -111,12 +126,16 @@ def handle_signals(*, graceful: bool = False) -> Iterator[None]:
     ``optimize`` callback). ``graceful``: a first signal only sets the flag and says so on stderr — a launched
     job is stopped at its runner's next poll, the objective raises before it starts a runner, the callback
     after the trial — so no library code is cut in the middle (a SQLAlchemy weakref callback, a storage
-    write); a second signal raises at once."""
+    write); a second signal raises at once, unless it comes during a storage call (:data:`STORAGE_PACKAGES`:
+    then it is raised at the next of those checks); a third raises even there (a storage call that hangs)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
+    received = [0]
+
     def handler(signum: int, frame: FrameType | None) -> None:
+        received[0] += 1
         first = stop_signal() is None
         request_stop(signum)
         signum = stop_signal() or signum  # the first signal's (a second one only makes the stop immediate)
@@ -128,8 +147,8 @@ def handle_signals(*, graceful: bool = False) -> Iterator[None]:
                 f"send it again to stop at once\n".encode(),
             )
             return
-        if _recording(frame):
-            return  # raised by raise_if_stopped once Optuna has recorded the trial
+        if _recording(frame) or (received[0] <= 2 and _in_storage(frame)):
+            return  # raised at the next check: raise_if_stopped, the objective's, a runner's poll
         raise Interrupted(signum)
 
     reset_stop()

@@ -3,7 +3,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import optuna
 import pytest
@@ -307,6 +306,10 @@ def test_duration_flags_refuse_a_non_positive_value(tmp_path):
         assert not (tmp_path / "d.db").exists()
 
 
+CLI_PROCESS = [sys.executable, "-c", "from primus_optuna.cli import main; main()"]
+"""``primus-optuna`` as a process (the console script's body, without needing it installed)"""
+
+
 def _trials_of(url: str, name: str) -> list:
     try:
         return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
@@ -319,9 +322,17 @@ def test_a_signal_to_run_exits_128_plus_it_and_names_it(tmp_path, sig):
     # the real command in a subprocess, on the analytical runner: the stop flag decides the line and the code
     study = _write(tmp_path, small_moe_study())
     url = f"sqlite:///{tmp_path / 's.db'}"
-    program = Path(sys.executable).with_name("primus-optuna")
-    argv = [str(program), "run", str(study), "--storage", url, "--no-llm", "--no-progress"]
-    proc = subprocess.Popen([*argv, "--n-trials", "200"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    args = ["run", str(study), "--storage", url, "--n-trials", "200", "--no-llm", "--no-progress"]
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(
+        [*CLI_PROCESS, *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        stdout=pipe,
+        stderr=pipe,
+        text=True,
+    )
     try:
         t0 = time.monotonic()
         while len(_trials_of(url, "small-moe")) < 2 and proc.poll() is None and time.monotonic() - t0 < 60:

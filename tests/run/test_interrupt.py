@@ -136,3 +136,27 @@ def test_handle_signals_is_a_no_op_outside_the_main_thread():
     t.start()
     t.join()
     assert handlers == [before]
+
+
+def test_a_second_signal_during_a_storage_write_is_held_a_third_is_not(tmp_path):
+    # cut into, a write left its SQLite transaction open ("database is locked" next) or a trial RUNNING
+    from sqlalchemy import event
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'h.db'}")
+    study = optuna.create_study(storage=storage)
+    pending: list[int] = []
+
+    def signal_in_commit(conn) -> None:  # called by SQLAlchemy, inside Optuna's storage call
+        if pending:
+            _kill_self(pending.pop())
+
+    event.listen(storage.engine, "commit", signal_in_commit)
+    with handle_signals(graceful=True):
+        _kill_self(signal.SIGTERM)  # the first: the flag only
+        pending.append(signal.SIGINT)
+        study.set_user_attr("written", 1)  # the second signal comes during this write
+        assert not pending and study.user_attrs == {"written": 1}
+        pending.append(signal.SIGINT)
+        with pytest.raises(Interrupted) as exc:
+            study.set_user_attr("third", 1)
+        assert exc.value.signum == signal.SIGTERM  # (a storage call that hangs can still be stopped)
