@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -35,7 +36,8 @@ def seconds_option(name: str, help: str) -> Callable[[F], F]:
 
 
 def user_errors(fn: F) -> F:
-    """Turn :class:`SpecError` into one message on stderr and exit code 2."""
+    """Turn :class:`SpecError` into one message on stderr and exit code 2, an interrupt into one line and 128 +
+    its signal."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -44,9 +46,12 @@ def user_errors(fn: F) -> F:
         except SpecError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:  # Ctrl-C before a command's own handling starts (click: "Aborted!", exit 1)
-            click.echo("interrupted (SIGINT); run the same command again", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            # Ctrl-C outside a command's own handling (click's would be "Aborted!", exit 1); an Interrupted
+            # names its signal (SIGTERM too)
+            signum = getattr(exc, "signum", signal.SIGINT)
+            click.echo(f"interrupted ({signal.Signals(signum).name}); run the same command again", err=True)
+            sys.exit(128 + int(signum))
 
     return wrapper  # type: ignore[return-value]
 

@@ -252,7 +252,7 @@ def run(
     from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
     from ..run.factory import make_runner
-    from ..run.interrupt import Interrupted, exit_code, raise_if_stopped
+    from ..run.interrupt import exit_code, raise_if_stopped
     from ..run.objective import make_objective, requeue_interrupted
     from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
@@ -368,13 +368,44 @@ def run(
     # a terminal gets Optuna's progress bar; a log file or pipe gets one line per trial (throttled)
     show_bar = not no_progress and not as_json and sys.stderr.isatty()
     lines = not no_progress and not show_bar
-    interrupted: Interrupted | None = None
     if _exhausted(st):
         say("nothing left to run: every legal configuration that fits in memory has been tried")
         n = 0
+    # a signal while the study was opened: ask no trial (the sampler would decide one, a planner call with an
+    # LLM, only for the objective to record it as interrupted)
+    if stop_signal() is not None:
+        n = 0
+    reported = False
+
+    def report_interrupt() -> None:
+        """The interrupt's line, once: before the summary, or after it for a signal while it is written."""
+        nonlocal reported
+        signum = stop_signal()
+        if signum is None or reported:
+            return
+        reported = True
+        stopped = [
+            t.number
+            for t in st.get_trials(deepcopy=False)
+            if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
+        ]
+        click.echo(
+            f"interrupted ({signal.Signals(signum).name})"
+            + (
+                f": trial(s) {', '.join(f'#{k}' for k in stopped)} stopped, recorded as FAIL "
+                "(failure_reason: interrupted)"
+                if stopped
+                else ""
+            )
+            + "; run the same command again to resume (interrupted trials are re-run first)",
+            err=True,
+        )
+
+    # The stop flag alone says whether, and by which signal, the run was interrupted (its exit code, its line):
+    # an interrupted `optimize` raises the Interrupted of the objective, a runner, the callback or a second
+    # signal, or returns when the flag rose after the last trial; a signal may also come during the summary.
     try:
         try:
-            raise_if_stopped(st, None)  # a signal while the study was opened
             st.optimize(
                 objective,
                 n_trials=n,
@@ -382,38 +413,26 @@ def run(
                 n_jobs=n_jobs,
                 catch=(RunFailure,),
                 show_progress_bar=show_bar,
+                # raise_if_stopped ends the study once a trial is recorded after a signal: without it the next
+                # trial would be asked (and its sampler decision made) only to be recorded as interrupted
                 callbacks=[*([ProgressLines(n)] if lines else []), raise_if_stopped],
             )
-        except KeyboardInterrupt as exc:
-            interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
-        if interrupted is None and stop_signal() is not None:  # the sampler stopped the study on it
-            interrupted = Interrupted(stop_signal())
-        if interrupted is not None:
-            stopped = [
-                t.number
-                for t in st.get_trials(deepcopy=False)
-                if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
-            ]
-            click.echo(
-                f"interrupted ({signal.Signals(interrupted.signum).name})"
-                + (
-                    f": trial(s) {', '.join(f'#{k}' for k in stopped)} stopped, recorded as FAIL "
-                    "(failure_reason: interrupted)"
-                    if stopped
-                    else ""
-                )
-                + "; run the same command again to resume (interrupted trials are re-run first)",
-                err=True,
-            )
+        except KeyboardInterrupt:
+            if stop_signal() is None:  # raised by code, not a signal's (handle_signals raises the flag first)
+                raise
+        report_interrupt()
         from ._common import program
 
         refresh_study_note(st, handle.storage_url, program=program())
         _print_summary(st, handle.storage_url, as_json)
-    except KeyboardInterrupt as exc:  # a second interrupt while writing the summary
-        interrupted = interrupted or (exc if isinstance(exc, Interrupted) else Interrupted())
+    except KeyboardInterrupt:  # a second signal while the summary is written
+        if stop_signal() is None:
+            raise
     finally:
         optuna_log.removeFilter(quiet)
         for h in optuna_log.handlers:
             h.removeFilter(quiet)
-    if interrupted is not None:
-        sys.exit(exit_code(interrupted.signum))
+    report_interrupt()
+    signum = stop_signal()
+    if signum is not None:
+        sys.exit(exit_code(signum))

@@ -355,7 +355,8 @@ def _stored_attrs(trial: optuna.Trial) -> dict[str, Any]:
 
 
 def _signal_name(exc: BaseException) -> str:
-    signum = getattr(exc, "signum", signal.SIGINT)
+    """The stop flag's signal (what ``run`` reports), else the exception's (a Python-API Ctrl-C: SIGINT)."""
+    signum = stop_signal() or getattr(exc, "signum", signal.SIGINT)
     return signal.Signals(signum).name
 
 

@@ -278,10 +278,11 @@ class PrimusSampler(BaseSampler):
         try:
             exhausted = self.is_exhausted(study)
         except KeyboardInterrupt:
-            # Optuna calls after_trial inside tell, and optuna 5.0's _run_trial cannot take an interrupt there
-            # (optuna/study/_optimize.py: its `finally` reads `updated_state`, unbound after a KeyboardInterrupt:
-            # an UnboundLocalError, the trial left RUNNING): let the trial be recorded and stop after it. The
-            # CLI's signal handler has raised its stop flag, so `primus-optuna run` still reports the interrupt.
+            # Optuna calls after_trial inside tell, and optuna 5's _run_trial cannot take an interrupt there
+            # (optuna/study/_optimize.py@v5.1.0: its `finally` reads `updated_state`, unbound after a
+            # KeyboardInterrupt: an UnboundLocalError, the trial left RUNNING): let the trial be recorded and stop
+            # after it. Only Python's own Ctrl-C handler (a Python-API study) raises here: under handle_signals
+            # (`primus-optuna run`) a signal during tell only raises the stop flag, which run reports.
             log.warning("interrupted while trial %d was recorded: the study stops after it", trial.number)
             exhausted = True
         else:

@@ -1,7 +1,11 @@
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import optuna
+import pytest
 from click.testing import CliRunner
 
 from primus_optuna.cli import cli
@@ -300,3 +304,86 @@ def test_duration_flags_refuse_a_non_positive_value(tmp_path):
         r = invoke("run", study, "--storage", f"sqlite:///{tmp_path / 'd.db'}", flag, 0)
         assert r.exit_code == 2 and flag in r.output and "x>0" in r.output, r.output
         assert not (tmp_path / "d.db").exists()
+
+
+CLI_PROCESS = [sys.executable, "-c", "from primus_optuna.cli import main; main()"]
+"""``primus-optuna`` as a process (the console script's body, without needing it installed)"""
+
+
+def _trials_of(url: str, name: str) -> list:
+    try:
+        return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+    except KeyError:  # not created yet
+        return []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_run_exits_128_plus_it_and_names_it(tmp_path, sig):
+    # the real command in a subprocess, on the analytical runner: the stop flag decides the line and the code
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["run", str(study), "--storage", url, "--n-trials", "200", "--no-llm", "--no-progress"]
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(
+        [*CLI_PROCESS, *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        stdout=pipe,
+        stderr=pipe,
+        text=True,
+    )
+    try:
+        t0 = time.monotonic()
+        while len(_trials_of(url, "small-moe")) < 2 and proc.poll() is None and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, err[-3000:]
+    assert f"interrupted ({name})" in err and "run the same command again" in err, err[-3000:]
+    assert "Traceback" not in err + out and "best configuration (trial" in out
+    ts = _trials_of(url, "small-moe")
+    assert 2 <= len(ts) < 200 and not [t.number for t in ts if t.state == State.RUNNING]
+    failed = [t for t in ts if t.state == State.FAIL]
+    assert all(t.user_attrs["failure_reason"] == "interrupted" for t in failed)
+    assert all(t.user_attrs["interrupted_by"] == name for t in failed if "interrupted_by" in t.user_attrs)
+
+
+def test_a_signal_while_the_summary_is_written_still_exits_143(tmp_path, monkeypatch):
+    # the graceful handler raises nothing at a first signal: only the stop flag tells that one came
+    from primus_optuna.cli import run_cmd
+
+    summary = run_cmd._print_summary
+
+    def signalled_summary(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        summary(*args, **kwargs)
+
+    monkeypatch.setattr(run_cmd, "_print_summary", signalled_summary)
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    r = invoke("run", study, "--storage", url, "--n-trials", 3, "--no-progress")
+    assert r.exit_code == 143, r.output
+    assert "best configuration (trial" in r.output and "interrupted (SIGTERM)" in r.output
+    assert [t.state for t in _trials_of(url, "small-moe")] == [State.COMPLETE] * 3
+
+
+def test_a_signal_while_the_study_is_opened_starts_no_trial(tmp_path, monkeypatch):
+    from primus_optuna.run import objective
+
+    requeue = objective.requeue_interrupted
+
+    def signalled_requeue(study):  # run calls it once the study is open, before the first trial
+        os.kill(os.getpid(), signal.SIGTERM)
+        return requeue(study)
+
+    monkeypatch.setattr(objective, "requeue_interrupted", signalled_requeue)
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    r = invoke("run", study, "--storage", url, "--n-trials", 3, "--no-progress")
+    assert r.exit_code == 143, r.output
+    assert "interrupted (SIGTERM); run the same command again" in r.output
+    assert _trials_of(url, "small-moe") == []
