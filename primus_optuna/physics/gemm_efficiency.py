@@ -32,6 +32,28 @@ TILE = 128
 """grouped GEMMs pad each expert's tokens to whole tiles (assumption: 128-row tiles, CUTLASS/hipBLASLt)"""
 
 
+ATTN_SCORE_COST = 124.0
+"""non-matmul work of flash attention per score (online softmax: max, exp, rescale), in head-dim units of the
+matmul work per score (which grows with the head width ``d``): the kernel's rate per FLOP goes as
+``d / (d + ATTN_SCORE_COST)``. Fitted to cuDNN's BF16 flash-attention forward on H100 SXM5 at 4k tokens,
+408 TFLOP/s at head dim 64 vs 609 at 128 (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, forward-speed
+figures); the same ratio is assumed for backward and for the other vendors' kernels."""
+
+ATTN_REFERENCE_HEAD_DIM = 128
+"""head width the attention curves of :mod:`.calibration` were fitted on (every fitting row has 128-wide heads,
+MLA's 192/128 included); wider heads are not credited (cuDNN at head dim 256 is no faster per FLOP than at 128
+in the same paper: register-bound)"""
+
+
+def attention_width_factor(head_width: float) -> float:
+    """Flash-attention rate per FLOP at heads ``head_width`` wide (the mean of the q/k and v widths) relative to
+    the :data:`ATTN_REFERENCE_HEAD_DIM`-wide heads the curves were fitted on: 1 for 128 and wider, 0.67 at 64."""
+    ref = ATTN_REFERENCE_HEAD_DIM
+    if head_width >= ref:
+        return 1.0
+    return head_width * (ref + ATTN_SCORE_COST) / (ref * (head_width + ATTN_SCORE_COST))
+
+
 @dataclass(frozen=True, slots=True)
 class EfficiencyCurve:
     """Achievable fraction of a roofline peak as a function of the work of one kernel."""
@@ -110,8 +132,17 @@ def layer_gemm_seconds(
             grouped=grouped,
         )
     core = 2.0 * 2.0 * shape.mbs * shape.seq * shape.seq * a * d * 0.5  # causal QKᵀ and PV
-    total += 3.5 * core / (peak_flops * attention.fraction(core / 2))  # FlashAttention-2: backward 2.5x
+    rate = peak_flops * attention.fraction(core / 2) * attention_width_factor(d)
+    total += 3.5 * core / rate  # FlashAttention-2: backward 2.5x
     return total
 
 
-__all__ = ["TILE", "EfficiencyCurve", "gemm_seconds", "layer_gemm_seconds"]
+__all__ = [
+    "ATTN_REFERENCE_HEAD_DIM",
+    "ATTN_SCORE_COST",
+    "TILE",
+    "EfficiencyCurve",
+    "attention_width_factor",
+    "gemm_seconds",
+    "layer_gemm_seconds",
+]

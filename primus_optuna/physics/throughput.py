@@ -55,7 +55,7 @@ from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants, gpu_family
 from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
-from .gemm_efficiency import gemm_seconds
+from .gemm_efficiency import attention_width_factor, gemm_seconds
 from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
 from .pipeline import pipeline_timing
 from .shapes import embedding_params, output_params
@@ -230,6 +230,11 @@ class _Context:
         # the tensor once more for its amax (CURRENT_SCALING_AMAX_BYTES)
         self.cast_bytes = ACT + 1 + (CURRENT_SCALING_AMAX_BYTES if w.fp8_recipe == "tensorwise" else 0)
         self.flash = w.flash_attention
+        # a GPU's fused flash kernel (cuDNN, CK/aiter): its rate per FLOP at this model's head width (q/k and v
+        # widths averaged: MLA's differ); a vendor "other" device (a CPU core) runs no such kernel
+        v_dim = m.v_head_dim if m.multi_latent_attention else m.head_dim
+        gpu_kernel = gpu.vendor in ("nvidia", "amd")
+        self.attn_width = attention_width_factor((m.head_dim + v_dim) / 2) if gpu_kernel else 1.0
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
         self.host_s = self.k.host_kernel_us * 1e-6
@@ -311,7 +316,7 @@ class _Context:
             # and write the fp32 partial output and the LSE)
             n_kern = 2 * cp - 1
             work = g.core_attention_flops / 2 / n_kern
-            rate = self.bf16_peak * k.attention.fraction(work)
+            rate = self.bf16_peak * k.attention.fraction(work) * self.attn_width
             correction = 0.0
             if cp > 1:
                 out_elems = mbs * (self.seq / cp) * heads_per_mbs * d

@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 
 from primus_optuna.physics.calibration import FAMILIES
-from primus_optuna.physics.gemm_efficiency import EfficiencyCurve, gemm_seconds
+from primus_optuna.physics.gemm_efficiency import (
+    ATTN_REFERENCE_HEAD_DIM,
+    EfficiencyCurve,
+    attention_width_factor,
+    gemm_seconds,
+)
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
+from tests.conftest import small_dense_study
 from tests.physics.test_throughput import FLAG, FLAG_SPACE, sample, with_changes
 
 
@@ -71,3 +77,26 @@ def test_zero_bubble_needs_gradient_accumulation_fusion() -> None:
     assert a.breakdown_s["pipeline_bubble"] == pytest.approx(b.breakdown_s["pipeline_bubble"])
     # and the extra main-grad add makes the step slower than with fusion
     assert b.step_time_s > estimate_throughput(spec, plain).step_time_s
+
+
+def test_attention_width_factor_matches_cudnn_head_dim_ratio() -> None:
+    """Flash attention with 64-wide heads runs at 408/609 of the 128-wide rate per FLOP (cuDNN, H100 BF16
+    forward at 4k tokens, Shah et al. 2024); the curves are fitted on 128-wide heads, wider ones get no credit."""
+    assert attention_width_factor(ATTN_REFERENCE_HEAD_DIM) == 1.0
+    assert attention_width_factor(160) == attention_width_factor(256) == 1.0  # MLA (192 + 128) / 2, wide heads
+    assert attention_width_factor(64) == pytest.approx(408 / 609, rel=0.01)
+    widths = [16, 32, 64, 96, 128]
+    factors = [attention_width_factor(w) for w in widths]
+    assert factors == sorted(factors) and 0 < factors[0] < factors[-1]
+
+
+def test_narrow_heads_cost_attention_time_only() -> None:
+    """The same attention FLOPs and projections in 64 heads of 64 (16 KV groups) instead of 32 of 128 (8 KV
+    groups): only the flash-attention term grows."""
+    base = StudySpec.from_dict(small_dense_study())
+    narrow = with_changes(base, model={"num_attention_heads": 64, "kv_channels": 64, "num_query_groups": 16})
+    cfg = Space(base).baseline
+    wide_est, narrow_est = estimate_throughput(base, cfg), estimate_throughput(narrow, cfg)
+    assert narrow_est.breakdown_s["compute_mlp"] == pytest.approx(wide_est.breakdown_s["compute_mlp"])
+    assert narrow_est.breakdown_s["compute_attention"] > wide_est.breakdown_s["compute_attention"]
+    assert narrow_est.step_time_s > wide_est.step_time_s
