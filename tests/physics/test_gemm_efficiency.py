@@ -83,7 +83,9 @@ def test_attention_width_factor_matches_cudnn_head_dim_ratio() -> None:
     """Flash attention with 64-wide heads runs at 408/609 of the 128-wide rate per FLOP (cuDNN, H100 BF16
     forward at 4k tokens, Shah et al. 2024); the curves are fitted on 128-wide heads, wider ones get no credit."""
     assert attention_width_factor(ATTN_REFERENCE_HEAD_DIM) == 1.0
-    assert attention_width_factor(160) == attention_width_factor(256) == 1.0  # MLA (192 + 128) / 2, wide heads
+    assert (
+        attention_width_factor(160) == attention_width_factor(256) == 1.0
+    )  # MLA (192 + 128) / 2, wide heads
     assert attention_width_factor(64) == pytest.approx(408 / 609, rel=0.01)
     widths = [16, 32, 64, 96, 128]
     factors = [attention_width_factor(w) for w in widths]
