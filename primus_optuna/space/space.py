@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import SpecError
 from ..spec.recompute import parse_recompute
 from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
-from .config import TrainingConfig
+from .config import TrainingConfig, passes_checks, prechecked_config
 from .megatron_args import ZERO_BUBBLE, uses_primus
 from .rules import RULES, Facts, Rule, layers_per_chunk
 
@@ -255,6 +255,12 @@ class Space:
         # dp and num_microbatches as TrainingConfig.derive computes them, once the axes they read are fixed
         derive_at = max(ENUM_ORDER.index(a) for a in ("tp", "cp", "pp", "mbs"))
         out: list[TrainingConfig] = []
+        # every candidate as TrainingConfig stores it: the leaves skip its checks (else the checked constructor)
+        make = (
+            prechecked_config
+            if all(passes_checks(a, v) for a, vs in zip(ENUM_ORDER, cands, strict=True) for v in vs)
+            else TrainingConfig
+        )
         last = len(ENUM_ORDER) - 1
         leaf_axis, leaf_rules, i_leaf = ENUM_ORDER[last], fns[last], slot[last]
         # the last axis's legal values depend only on the levels above the one before it
@@ -292,11 +298,11 @@ class Space:
                 if leaves is not None:
                     for lv in leaves:
                         args[i_leaf] = lv
-                        out.append(TrainingConfig(*args))
+                        out.append(make(*args))
                 elif k < last:
                     rec(k + 1)
                 else:
-                    out.append(TrainingConfig(*args))
+                    out.append(make(*args))
 
         rec(0)
         return out
