@@ -8,7 +8,7 @@ import click
 
 from ..physics.plan import PlanEntry, no_fit_message, plan_space
 from ..physics.throughput import format_throughput
-from ._common import emit_json, json_option, load_study, study_argument, user_errors
+from ._common import emit_json, json_option, load_study, skip_exit_collection, study_argument, user_errors
 
 
 def _line(rank: int | str, e: PlanEntry) -> str:
@@ -27,6 +27,7 @@ def _line(rank: int | str, e: PlanEntry) -> str:
 @user_errors
 def plan(study: str, top_n: int, as_json: bool) -> None:
     """Rank every legal configuration by estimated tokens/s/GPU (those that fit in memory)."""
+    skip_exit_collection()
     spec, sp = load_study(study)
     t0 = time.perf_counter()
     result = plan_space(spec, sp, top=top_n)

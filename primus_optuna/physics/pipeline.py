@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
+from operator import add
 
 M_CAP_PER_STAGE = 3
 """simulate at most ``3·p`` micro-batches (a multiple of p): the bubble is constant beyond (tested)"""
@@ -108,6 +109,11 @@ class _Shape:
     static: list[int]
     """1F1B, interleaved: every pass in an order that respects Megatron's fixed per-stage sequences and the
     passes' inputs (:func:`static_sequences`; empty for the zero-bubble schedules)"""
+    steps: list[tuple[int, int, int]]
+    """1F1B, interleaved: per pass of ``static``, (pass, the finish-time slot of its input, the finish-time slot
+    of its stage's previous pass: the slot at 0 for a stage's first pass)"""
+    prev_op: list[int]
+    """1F1B, interleaved: per pass, its stage's previous pass in ``seqs`` (-1: the stage's first)"""
 
 
 @lru_cache(maxsize=256)
@@ -187,6 +193,12 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
             b_op.append(-1)
             b_dep.extend(dep_of[op] for op in b_orders[s][0])
             b_dep.append(never)
+    static = _topological(seqs, dep_of, nvm) if seqs else []
+    dep_slot = [j if j >= 0 else zero for j in dep_of]
+    prev_op = [-1] * (2 * nvm)
+    for seq in seqs:
+        for i in range(1, len(seq)):
+            prev_op[seq[i]] = seq[i - 1]
     return _Shape(
         nv=nv,
         last=last,
@@ -211,10 +223,12 @@ def _shape(schedule: str, pp: int, v: int, m: int) -> _Shape:
         b_op=b_op,
         b_dep=b_dep,
         b_start=b_start,
-        dep_slot=[j if j >= 0 else zero for j in dep_of],
+        dep_slot=dep_slot,
         stage_op=[st[k] for k in chunk_of],
         seqs=seqs,
-        static=_topological(seqs, dep_of, nvm) if seqs else [],
+        static=static,
+        steps=[(op, dep_slot[op], zero if prev_op[op] < 0 else prev_op[op]) for op in static],
+        prev_op=prev_op,
     )
 
 
@@ -313,8 +327,8 @@ def simulate(
     # per pass: the asynchronous transfer delay on its input, its duration
     delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
-    delay_of = [x for x in delay_f for _ in range(m)] + [x for x in delay_b for _ in range(m)]
-    dur_of = [x for x in dur_f for _ in range(m)] + [x for x in dur_b for _ in range(m)]
+    delay_of = _per_pass(delay_f, delay_b, m)
+    dur_of = _per_pass(dur_f, dur_b, m)
     if not zb:  # 1F1B, interleaved: Megatron's fixed order
         makespan, busy, CRITICAL[0] = _static(sh, pp, dur_of, delay_of, asynchronous)
         return makespan, busy, sends
@@ -612,6 +626,16 @@ def simulate(
     return makespan, busy, sends
 
 
+def _per_pass(per_chunk_f: list[float], per_chunk_b: list[float], m: int) -> list[float]:
+    """Per flat pass number: its chunk's forward value for the forwards, backward value for the backwards."""
+    out: list[float] = []
+    for x in per_chunk_f:
+        out += [x] * m
+    for x in per_chunk_b:
+        out += [x] * m
+    return out
+
+
 def _static(
     sh: _Shape, pp: int, dur_of: list[float], delay_of: list[float], asynchronous: bool
 ) -> tuple[float, list[float], tuple[int, ...]]:
@@ -620,45 +644,34 @@ def _static(
 
     Returns (makespan, busy time per stage, critical-path coefficients of (f, b, w, c, f_last, b_last,
     w_last)). The critical path follows each pass's binding predecessor (its input when that arrives strictly
-    after the stage is free, else the stage's previous pass) back from the first pass to end last."""
+    after the stage is free, else the stage's previous pass) back from the first pass to end last. A stage's
+    previous end is its previous pass's finish (``sh.steps``); busy time is each stage's durations added in its
+    order (the same floating-point sums as adding them while simulating)."""
     nvm = sh.nvm
     real = 2 * nvm
     fin = [-1.0] * real
     fin.extend((-1.0, 0.0))  # slot 2·nv·m never set, slot 2·nv·m + 1 at 0 (the first chunk's input)
-    dep_slot, stage_op = sh.dep_slot, sh.stage_op
-    last_end = [0.0] * pp
-    last_op = [-1] * pp
-    busy = [0.0] * pp
-    pred = [-1] * real
-    via = [0] * real  # 1 when the binding predecessor is an asynchronous transfer
-    for op in sh.static:
-        s = stage_op[op]
-        t = last_end[s]
-        j = dep_slot[op]
+    pred = list(sh.prev_op)  # the binding predecessor: the stage's previous pass unless the input binds
+    for op, j, q in sh.steps:
+        t = fin[q]
         r = fin[j] + delay_of[op]
-        if r > t and j < real:
+        if r > t:
             t = r
-            pred[op] = j
-            via[op] = delay_of[op] > 0
-        else:
-            if r > t:
-                t = r
-            pred[op] = last_op[s]
-        d = dur_of[op]
-        end = t + d
-        fin[op] = end
-        busy[s] += d
-        last_end[s] = end
-        last_op[s] = op
+            if j < real:
+                pred[op] = j
+        fin[op] = t + dur_of[op]
     del fin[real:]
+    busy = [reduce(add, map(dur_of.__getitem__, seq), 0.0) for seq in sh.seqs]
     makespan = max(fin)
-    last, chunk_of, st = sh.last, sh.chunk_of, sh.st
+    last, chunk_of, st, dep_slot = sh.last, sh.chunk_of, sh.st, sh.dep_slot
     coef = [0] * 7
     op = fin.index(makespan)
     while op >= 0:
         k = chunk_of[op]
         is_last = k == last
-        coef[3] += via[op]
+        # an asynchronous transfer binds when the input does (a transfer crosses stages: the input is never
+        # the stage's previous pass then)
+        coef[3] += pred[op] == dep_slot[op] and delay_of[op] > 0
         if op < nvm:
             coef[0] += 1
             coef[4] += is_last

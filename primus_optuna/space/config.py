@@ -128,6 +128,57 @@ class TrainingConfig:
         )
 
 
+def _slot_setter(name: str) -> Any:
+    return TrainingConfig.__dict__[name].__set__
+
+
+_new = object.__new__
+(_s_tp, _s_pp, _s_ep, _s_cp, _s_vpp, _s_mbs, _s_rc, _s_md, _s_ps, _s_eo, _s_dp, _s_m) = (
+    _slot_setter(f.name) for f in dataclasses.fields(TrainingConfig)
+)
+
+
+def passes_checks(axis: str, value: Any) -> bool:
+    """Whether :class:`TrainingConfig` accepts ``value`` for ``axis`` and stores it unchanged."""
+    try:
+        return getattr(TrainingConfig(**{axis: value}), axis) is value
+    except ValueError:
+        return False
+
+
+def prechecked_config(
+    tp: int,
+    pp: int,
+    ep: int,
+    cp: int,
+    vpp: int,
+    mbs: int,
+    recompute: str,
+    moe_dispatcher: str,
+    pp_schedule: str,
+    ep_overlap: bool,
+    dp: int,
+    num_microbatches: int,
+) -> TrainingConfig:
+    """``TrainingConfig(tp, ..., num_microbatches)`` for values that each pass its checks unchanged
+    (:func:`passes_checks`): the same object (equal, same hash and repr), built without re-running the checks
+    (bulk enumeration; about 1 µs instead of 2.5)."""
+    c = _new(TrainingConfig)
+    _s_tp(c, tp)
+    _s_pp(c, pp)
+    _s_ep(c, ep)
+    _s_cp(c, cp)
+    _s_vpp(c, vpp)
+    _s_mbs(c, mbs)
+    _s_rc(c, recompute)
+    _s_md(c, moe_dispatcher)
+    _s_ps(c, pp_schedule)
+    _s_eo(c, ep_overlap)
+    _s_dp(c, dp)
+    _s_m(c, num_microbatches)
+    return c
+
+
 def parse_config_string(text: str) -> dict[str, Any]:
     """Parse ``tp=1,pp=4,recompute=full`` into a dict of axes (values validated by :meth:`from_params`).
 

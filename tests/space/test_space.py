@@ -13,6 +13,20 @@ def test_enumeration_equals_brute_force_filter_moe():
     assert set(fast) == brute
 
 
+def test_enumeration_is_depth_first_over_the_enumeration_order():
+    # the space's order (ties in a plan keep it): depth-first over ENUM_ORDER, each axis in candidate order
+    from primus_optuna.space.space import ENUM_ORDER
+
+    space = Space(StudySpec.from_dict(small_moe_study()))
+    rank = {a: {v: i for i, v in enumerate(space.candidates[a])} for a in ENUM_ORDER}
+    brute = [c for c in space.product() if not space.check(c)]
+    expected = sorted(brute, key=lambda c: tuple(rank[a][getattr(c, a)] for a in ENUM_ORDER))
+    assert len({c.ep_overlap for c in expected}) == 2 and len({c.moe_dispatcher for c in expected}) == 2
+    assert [c.to_dict() for c in space.configs()] == [
+        c.derive(space.facts.world, space.facts.gbs).to_dict() for c in expected
+    ]
+
+
 def test_enumeration_equals_brute_force_filter_dense_with_restricted_axes():
     spec = StudySpec.from_dict(
         small_dense_study(axes={"tp": [1, 2, 4], "mbs": [1, 2], "recompute": ["none", "full"]})
