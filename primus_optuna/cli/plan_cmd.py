@@ -23,9 +23,17 @@ def _line(rank: int | str, e: PlanEntry) -> str:
 @click.option(
     "--top", "top_n", default=10, show_default=True, type=click.IntRange(min=0), help="How many to show."
 )
+@click.option(
+    "--pareto",
+    "pareto_n",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How many points of the Pareto set to show, spread evenly from the fastest to the smallest (0: all).",
+)
 @json_option
 @user_errors
-def plan(study: str, top_n: int, as_json: bool) -> None:
+def plan(study: str, top_n: int, pareto_n: int, as_json: bool) -> None:
     """Rank every legal configuration by estimated tokens/s/GPU (those that fit in memory)."""
     skip_exit_collection()
     spec, sp = load_study(study)
@@ -59,6 +67,22 @@ def plan(study: str, top_n: int, as_json: bool) -> None:
         click.echo(f"baseline ({where}):")
         click.echo(_line(result.baseline_rank or "-", base))
         click.echo(format_throughput(base.throughput, indent="         ", header=False))
-    click.echo(f"Pareto set (estimated throughput vs peak memory, {len(result.pareto)} configurations):")
-    for e in result.pareto:
-        click.echo(_line("", e))
+    shown = _spread(len(result.pareto), pareto_n)
+    more = (
+        f"; {len(shown)} shown, spread evenly: --pareto 0 for all" if len(shown) < len(result.pareto) else ""
+    )
+    click.echo(
+        f"Pareto set (estimated throughput vs peak memory, {len(result.pareto)} configurations{more}):"
+    )
+    for i in shown:
+        click.echo(_line("", result.pareto[i]))
+
+
+def _spread(total: int, n: int) -> list[int]:
+    """Indices of ``n`` of ``total`` ordered items, evenly spread and both ends included (all when ``n`` is 0
+    or at least ``total``)."""
+    if n == 0 or n >= total:
+        return list(range(total))
+    if n == 1:
+        return [0]
+    return sorted({round(i * (total - 1) / (n - 1)) for i in range(n)})

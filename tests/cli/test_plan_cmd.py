@@ -72,6 +72,26 @@ def test_plan_text(tmp_path):
     assert "Pareto set (estimated throughput vs peak memory" in r.output
 
 
+def test_plan_pareto_limit_spreads_over_the_set(tmp_path):
+    study = study_file(tmp_path)
+    pareto = json.loads(invoke("plan", study, "--json").output)["pareto"]
+    assert len(pareto) > 3, "the small MoE study's Pareto set is too short for this test"
+
+    def shown(*extra):
+        r = invoke("plan", study, "--top", "1", *extra)
+        assert r.exit_code == 0, r.output
+        tail = r.output.split("Pareto set (", 1)[1].splitlines()[1:]
+        return r.output, [line for line in tail if "tok/s/GPU" in line]
+
+    out, lines = shown("--pareto", "3")
+    assert len(lines) == 3 and f"{len(pareto)} configurations; 3 shown" in out
+    # both ends of the trade-off: the fastest and the smallest
+    assert f"{pareto[0]['tokens_per_s_per_gpu']:10,.0f} tok/s/GPU" in lines[0]
+    assert f"{pareto[-1]['peak_gib']:7.1f} GiB" in lines[-1]
+    out, lines = shown("--pareto", "0")
+    assert len(lines) == len(pareto) and "shown" not in out
+
+
 def test_plan_bad_study_is_a_user_error(tmp_path):
     r = invoke("plan", tmp_path / "missing.yaml")
     assert r.exit_code == 2 and "error:" in r.output
