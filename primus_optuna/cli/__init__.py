@@ -8,6 +8,8 @@ May import any layer; nothing in the library imports it. Subcommands are importe
 from __future__ import annotations
 
 import importlib
+import signal
+import threading
 from typing import Any
 
 import click
@@ -44,4 +46,13 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    return cli.main(args=argv, prog_name="primus-optuna")
+    """The program's entry point (the console script): the command, then the process's exit. From the moment
+    the command has returned, SIGINT and SIGTERM are ignored, so that a late Ctrl-C (one sent after an
+    interrupted ``run`` has written its summary) cannot turn the exit into a traceback and another code. For a
+    process that is about to end only: in-process callers use :data:`cli` (its handlers are left alone)."""
+    try:
+        return cli.main(args=argv, prog_name="primus-optuna")
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, signal.SIG_IGN)

@@ -109,14 +109,13 @@ class _QuietInterrupt(logging.Filter):
 def _graceful_signals(fn: F) -> F:
     """Run the command under :func:`~primus_optuna.run.interrupt.handle_signals` (graceful) from its first
     line: a signal while the study is opened is honoured before the first trial, and never cut into library
-    code (Python's own handler raises even in a SQLAlchemy weakref callback, where the interrupt is lost). After
-    an interrupted run further signals are ignored while the process exits with the first one's code."""
+    code (Python's own handler raises even in a SQLAlchemy weakref callback, where the interrupt is lost)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ..run.interrupt import handle_signals
 
-        with handle_signals(graceful=True, ignore_after_stop=True):
+        with handle_signals(graceful=True):
             return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

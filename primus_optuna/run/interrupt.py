@@ -116,7 +116,7 @@ def raise_if_stopped(study: object, trial: object) -> None:
 
 
 @contextmanager
-def handle_signals(*, graceful: bool = False, ignore_after_stop: bool = False) -> Iterator[None]:
+def handle_signals(*, graceful: bool = False) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM set the stop flag and raise :class:`Interrupted` in the main thread;
     the previous handlers are restored (and the flag cleared) on exit. A no-op outside the main thread. The
     flag keeps the first signal, and every :class:`Interrupted` raised here carries it: SIGTERM then Ctrl-C is
@@ -127,10 +127,7 @@ def handle_signals(*, graceful: bool = False, ignore_after_stop: bool = False) -
     job is stopped at its runner's next poll, the objective raises before it starts a runner, the callback
     after the trial — so no library code is cut in the middle (a SQLAlchemy weakref callback, a storage
     write); a second signal raises at once, unless it comes during a storage call (:data:`STORAGE_PACKAGES`:
-    then it is raised at the next of those checks); a third raises even there (a storage call that hangs).
-    ``ignore_after_stop``: when the block ends after a signal, SIGINT and SIGTERM are ignored from then on
-    instead of restored (a command exiting with the first signal's code: a late Ctrl-C during the interpreter's
-    shutdown would otherwise end it with a traceback and another code)."""
+    then it is raised at the next of those checks); a third raises even there (a storage call that hangs)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -159,7 +156,6 @@ def handle_signals(*, graceful: bool = False, ignore_after_stop: bool = False) -
     try:
         yield
     finally:
-        stopped = stop_signal() is not None
         for s, h in previous.items():
-            signal.signal(s, signal.SIG_IGN if ignore_after_stop and stopped else h)
+            signal.signal(s, h)
         reset_stop()

@@ -160,21 +160,3 @@ def test_a_second_signal_during_a_storage_write_is_held_a_third_is_not(tmp_path)
         with pytest.raises(Interrupted) as exc:
             study.set_user_attr("third", 1)
         assert exc.value.signum == signal.SIGTERM  # (a storage call that hangs can still be stopped)
-
-
-def test_ignore_after_stop_ignores_later_signals_only_after_a_stop():
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with handle_signals(graceful=True, ignore_after_stop=True):
-            pass  # no signal: the previous handlers come back
-        assert {s: signal.getsignal(s) for s in before} == before
-        with handle_signals(graceful=True, ignore_after_stop=True):
-            _kill_self(signal.SIGTERM)
-        # the block ended after a stop: a late signal (the process is exiting with 143) changes nothing
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
-        _kill_self(signal.SIGINT)
-        assert stop_signal() is None
-    finally:
-        for s, h in before.items():
-            signal.signal(s, h)
