@@ -20,7 +20,9 @@ print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, signal.getsignal(signal
 
 
 def test_main_ignores_late_signals_once_the_command_has_returned():
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.split()[-2:] == ["True", "True"], out.stdout + out.stderr
 
 
