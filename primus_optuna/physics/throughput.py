@@ -82,6 +82,14 @@ FP16_GRAD_COPY_BYTES = 6
 UNFUSED_FWD_BYTES = 13
 UNFUSED_BWD_BYTES = 19
 """HBM bytes per attention score without flash attention, forward and backward (see ``_Context.layer``)"""
+EAGER_CLAMP_PASSES = 8
+"""extra HBM passes over one routed copy's expert width (elements of ``expert_ffn``), forward, of a clamped GLU
+(``model.activation_func_clamp_value``, GPT-OSS): before its fused activation Megatron clamps the two halves
+of the fc1 output in eager PyTorch and concatenates them (``x_glu.clamp``, ``x_linear.clamp``, ``torch.cat``:
+``megatron/core/fusions/fused_bias_geglu.py@d98e8a64``:424-432, called from ``moe/experts.py@d98e8a64``
+:974-981): read and write each half (4) and read and write both (4). Backward as the other memory-bound
+kernels here (twice forward). TE's fused grouped MLP clamps inside its kernel (``experts.py@d98e8a64``
+:545-562): none there."""
 EXPERT_BIAS_BYTES = 28
 """HBM bytes per routed copy and hidden element, forward, of the experts' output bias, which Megatron's
 TEGroupedMLP adds outside the grouped GEMM, one local expert at a time (``linear_fc2`` with ``skip_bias_add``,
@@ -263,6 +271,7 @@ class _Context:
         fused = fused_grouped_mlp(spec)
         self.expert_us = self.k.grouped_expert_us * (TE_FUSED_GROUPED_MLP.expert_fixed_cost if fused else 1.0)
         self.bias_loop = m.linear_bias and (TE_FUSED_GROUPED_MLP.bias_loop or not fused)
+        self.eager_clamp = m.activation_func_clamp_value is not None and not fused
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
@@ -352,9 +361,11 @@ class _Context:
             copies = local * md.moe_router_topk
             fe = md.expert_ffn
             nbytes += 3 * copies * fe * ACT * (1 if md.swiglu else 2 / 3)  # activation
+            if self.eager_clamp:
+                nbytes += EAGER_CLAMP_PASSES * copies * fe * ACT
             nbytes += 4 * copies * h * ACT  # permute + unpermute (read + write)
             nbytes += 2 * local * md.experts * 4  # router softmax / top-k (fp32)
-            kernels = KERNELS_MOE
+            kernels = KERNELS_MOE + (3 if self.eager_clamp else 0)  # the clamp's two clamps and the cat
             if self.bias_loop:  # the experts' output bias, per local expert (EXPERT_BIAS_BYTES)
                 nbytes += EXPERT_BIAS_BYTES * copies * h
                 kernels += 2 * round(g.mlp[1].count) + 2
@@ -592,7 +603,10 @@ def recompute_seconds(
         rec += lay.core_f
     if md.is_moe:
         copies = local * md.moe_router_topk
-        act = 3 * copies * md.expert_ffn * ACT / ctx.hbm + ctx.kernel_s
+        passes = 3 + (
+            EAGER_CLAMP_PASSES if ctx.eager_clamp else 0
+        )  # the clamp is inside the recomputed function
+        act = passes * copies * md.expert_ffn * ACT / ctx.hbm + ctx.kernel_s
         if r.has("moe"):
             permute = (4 * copies * h * ACT + 2 * local * md.experts * 4) / ctx.hbm + 4 * ctx.kernel_s
             rec += lay.mlp_lin + act + permute + lay.ep_f

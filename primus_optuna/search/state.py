@@ -37,6 +37,7 @@ import optuna
 from ..errors import SpecError
 from ..space import Space
 from ..spec import StudySpec
+from ..spec.model import MODEL_HASHED_WHEN_SET
 from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 
 __all__ = [
@@ -185,7 +186,7 @@ def space_hash(spec: StudySpec) -> str:
     }
     doc = {
         "candidates": Space(spec).candidates,
-        "model": data["model"],
+        "model": {k: v for k, v in data["model"].items() if k not in MODEL_HASHED_WHEN_SET or v is not None},
         "cluster": data["cluster"],
         "workload": hashed_workload(data["workload"]),
         "search": search,

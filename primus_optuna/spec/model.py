@@ -66,6 +66,11 @@ class ParameterCounts:
         return self.total + self.mtp
 
 
+MODEL_HASHED_WHEN_SET = ("activation_func_clamp_value",)
+"""model fields that enter the space hash only when set (study files written before they existed keep their
+hash)"""
+
+
 class ModelSpec(StrictIntModel):
     """A decoder-only transformer, dense or MoE, with Megatron-Core's attention and MoE variants.
 
@@ -137,6 +142,13 @@ class ModelSpec(StrictIntModel):
     add_bias_linear: bool | None = Field(
         default=None,
         description="linear biases; None = Megatron's default for the style (GPT-3 yes, Llama no)",
+    )
+    activation_func_clamp_value: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="GPT-OSS's clamped GLU: its two halves clamped at this value (Megatron-Core "
+        "TransformerConfig.activation_func_clamp_value; set by the model's recipe, no Megatron-LM flag)",
     )
     add_qkv_bias: bool = False
 
@@ -377,10 +389,10 @@ HF_UNDERSTOOD_KEYS: frozenset[str] = frozenset(
         "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",
         "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers", "n_group", "topk_group",
         "num_nextn_predict_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-        "v_head_dim", "sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
+        "v_head_dim", "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "swiglu_limit",
         # routing options that change neither parameters, FLOPs nor memory
         "norm_topk_prob", "routed_scaling_factor", "topk_method", "scoring_func", "aux_loss_alpha", "seq_aux",
-        "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "swiglu_limit",
+        "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
     }
 )  # fmt: skip
 """Every MoE/MLA/attention-pattern key :func:`hf_to_megatron` maps or knows to be cost-neutral."""
@@ -490,6 +502,7 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
     if mtype == "gpt_oss":
         out.update(softmax_type="learnable", add_bias_linear=True)  # attention sinks; biased linears
         out["swiglu"] = True  # clamped SwiGLU
+        out["activation_func_clamp_value"] = cfg.get("swiglu_limit", 7.0)  # HF openai/gpt-oss: 7.0
     elif cfg.get("attention_bias") or mtype in ("qwen2", "qwen2_moe"):
         out["add_qkv_bias"] = True
     return {k: v for k, v in out.items() if v is not None}
@@ -709,6 +722,7 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
         window_attn_skip_freq=2,
         softmax_type="learnable",
         add_bias_linear=True,
+        activation_func_clamp_value=7.0,
     ),
     "gpt-oss-120b": _m(
         name="gpt-oss-120b",
@@ -726,6 +740,7 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
         window_attn_skip_freq=2,
         softmax_type="learnable",
         add_bias_linear=True,
+        activation_func_clamp_value=7.0,
     ),
     # GPT-3-style dense model of Korthikanti et al. 2022 / Narayanan et al. 2021 (validation.md): GeLU MLP
     # with ffn = 4h, LayerNorm, learned positions, vocab 51200, tied embeddings.

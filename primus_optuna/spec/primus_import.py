@@ -68,6 +68,7 @@ MODEL_KEYS: tuple[str, ...] = (
     "softmax_type",
     "add_bias_linear",
     "add_qkv_bias",
+    "activation_func_clamp_value",
 )
 """Megatron argument names that are :class:`~primus_optuna.spec.ModelSpec` fields of the same name."""
 

@@ -470,8 +470,10 @@ def test_te_op_fuser_changes_nothing_where_te_takes_no_fused_kernel() -> None:
 def test_te_fused_grouped_mlp_drops_the_per_expert_bias_loop() -> None:
     """GPT-OSS-120B (linear biases): with the fused grouped MLP the FC2 bias is applied inside TE's fused op
     (experts.py@d98e8a64:623-636), so forward loses EXPERT_BIAS_BYTES per routed copy and hidden element and
-    the two kernels per local expert (and two) of _apply_bias's loop."""
-    from primus_optuna.physics.throughput import EXPERT_BIAS_BYTES, _context
+    the two kernels per local expert (and two) of _apply_bias's loop; the clamp of its clamped GLU is inside the
+    fused op too (experts.py@d98e8a64:545-562): EAGER_CLAMP_PASSES over each copy's expert width and the
+    clamp's three kernels go as well."""
+    from primus_optuna.physics.throughput import ACT, EAGER_CLAMP_PASSES, EXPERT_BIAS_BYTES, _context
 
     off = _fused_study(catalog="gpt-oss-120b")
     on = _fused_study(catalog="gpt-oss-120b", te_op_fuser=True)
@@ -482,4 +484,29 @@ def test_te_fused_grouped_mlp_drops_the_per_expert_bias_loop() -> None:
     copies = mbs * 4096 * m.moe_router_topk
     local = m.experts // ep
     expected = EXPERT_BIAS_BYTES * copies * m.hidden_size / ctx.hbm + (2 * local + 2) * ctx.kernel_s
+    expected += EAGER_CLAMP_PASSES * copies * m.expert_ffn * ACT / ctx.hbm + 3 * ctx.kernel_s
     assert lay_off.other_f - lay_on.other_f == pytest.approx(expected, rel=1e-9)
+
+
+def test_clamped_glu_adds_the_eager_clamp_passes_outside_the_fused_mlp() -> None:
+    """GPT-OSS's clamped GLU without TE's fused MLP: Megatron clamps both halves and concatenates them in eager
+    PyTorch before its fused activation (fused_bias_geglu.py@d98e8a64:424-432): EAGER_CLAMP_PASSES per routed
+    copy and expert-width element in forward, three kernels; and again in a moe_act recompute."""
+    from primus_optuna.physics.throughput import ACT, EAGER_CLAMP_PASSES, _context, recompute_seconds
+
+    clamped = _fused_study(gpu="h100", precision="bf16", catalog="gpt-oss-120b")
+    data = clamped.to_dict()
+    plain = StudySpec.from_dict({**data, "model": {**data["model"], "activation_func_clamp_value": None}})
+    ep, mbs = 8, 1
+    ctx_c, ctx_p = _context(clamped), _context(plain)
+    lay_c, lay_p = ctx_c.layer(1, 1, ep, mbs, "alltoall"), ctx_p.layer(1, 1, ep, mbs, "alltoall")
+    m = clamped.model
+    copies = mbs * 4096 * m.moe_router_topk
+    extra = EAGER_CLAMP_PASSES * copies * m.expert_ffn * ACT / ctx_c.hbm
+    assert lay_c.other_f - lay_p.other_f == pytest.approx(extra + 3 * ctx_c.kernel_s, rel=1e-9)
+    assert lay_c.mlp_lin == lay_p.mlp_lin and lay_c.core_f == lay_p.core_f
+    rec_c = recompute_seconds(ctx_c, lay_c, "selective:moe_act", 1, 1, mbs, 9)
+    rec_p = recompute_seconds(ctx_p, lay_p, "selective:moe_act", 1, 1, mbs, 9)
+    assert rec_c - rec_p == pytest.approx(extra, rel=1e-9)
+    # TE's fused grouped MLP clamps inside its kernel: no eager passes there
+    assert not _context(_fused_study(catalog="gpt-oss-120b", te_op_fuser=True)).eager_clamp

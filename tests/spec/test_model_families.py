@@ -189,3 +189,21 @@ def test_layer_gemm_flops_are_twice_the_active_weights(name: str) -> None:
         if m.softmax_type == "learnable":
             non_gemm += m.num_attention_heads
         assert gemm == pytest.approx(2 * (active - non_gemm), rel=1e-9)
+
+
+def test_gpt_oss_clamp_from_the_catalog_and_hf_and_checked() -> None:
+    """GPT-OSS's clamped GLU: 7.0 in the catalog and from HF's swiglu_limit (openai/gpt-oss config.json);
+    Megatron-Core requires a finite, positive value (transformer_config.py@d98e8a64:2476-2482)."""
+    assert MODEL_CATALOG["gpt-oss-120b"].activation_func_clamp_value == 7.0
+    assert MODEL_CATALOG["gpt-oss-20b"].activation_func_clamp_value == 7.0
+    assert MODEL_CATALOG["llama3.1-8b"].activation_func_clamp_value is None
+    hf = {
+        "model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "intermediate_size": 2880,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "swiglu_limit": 5.5,
+    }  # fmt: skip
+    assert hf_to_megatron(hf)["activation_func_clamp_value"] == 5.5
+    base = MODEL_CATALOG["gpt-oss-20b"].model_dump()
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises((SpecError, ValueError)):
+            ModelSpec(**{**base, "activation_func_clamp_value": bad})

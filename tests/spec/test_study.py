@@ -298,3 +298,17 @@ def test_te_op_fuser_enters_the_space_hash_only_when_on():
     written_off = StudySpec.from_dict(_nvidia_moe(te_op_fuser=False))
     assert space_hash(base) == space_hash(written_off)
     assert space_hash(StudySpec.from_dict(_nvidia_moe(te_op_fuser=True))) != space_hash(base)
+
+
+def test_model_fields_added_later_keep_older_study_hashes():
+    """activation_func_clamp_value enters the space hash only when set: these are the hashes main gave before
+    the field existed (c5aee92), for the small test studies and the flagship."""
+    from primus_optuna.search.state import space_hash
+    from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+
+    assert space_hash(StudySpec.from_dict(small_dense_study())) == "a5ff2ba3fc71c2cf"
+    assert space_hash(StudySpec.from_dict(small_moe_study())) == "9045bbbbe49e17ab"
+    assert space_hash(StudySpec.from_yaml(FLAGSHIP)) == "15d17afb3d72c6ea"
+    data = small_moe_study()
+    clamped = {**data, "model": {"catalog": data["model"]["catalog"], "activation_func_clamp_value": 7.0}}
+    assert space_hash(StudySpec.from_dict(clamped)) != space_hash(StudySpec.from_dict(data))
