@@ -37,7 +37,7 @@ import optuna
 from ..errors import SpecError
 from ..space import Space
 from ..spec import StudySpec
-from ..spec.model import MODEL_HASHED_WHEN_SET
+from ..spec.model import MODEL_HASHED_WHEN_CHANGED, ModelSpec
 from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 
 __all__ = [
@@ -186,7 +186,7 @@ def space_hash(spec: StudySpec) -> str:
     }
     doc = {
         "candidates": Space(spec).candidates,
-        "model": {k: v for k, v in data["model"].items() if k not in MODEL_HASHED_WHEN_SET or v is not None},
+        "model": _without_defaults(data["model"], MODEL_HASHED_WHEN_CHANGED, ModelSpec),
         "cluster": data["cluster"],
         "workload": hashed_workload(data["workload"]),
         "search": search,
@@ -199,8 +199,10 @@ def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
     ``sequence_parallel`` and ``te_op_fuser`` enter only when they differ from their defaults, so study files
     written before they existed keep their hash (fp32 everywhere, sequence parallelism, no TE op fuser then, as
     now)."""
-    return {
-        k: v
-        for k, v in workload.items()
-        if k not in HASHED_WHEN_CHANGED or v != WorkloadSpec.model_fields[k].default
-    }
+    return _without_defaults(workload, HASHED_WHEN_CHANGED, WorkloadSpec)
+
+
+def _without_defaults(section: dict[str, Any], fields: tuple[str, ...], model: Any) -> dict[str, Any]:
+    """``section`` without those of ``fields`` that hold ``model``'s default (fields added after studies were
+    written: their hash stays)."""
+    return {k: v for k, v in section.items() if k not in fields or v != model.model_fields[k].default}

@@ -66,9 +66,9 @@ class ParameterCounts:
         return self.total + self.mtp
 
 
-MODEL_HASHED_WHEN_SET = ("activation_func_clamp_value",)
-"""model fields that enter the space hash only when set (study files written before they existed keep their
-hash)"""
+MODEL_HASHED_WHEN_CHANGED = ("activation_func_clamp_value",)
+"""model fields that enter the space hash only when they differ from their defaults (study files written
+before they existed keep their hash; the workload's: ``spec.study.HASHED_WHEN_CHANGED``)"""
 
 
 class ModelSpec(StrictIntModel):
