@@ -7,9 +7,11 @@ tables and DeepEP's published dispatch/combine bandwidths; then the model's NCCL
 References (quoted, with their source):
 - VIA-Research/vTrain ``trace/a100/AR_GPU{n}_1M_1024M_LUT`` @f8dda84 (MIT): nccl-tests all-reduce on one
   node of 8 A100 SXM 80GB, time (us) and bus bandwidth (GB/s) by size;
-- DeepEP README via shared/reference/validation.md: H800 + CX7 400 Gb/s, 4096 tokens, hidden 7168, top-8:
-  intranode EP8 dispatch 153 / combine 158 GB/s (NVLink), internode EP16/32/64 dispatch 43/58/51 GB/s
-  (RDMA).
+- DeepEP README via shared/reference/validation.md (deepseek-ai/DeepEP docs/legacy.md@dd758ca:19-26): H800 +
+  CX7 400 Gb/s, 4096 tokens, hidden 7168, top-4 node groups, top-8, FP8 dispatch and BF16 combine: intranode
+  EP8 dispatch 153 / combine 158 GB/s (NVLink), internode EP16/32/64 dispatch 43/58/51, combine 43/57/50 GB/s
+  (RDMA). These are DeepEP's logical bandwidths: its benchmark counts a rank's own copy and its own node
+  (tests/legacy/test_intranode.py@dd758ca:188, test_internode.py@dd758ca:59-63,224).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from primus_optuna.physics.calibration import FAMILIES  # noqa: E402
 from primus_optuna.physics.comm import (  # noqa: E402
     Group,
     Topology,
-    _miss,
     bus_bandwidth_table,
     format_bus_bandwidth,
+    hit_probability,
 )
 from primus_optuna.spec import GB, GPU_CATALOG  # noqa: E402
 
@@ -44,8 +46,11 @@ VTRAIN_A100_AR = {
     (8, 256): (2162.3, 217.25),
     (8, 1024): (8193.0, 229.35),
 }
-DEEPEP_H800 = {8: 153.0, 16: 43.0, 32: 58.0, 64: 51.0}
-"""DeepEP normal-kernel dispatch bandwidth (GB/s): EP8 over NVLink, EP16/32/64 over RDMA"""
+DEEPEP_H800 = {8: (153.0, 158.0), 16: (43.0, 43.0), 32: (58.0, 57.0), 64: (51.0, 50.0)}
+"""DeepEP normal kernels' (dispatch, combine) bottleneck bandwidth (GB/s), DeepEP docs/legacy.md@dd758ca:21-26:
+EP8 over NVLink, EP16/32/64 over RDMA, logical bytes (a rank's own copy and own node counted)"""
+DEEPEP_FITTED = (8, 32)
+"""the EP sizes the DeepEP efficiencies were fitted to (calibration.py); EP16 and EP64 are held back"""
 
 
 def vtrain() -> None:
@@ -67,18 +72,40 @@ def deepep() -> None:
     k = FAMILIES["hopper"]
     t = Topology(h800, 8, k.coll_eff, k.a2a_eff, k.a2a_inter_eff)
     tokens, hidden, topk, experts = 4096, 7168, 8, 256
-    print("\nDeepEP dispatch (4096 tokens, hidden 7168, top-8, 256 experts, bf16): model vs published (H800)")
-    print("| EP | model GB/s (bottleneck bytes / time) | published GB/s |")
-    print("|---|---|---|")
-    for ep, pub in DEEPEP_H800.items():
+    print(
+        "\nDeepEP normal kernels (4096 tokens, hidden 7168, top-8 of 256 experts, FP8 dispatch, BF16 combine; "
+        "internode: top-min(nodes, 4) node groups), logical GB/s as DeepEP counts it: model vs published (H800)"
+    )
+    print("| EP | part | model dispatch | published | model combine | published |")
+    print("|---|---|---|---|---|---|")
+    for ep, (pub_d, pub_c) in DEEPEP_H800.items():
         g = Group(ep, 1)
-        sec = t.deepep_dispatch(tokens, hidden * 2, topk, experts, g, k.deepep_intra_eff, k.deepep_inter_eff)
-        kk = t.members_per_node(g)
-        if ep <= 8:  # NVLink bytes to the other ranks holding a chosen expert
-            nbytes = tokens * hidden * 2 * (kk - 1) * (1 - _miss(experts, experts / ep, topk))
-        else:  # RDMA bytes to the other nodes holding a chosen expert
-            nbytes = tokens * hidden * 2 * (ep // kk - 1) * (1 - _miss(experts, experts / ep * kk, topk))
-        print(f"| {ep} | {nbytes / sec / GB:.1f} | {pub:.0f} |")
+        nodes = ep // t.members_per_node(g)
+        groups, group_topk = (nodes, min(nodes, 4)) if nodes > 1 else (None, None)
+        model = []
+        for token_bytes in (hidden * (1 + 4 / 128), hidden * 2):
+            sec = t.deepep_dispatch(
+                tokens,
+                token_bytes,
+                topk,
+                experts,
+                g,
+                k.deepep_intra_eff,
+                k.deepep_inter_eff,
+                groups,
+                group_topk,
+            )
+            if nodes == 1:  # bytes each rank receives, its own copy included (test_intranode.py:188)
+                held = experts / ep
+                logical = tokens * token_bytes * ep * hit_probability(experts, topk, held)
+            else:  # once per destination node, its own included (test_internode.py:59-63, 224)
+                held = experts / nodes
+                logical = (
+                    tokens * token_bytes * nodes * hit_probability(experts, topk, held, groups, group_topk)
+                )
+            model.append(logical / sec / GB)
+        part = "fit" if ep in DEEPEP_FITTED else "held"
+        print(f"| {ep} | {part} | {model[0]:.1f} | {pub_d:.0f} | {model[1]:.1f} | {pub_c:.0f} |")
 
 
 def clusters() -> None:

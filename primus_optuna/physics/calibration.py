@@ -75,11 +75,16 @@ class FamilyConstants:
     a2a_inter_eff: float = 0.6
     """all-to-all's fraction of the NIC bandwidth for the off-node share (NCCL's PXN rail-optimised
     all-to-all gets close to line rate on NVIDIA nodes; assumption for others: as ``a2a_eff``)"""
-    deepep_intra_eff: float = 0.77
-    """DeepEP normal kernels intra-node: 153-158 GB/s on H800 NVLink (~200 GB/s per direction)
-    (validation.md, DeepEP row)"""
+    deepep_intra_eff: float = 0.79
+    """DeepEP normal kernels on the NVLink side: fitted to DeepEP's H800 intranode EP8 figures (153 GB/s
+    dispatch, 158 combine, logical bytes received including a rank's own copy; ~200 GB/s per direction;
+    validation.md and docs/legacy.md@dd758ca:21-26), model 153.2 / 155.5 GB/s. Held back: internode EP16
+    (NVLink-forwarding bound), model 44.7 / 46.4 against 43 / 43 GB/s"""
     deepep_inter_eff: float = 0.9
-    """DeepEP inter-node: 43-58 GB/s over a 50 GB/s CX7 NIC (validation.md, DeepEP row), capped at 0.9"""
+    """DeepEP normal kernels on the NIC side: fitted to DeepEP's H800 internode EP32 figures (58 / 57 GB/s
+    logical, i.e. ~43.5 GB/s on the wire of a 50 GB/s CX7: its "RDMA" bytes count a token's own node too,
+    tests/legacy/test_internode.py@dd758ca:59-63), model 56.3 / 58.0. Held back: EP64 (node-limited to
+    4 of 8 nodes), model 48.3 / 49.7 against 51 / 50 GB/s (scripts/check_comm.py)"""
     overlap_interference: float = 0.15
     """fraction of a hidden collective's time that still slows the compute it hides under (the collective's
     kernels take compute units: DeepEP's normal kernels 20 of 132 SMs on H800 ~ 15%, NCCL/RCCL channels

@@ -36,7 +36,10 @@ bandwidth · ``coll_eff``; ``αi``/``αx`` intra/inter-node step latency):
 - DeepEP-class dispatch (:meth:`Topology.deepep_dispatch`): a token goes once to each destination *rank*
   that holds one of its top-k experts inside the node, and once to each destination *node* across nodes
   (DeepEP's internode kernels send over RDMA once per node and forward over NVLink), so fine-grained MoE
-  (many experts, top-k > experts per rank) moves fewer bytes than an all-to-all of ``k`` copies.
+  (many experts, top-k > experts per rank) moves fewer bytes than an all-to-all of ``k`` copies. The NVLink
+  side carries everything a rank receives (its own copy and, across nodes, the forwarded tokens too), the
+  NIC side the copies for other nodes; group-limited routing (Megatron's ``moe_router_num_groups`` /
+  ``moe_router_group_topk``) narrows which ranks and nodes a token can reach (:func:`hit_probability`).
 
 :func:`bus_bandwidth_table` prints NCCL-style bus bandwidths (``primus-optuna estimate --explain-comm``).
 """
@@ -218,24 +221,37 @@ class Topology:
         g: Group,
         intra_eff: float,
         inter_eff: float,
+        groups: int | None = None,
+        group_topk: int | None = None,
     ) -> float:
         """One DeepEP dispatch (or combine) of ``tokens`` tokens of ``token_bytes`` each over EP group ``g``
-        (balanced routing, each token's ``topk`` experts uniform over ``experts`` spread evenly on the ranks):
-        de-duplicated bytes, intra-node share over the fabric and off-node share over the NIC, in parallel."""
+        (balanced routing: each token's ``topk`` experts uniform over ``experts``, or over its ``group_topk``
+        of ``groups`` expert groups, the experts spread evenly on the ranks), the NVLink and NIC sides in
+        parallel.
+
+        DeepEP's own benchmark counts the bytes a rank receives over NVLink including its own copy
+        (``tests/legacy/test_intranode.py@dd758ca``:188 ``recv_x.numel()``), and its "RDMA" bytes once per
+        destination node *including its own* (``tests/legacy/test_internode.py@dd758ca``:59-63,224: logical
+        bandwidth, as its README@dd758ca:53 notes); so on a switched fabric (NVSwitch: the kernel's SMs are
+        shared by all destinations, its own among them) the NVLink side here is everything a rank receives
+        (``n · p_rank`` tokens: inside a node from its peers and itself, across nodes also the tokens its
+        same-index peers forward from the RDMA buffers). On a full mesh (xGMI) each peer has its own link and
+        a rank's own copy and the tokens it receives straight over RDMA use none: ``(n − N) · p_rank``. The NIC
+        side carries the copies for the other nodes."""
         n = g.size
         if n <= 1 or tokens <= 0:
             return 0.0
         k = self.members_per_node(g)
         per_rank = experts / n
-        # P(a given set of `c` experts holds none of a token's top-k) = C(E - c, topk) / C(E, topk)
-        p_rank = 1.0 - _miss(experts, per_rank, topk)
-        p_node = 1.0 - _miss(experts, per_rank * k, topk)
-        intra_b = tokens * token_bytes * (k - 1) * p_rank
-        inter_b = tokens * token_bytes * (n // k - 1) * p_node
-        intra_t = intra_b / (self.fabric_bw(k - 1) * intra_eff) if k > 1 else 0.0
+        p_rank = hit_probability(experts, topk, per_rank, groups, group_topk)
+        p_node = hit_probability(experts, topk, per_rank * k, groups, group_topk)
+        nodes = n // k
+        nvl_b = tokens * token_bytes * (n - nodes if self.mesh else n) * p_rank
+        inter_b = tokens * token_bytes * (nodes - 1) * p_node
+        nvl_t = nvl_b / (self.fabric_bw(k - 1) * intra_eff) if k > 1 else 0.0
         inter_t = inter_b / (self.inter_bw * inter_eff) if n > k else 0.0
         lat = self.inter_lat if n > k else self.intra_lat
-        return max(intra_t, inter_t) + (1 + math.ceil(math.log2(n))) * lat
+        return max(nvl_t, inter_t) + (1 + math.ceil(math.log2(n))) * lat
 
     def p2p(self, nbytes: float, g: Group) -> float:
         """One send/receive between neighbours of group ``g`` (e.g. adjacent pipeline stages)."""
@@ -246,7 +262,7 @@ class Topology:
         return nbytes / (self.inter_bw * self.coll_eff) + self.inter_lat
 
 
-def _miss(experts: int, held: float, topk: int) -> float:
+def _miss(experts: float, held: float, topk: int) -> float:
     """Probability that none of a token's ``topk`` distinct experts (of ``experts``) is among ``held``."""
     held = min(held, experts)
     if topk >= experts:
@@ -255,6 +271,31 @@ def _miss(experts: int, held: float, topk: int) -> float:
     for i in range(topk):
         out *= max(0.0, (experts - held - i) / (experts - i))
     return out
+
+
+def hit_probability(
+    experts: int, topk: int, held: float, groups: int | None = None, group_topk: int | None = None
+) -> float:
+    """Probability that one of a token's ``topk`` experts lies in a block of ``held`` consecutive experts (a
+    rank's or a node's: Megatron-Core places ``experts / ep`` consecutive experts per EP rank,
+    ``megatron/core/transformer/moe/moe_layer.py@d98e8a64``:187-196).
+
+    Routing is taken as balanced (uniform over the experts, as ``moe_router_force_load_balancing``'s random
+    logits make it, ``router.py@d98e8a64``:861-863). Group-limited routing (``group_limited_topk``,
+    ``moe_utils.py@d98e8a64``:673-720, applied after those logits, ``router.py@d98e8a64``:779-790) first
+    picks ``group_topk`` of ``groups`` equal groups of consecutive experts, then ``topk`` experts among
+    theirs: the block is reached only through its selected groups."""
+    if not groups or not group_topk or group_topk >= groups:
+        return 1.0 - _miss(experts, held, topk)
+    per_group = experts / groups
+    touched = max(1, min(groups, math.ceil(held / per_group - 1e-9)))
+    pool = group_topk * per_group
+    total = math.comb(groups, group_topk)
+    miss = 0.0
+    for j in range(max(0, group_topk - (groups - touched)), min(touched, group_topk) + 1):
+        weight = math.comb(touched, j) * math.comb(groups - touched, group_topk - j) / total
+        miss += weight * _miss(pool, j * held / touched, topk)
+    return 1.0 - miss
 
 
 # --- the communication check (``estimate --explain-comm``, scripts/check_comm.py) ------------------------------

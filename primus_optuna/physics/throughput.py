@@ -463,6 +463,8 @@ class _Context:
                     ep_grp,
                     k.deepep_intra_eff,
                     k.deepep_inter_eff,
+                    md.moe_router_num_groups,
+                    md.moe_router_group_topk,
                 )
                 sync_f = 0.0 if self.spec.workload.moe_sync_free else sync
             else:

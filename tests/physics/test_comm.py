@@ -1,8 +1,11 @@
 """Collective costs: placement (Megatron rank order), mesh vs switch bandwidth, ring/tree, monotonicity."""
 
+import math
+import random
+
 import pytest
 
-from primus_optuna.physics.comm import Group, Topology
+from primus_optuna.physics.comm import Group, Topology, hit_probability
 from primus_optuna.spec import GB, GPU_CATALOG
 
 MI355X = GPU_CATALOG["mi355x"]
@@ -196,3 +199,55 @@ def test_a100_all_reduce_against_vtrain_luts() -> None:
     for n, us in ((2, 44.21), (8, 92.79)):
         got = t.all_reduce(2**20, Group(n, 1)) * 1e6
         assert us / 2.5 <= got <= us * 2.5
+
+
+def test_hit_probability_without_groups_is_the_hypergeometric_miss() -> None:
+    # 128 experts top-8, a rank holding 8 of them: 1 - C(120, 8) / C(128, 8)
+    assert hit_probability(128, 8, 8) == pytest.approx(1 - math.comb(120, 8) / math.comb(128, 8))
+    assert hit_probability(8, 8, 1) == 1.0
+
+
+def test_hit_probability_with_node_limited_routing() -> None:
+    # DeepSeek-V3-like: 256 experts in 8 groups, 4 groups picked, top-8 among their 128 experts; a node holding
+    # exactly one group is reached only when its group is picked (moe_utils.py@d98e8a64:673-720)
+    p = hit_probability(256, 8, 32, groups=8, group_topk=4)
+    assert p == pytest.approx(4 / 8 * (1 - math.comb(96, 8) / math.comb(128, 8)))
+    assert p < hit_probability(256, 8, 32)  # fewer nodes per token than unrestricted routing
+
+
+@pytest.mark.parametrize("held", [16, 32, 64])
+def test_hit_probability_matches_a_simulation_of_group_limited_routing(held: int) -> None:
+    # random logits (force load balancing): 4 of 8 groups uniformly, then top-8 uniformly among their experts
+    rng = random.Random(7)
+    experts, groups, group_topk, topk, trials = 256, 8, 4, 8, 20000
+    per_group = experts // groups
+    hits = 0
+    for _ in range(trials):
+        chosen = rng.sample(range(groups), group_topk)
+        pool = [g * per_group + i for g in chosen for i in range(per_group)]
+        hits += any(e < held for e in rng.sample(pool, topk))  # the block = the first `held` experts
+    p = hit_probability(experts, topk, held, groups, group_topk)
+    assert p == pytest.approx(hits / trials, abs=0.015)
+
+
+def test_deepep_nvlink_side_carries_the_forwarded_tokens() -> None:
+    # DeepEP internode on H800 (200 GB/s NVLink, one 50 GB/s NIC per GPU), EP16 over 2 nodes: a rank's NVLink
+    # side receives everything sent to it (16 senders' copies, forwarded from the RDMA buffers or local) and is
+    # the bottleneck; its NIC side only the copies for the other node
+    h800 = H100.model_copy(update={"intra_node_bw_gbs": 200.0})
+    t = Topology(h800, 8)
+    tokens, tb = 4096, 7168 * 2
+    sec = t.deepep_dispatch(tokens, tb, 8, 256, Group(16, 1), 0.8, 0.9)
+    nvl = tokens * tb * 16 * hit_probability(256, 8, 16) / (200 * GB * 0.8)
+    nic = tokens * tb * 1 * hit_probability(256, 8, 128) / (t.inter_bw * 0.9)
+    assert nvl > nic
+    assert sec == pytest.approx(nvl + 5 * t.inter_lat)
+
+
+def test_deepep_on_a_mesh_sends_no_own_copy_over_the_links() -> None:
+    # xGMI full mesh: each peer has its own link; a rank's own copy stays in its HBM
+    t = Topology(MI355X, 8)
+    tokens, tb = 4096, 5120 * 2
+    sec = t.deepep_dispatch(tokens, tb, 6, 160, Group(8, 1), 0.8, 0.9)
+    links = tokens * tb * 7 * hit_probability(160, 6, 20) / (t.fabric_bw(7) * 0.8)
+    assert sec == pytest.approx(links + 4 * t.intra_lat)
