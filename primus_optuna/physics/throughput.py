@@ -148,6 +148,26 @@ def fused_grouped_mlp(spec: StudySpec) -> bool:
     )
 
 
+def expert_act_bytes(model: Any, copies: float, eager_clamp: bool) -> float:
+    """HBM bytes of the experts' activation forward for ``copies`` routed copies: read 2F, write F for a GLU
+    (F = ``expert_ffn``; a plain activation reads and writes F: 2/3 of that), plus the clamped GLU's eager
+    passes (:data:`EAGER_CLAMP_PASSES`). What a ``moe_act`` recompute re-runs."""
+    passes = 3 * (1 if model.swiglu else 2 / 3) + (EAGER_CLAMP_PASSES if eager_clamp else 0)
+    return passes * copies * model.expert_ffn * ACT
+
+
+def permute_bytes(model: Any, copies: float, local: float) -> float:
+    """HBM bytes of the MoE permutation and unpermutation (read + write of each routed copy) and the router's
+    fp32 softmax / top-k over ``local`` tokens, forward."""
+    return 4 * copies * model.hidden_size * ACT + 2 * local * model.experts * 4
+
+
+def rank_tokens(tokens: float, tp: int, sequence_parallel: bool) -> float:
+    """Tokens a TP rank's norms, residuals and routing see: ``1/tp`` of them under sequence parallelism, all
+    of them without it."""
+    return tokens / tp if tp > 1 and sequence_parallel else tokens
+
+
 CURRENT_SCALING_AMAX_BYTES = ACT
 """FP8 current (per-tensor) scaling reads each tensor it casts once more, for its amax, before the cast
 (TransformerEngine ``transformer_engine/pytorch/csrc/quantizer.cpp``, ``Float8CurrentScalingQuantizer::
@@ -350,7 +370,7 @@ class _Context:
         h = md.hidden_size
         tokens = mbs * self.seq / cp
         sp = tp > 1 and self.sp
-        local = tokens / tp if sp else tokens  # without sequence parallelism every TP rank holds all tokens
+        local = rank_tokens(tokens, tp, self.sp)
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
         nbytes = 20 * local * h * ACT / 2  # 2 norms (read+write) + 2 residual adds (2 reads, 1 write)
         if self.rope:
@@ -359,12 +379,8 @@ class _Context:
             nbytes += 2 * local * h * (2 * ACT + 1)
         if is_moe:
             copies = local * md.moe_router_topk
-            fe = md.expert_ffn
-            nbytes += 3 * copies * fe * ACT * (1 if md.swiglu else 2 / 3)  # activation
-            if self.eager_clamp:
-                nbytes += EAGER_CLAMP_PASSES * copies * fe * ACT
-            nbytes += 4 * copies * h * ACT  # permute + unpermute (read + write)
-            nbytes += 2 * local * md.experts * 4  # router softmax / top-k (fp32)
+            nbytes += expert_act_bytes(md, copies, self.eager_clamp)
+            nbytes += permute_bytes(md, copies, local)
             kernels = KERNELS_MOE + (3 if self.eager_clamp else 0)  # the clamp's two clamps and the cat
             if self.bias_loop:  # the experts' output bias, per local expert (EXPERT_BIAS_BYTES)
                 nbytes += EXPERT_BIAS_BYTES * copies * h
@@ -598,19 +614,17 @@ def recompute_seconds(
         return f_layer * (min(r.num_layers, per_chunk) / per_chunk if r.num_layers else 1.0)
     md = ctx.model
     tokens = mbs * ctx.seq / cp
-    local = tokens / tp
+    local = rank_tokens(tokens, tp, ctx.sp)
     h = md.hidden_size
     rec = 0.0
     if r.has("core_attn"):
         rec += lay.core_f
     if md.is_moe:
         copies = local * md.moe_router_topk
-        passes = 3 + (
-            EAGER_CLAMP_PASSES if ctx.eager_clamp else 0
-        )  # the clamp is inside the recomputed function
-        act = passes * copies * md.expert_ffn * ACT / ctx.hbm + ctx.kernel_s
+        # the clamp is inside the recomputed function
+        act = expert_act_bytes(md, copies, ctx.eager_clamp) / ctx.hbm + ctx.kernel_s
         if r.has("moe"):
-            permute = (4 * copies * h * ACT + 2 * local * md.experts * 4) / ctx.hbm + 4 * ctx.kernel_s
+            permute = permute_bytes(md, copies, local) / ctx.hbm + 4 * ctx.kernel_s
             rec += lay.mlp_lin + act + permute + lay.ep_f
         elif r.has("moe_act"):
             rec += act

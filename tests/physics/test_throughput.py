@@ -510,3 +510,32 @@ def test_clamped_glu_adds_the_eager_clamp_passes_outside_the_fused_mlp() -> None
     assert rec_c - rec_p == pytest.approx(extra, rel=1e-9)
     # TE's fused grouped MLP clamps inside its kernel: no eager passes there
     assert not _context(_fused_study(catalog="gpt-oss-120b", te_op_fuser=True)).eager_clamp
+
+
+def test_moe_act_recompute_re_runs_the_forward_activation_bytes() -> None:
+    """``selective:moe_act`` re-runs the experts' activation forward, with the same bytes the forward pays:
+    a plain (non-GLU) activation reads and writes F, 2/3 of a GLU's read 2F, write F; without sequence
+    parallelism the recomputed norm and activation cover all of a TP rank's tokens."""
+    from primus_optuna.physics.throughput import _context, expert_act_bytes, recompute_seconds
+
+    def act_and_norm(swiglu: bool, sp: bool) -> tuple[float, float]:
+        spec = with_changes(
+            StudySpec.from_dict(small_moe_study()),
+            model={"swiglu": swiglu},
+            workload={"sequence_parallel": sp},
+        )
+        ctx = _context(spec)
+        lay = ctx.layer(2, 1, 1, 1, "alltoall")
+        act = recompute_seconds(ctx, lay, "selective:moe_act", 2, 1, 1, 1.0) - ctx.kernel_s
+        norm = recompute_seconds(ctx, lay, "selective:layernorm", 2, 1, 1, 1.0) - ctx.kernel_s
+        tokens = ctx.seq / (2 if sp else 1)
+        assert act * ctx.hbm == pytest.approx(
+            expert_act_bytes(ctx.model, tokens * ctx.model.moe_router_topk, False)
+        )
+        return act, norm
+
+    glu_sp, norm_sp = act_and_norm(True, True)
+    plain_sp, _ = act_and_norm(False, True)
+    glu_all, norm_all = act_and_norm(True, False)
+    assert plain_sp == pytest.approx(2 / 3 * glu_sp)
+    assert glu_all == pytest.approx(2 * glu_sp) and norm_all == pytest.approx(2 * norm_sp)
