@@ -27,6 +27,7 @@ from typing import Any
 
 from ..spec.recompute import Recompute, parse_recompute
 from ..spec.study import StudySpec
+from .fused_mlp import fused_grouped_mlp
 
 ACT_BYTES = 2
 """bf16/fp16 activation element (Megatron mixed precision)."""
@@ -85,6 +86,10 @@ class LayerShape:
     topk: int = 1
     expert_ffn: int = 0
     swiglu: bool = True
+    glu_clamp: bool = False
+    """a clamped GLU outside TE's fused grouped MLP (``model.activation_func_clamp_value``, GPT-OSS; the eager
+    clamp that ``physics.throughput.EAGER_CLAMP_PASSES`` prices): the experts keep the clamped, concatenated
+    copy of fc1's output for the GLU's backward as well as fc1's output for the clamps' (:func:`moe_terms`)"""
     layernorm: bool = False
     """LayerNorm (mean + rstd statistics) instead of RMSNorm (rstd only)"""
     bias: bool = False
@@ -126,6 +131,10 @@ class LayerShape:
             topk=m.moe_router_topk if m.is_moe else 1,
             expert_ffn=m.expert_ffn if m.is_moe else 0,
             swiglu=m.swiglu,
+            glu_clamp=m.is_moe
+            and m.swiglu
+            and m.activation_func_clamp_value is not None
+            and not fused_grouped_mlp(spec),
             layernorm=m.normalization == "LayerNorm",
             bias=has_bias(m),
             dropout=dropout_rate(m),
@@ -308,7 +317,10 @@ def moe_terms(shape: LayerShape) -> dict[str, int]:
     EP). Kept: ``norm2_input``; ``router_input`` (the norm output, bf16: router GEMM input and permutation
     source); ``router_state`` (fp32 logits and scores, ~16·Tl·E bytes); ``routing_indices`` (permutation
     maps, ~12·K); ``expert_input`` (fc1 input = the K permuted copies, FP8: 1 byte); ``expert_fc1_out``
-    (SwiGLU input, bf16 also under FP8); ``expert_act_out`` (fc2 input, FP8: 1 byte). Nothing for the
+    (SwiGLU input, bf16 also under FP8); ``expert_glu_clamped`` (a clamped GLU's clamped copy of it: GPT-OSS's
+    quick-GeGLU clamps both halves and concatenates them in eager PyTorch, the clamps keep fc1's output for
+    their backward and the fused GLU function saves the concatenation, ``megatron/core/fusions/
+    fused_bias_geglu.py@d98e8a64``:327, 424-432); ``expert_act_out`` (fc2 input, FP8: 1 byte). Nothing for the
     all-to-alls, the expert output, the un-permute or the residual adds: Megatron-Core ≥ 0.13 applies the
     routing probabilities inside the fused SwiGLU (``weighted_bias_swiglu_impl``).
     """
@@ -324,6 +336,7 @@ def moe_terms(shape: LayerShape) -> dict[str, int]:
         "routing_indices": 12 * copies,
         "expert_input": gemm_in * copies * h,
         "expert_fc1_out": ACT_BYTES * copies * (2 if shape.swiglu else 1) * fe,
+        "expert_glu_clamped": ACT_BYTES * copies * 2 * fe if shape.glu_clamp else 0,
         "expert_act_out": gemm_in * copies * fe,
         "mlp_dropout_mask": Tl * h if shape.dropout > 0 else 0,
     }
@@ -342,10 +355,17 @@ def layer_activation_terms(shape: LayerShape) -> dict[str, int]:
 
 RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
     "core_attn": ("softmax_lse", "attn_scores"),
-    "moe_act": ("expert_act_out",),
+    "moe_act": ("expert_act_out", "expert_glu_clamped"),
     "layernorm": ("router_input",),
     "mlp": ("fc1_out", "act_out"),
-    "moe": ("router_state", "routing_indices", "expert_input", "expert_fc1_out", "expert_act_out"),
+    "moe": (
+        "router_state",
+        "routing_indices",
+        "expert_input",
+        "expert_fc1_out",
+        "expert_glu_clamped",
+        "expert_act_out",
+    ),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("mla_q_up", "mla_kv_up"),
 }

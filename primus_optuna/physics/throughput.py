@@ -52,9 +52,10 @@ from typing import Any
 
 from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
-from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants, gpu_family
+from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
+from .fused_mlp import TE_FUSED_GROUPED_MLP, fused_grouped_mlp
 from .gemm_efficiency import attention_width_factor, gemm_seconds
 from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
 from .pipeline import pipeline_timing
@@ -98,54 +99,6 @@ experts.py@d3528a21``:249-266, unchanged at d98e8a64 outside the TE op-fuser pat
 (4), ``t + b·p`` reads bf16 and fp32 and writes fp32 (10), the concatenation copies it (8), the cast back to
 bf16 (6); two kernels per local expert plus two. Backward (the autograd of the same ops, about 36 bytes)
 is counted by backward's 2x of the memory-bound kernels"""
-
-
-@dataclass(frozen=True, slots=True)
-class FusedGroupedMLP:
-    """What ``workload.te_op_fuser`` (Transformer Engine's fused grouped MLP) changes in an MoE layer's expert
-    MLP; the rest of it (grouped-GEMM FLOPs at the family's grouped rate, activation traffic, FP8 casts) is
-    priced as without it."""
-
-    expert_fixed_cost: float
-    """fraction kept of the family's fixed cost per local expert and grouped GEMM (``grouped_expert_us``)"""
-    bias_loop: bool
-    """whether the experts' output bias is still added one local expert at a time (:data:`EXPERT_BIAS_BYTES`
-    and its two kernels per local expert)"""
-
-
-TE_FUSED_GROUPED_MLP = FusedGroupedMLP(expert_fixed_cost=0.0, bias_loop=False)
-"""The modelling choice for ``workload.te_op_fuser`` where Transformer Engine runs its CuTe-DSL fused grouped
-MLP (:func:`fused_grouped_mlp`): Megatron's TEGroupedMLP hands FC1, the scaled activation and FC2 of all local
-experts to one TE op chain (``megatron/core/transformer/moe/experts.py@d98e8a64``:382-456, built at 458-656)
-and TE replaces the triple with one fused op over the whole group whose cuDNN grouped-GEMM kernels take the
-per-expert biases packed (``transformer_engine/pytorch/ops/fused/grouped_mlp.py@d0067d0d``:352-363,
-816-898, 1355-1356, 1602); the FC2 bias is scaled by the router probabilities inside the op (``scale_bias``,
-experts.py:623-636) instead of ``_apply_bias``'s per-expert loop (experts.py:344-380). So the fixed cost per
-local expert of each grouped GEMM and the bias loop are dropped (assumption: the fused kernel's per-expert
-set-up is negligible against its tiles; nothing fitted, no constant refitted)."""
-FUSED_GROUPED_MLP_FAMILIES = ("blackwell",)
-"""GPU families on which TE takes the fused kernel: compute capability 10 only
-(``grouped_mlp.py@d0067d0d``:944-955)."""
-FUSED_GROUPED_MLP_DIM = 64
-"""FC1 and FC2 in/out features must be multiples of it for the fused kernel (``grouped_mlp.py@d0067d0d``:
-783-806); otherwise TE runs the ops unfused."""
-
-
-def fused_grouped_mlp(spec: StudySpec) -> bool:
-    """Whether ``spec``'s experts run as TE's CuTe-DSL fused grouped MLP: ``workload.te_op_fuser`` on an MoE
-    model, a Blackwell GPU, MXFP8 (TE fuses only block-scaled recipes, ``grouped_mlp.py@d0067d0d``:842; the
-    study has no NVFP4) and widths that are multiples of :data:`FUSED_GROUPED_MLP_DIM`. Elsewhere the op
-    fuser's unfused TE ops are priced as TEGroupedMLP (assumption)."""
-    w, m = spec.workload, spec.model
-    return (
-        w.te_op_fuser
-        and m.is_moe
-        and gpu_family(spec.cluster.gpu) in FUSED_GROUPED_MLP_FAMILIES
-        and w.precision == "fp8"
-        and w.fp8_recipe == "mxfp8"
-        and m.hidden_size % FUSED_GROUPED_MLP_DIM == 0
-        and m.expert_ffn % FUSED_GROUPED_MLP_DIM == 0
-    )
 
 
 def expert_act_bytes(model: Any, copies: float, eager_clamp: bool) -> float:

@@ -323,6 +323,20 @@ def _ep_overlap(f: Facts, c: Any) -> str | None:
             f"ep_overlap with pp={c.pp} needs pp_schedule=interleaved (Megatron: a virtual pipeline); "
             "use interleaved or ep_overlap=false"
         )
+    mtp = (f.model.mtp_num_layers or 0) if f.model is not None else 0
+    # MTP: at most one layer (transformer_config.py@d98e8a64:3042-3046), and, in Megatron-Core 0.16 and Primus's
+    # pin, a pipeline (transformer_config.py@d3528a21:2065-2071: 'Pipeline model parallel size must be larger
+    # than 1 when enabling overlap_moe_expert_parallel_comm with MTP layer'; lifted on Megatron-LM main)
+    if mtp > 1:
+        return (
+            f"ep_overlap with mtp_num_layers={mtp} is refused by Megatron (at most one MTP layer); "
+            "use ep_overlap=false or one MTP layer"
+        )
+    if mtp == 1 and c.pp <= 1:
+        return (
+            "ep_overlap with an MTP layer needs pp > 1 (Megatron-Core 0.16 and Primus's Megatron refuse pp=1); "
+            "use pp >= 2 or ep_overlap=false"
+        )
     r = parse_recompute(c.recompute)
     if r.is_full:
         return (
@@ -454,7 +468,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ep_overlap",
         ("ep", "pp", "pp_schedule", "recompute", "ep_overlap"),
-        "ep_overlap needs ep>1, interleaved when pp>1, no full recompute",
+        "ep_overlap needs ep>1, interleaved when pp>1, no full recompute, pp>1 with an MTP layer",
         _ep_overlap,
     ),
     Rule(

@@ -163,7 +163,7 @@ class WorkloadSpec(_Strict):
     (FC1, activation and FC2 of all local experts as one op chain, the FC2 bias scaled inside it;
     ``megatron/core/transformer/moe/experts.py@d98e8a64``:382-456, 623-636), priced without the per-expert
     grouped-GEMM cost and bias loop where TE takes its fused kernel (Blackwell, MXFP8;
-    ``physics.throughput.fused_grouped_mlp``), as without the flag elsewhere. Megatron asserts the path is
+    ``physics.fused_mlp.fused_grouped_mlp``), as without the flag elsewhere. Megatron asserts the path is
     supported when the flag is on (experts.py:286-290): an MoE model (a dense MLP takes TEFusedMLP instead, not
     modelled: refused here) with TE GroupedLinear experts (the export adds ``moe_grouped_gemm``), expert TP 1
     (the export always writes ``expert_tensor_parallel_size: 1``), a gated SiLU / quick-GELU activation

@@ -521,3 +521,29 @@ def test_deepseek_v3_study_baseline_fits_with_the_recipes_bf16_moments() -> None
     assert not heavy.fits
     peak = est.stages[est.peak_stage].breakdown["optimizer_gib"]
     assert heavy.stages[est.peak_stage].breakdown["optimizer_gib"] == pytest.approx(peak * 12 / 8)
+
+
+def test_clamped_glu_keeps_its_clamped_copy_unless_moe_act_is_recomputed() -> None:
+    # GPT-OSS's quick-GeGLU clamps both halves of fc1's output and concatenates them in eager PyTorch: the clamps
+    # keep fc1's output, the fused GLU function saves the concatenation (fused_bias_geglu.py@d98e8a64:327,
+    # 424-432); a moe_act recompute checkpoints all of it, TE's fused grouped MLP clamps in its kernel
+    from primus_optuna.physics.shapes import LayerShape, layer_activation_bytes, moe_terms
+
+    spec = StudySpec.from_dict(
+        {
+            "name": "gpt-oss",
+            "model": {"catalog": "gpt-oss-120b"},
+            "cluster": {"gpu": "h100", "nodes": 8, "gpus_per_node": 8},
+            "workload": {"seq_length": 4096, "global_batch_size": 512},
+        }
+    )
+    c = Space(spec).make(tp=1, pp=4, ep=8, mbs=1, recompute="none")
+    shape = LayerShape.from_config(spec, c)
+    assert shape.glu_clamp
+    copies = shape.local_tokens * shape.topk
+    assert moe_terms(shape)["expert_glu_clamped"] == 2 * copies * 2 * shape.expert_ffn
+    plain = shape.replace(glu_clamp=False)
+    assert layer_activation_bytes(shape) - layer_activation_bytes(plain) == 4 * copies * shape.expert_ffn
+    assert layer_activation_bytes(shape, "selective:moe_act") == layer_activation_bytes(
+        plain, "selective:moe_act"
+    )

@@ -178,3 +178,14 @@ def test_moe_dp_and_microbatches_are_derived(moe):
     assert moe.check(c) == []
     # expert data parallel = world / (pp * ep) must be whole: ep folds into tp*cp*dp = 16 ranks per stage
     assert moe.check(moe.make(**{**BASE_OK, "ep": 8, "tp": 2, "cp": 2})) == []
+
+
+def test_ep_overlap_with_an_mtp_layer_needs_a_pipeline() -> None:
+    # Megatron-Core 0.16 / Primus's pin (transformer_config.py@d3528a21:2065-2071): with overlap_moe_expert_
+    # parallel_comm, at most one MTP layer, and pp > 1 when there is one
+    space = Space(StudySpec.from_yaml("studies/deepseek-v3-mi355x-fp8.yaml"))
+    assert space.spec.model.mtp_num_layers == 1
+    legal = [c for c in space.configs() if c.ep_overlap]
+    assert legal and all(c.pp > 1 for c in legal)
+    one_stage = next(c for c in space.configs() if c.pp == 1 and c.ep > 1 and not c.ep_overlap)
+    assert "MTP layer needs pp > 1" in " ".join(space.check(one_stage.replace(ep_overlap=True)))
