@@ -593,6 +593,15 @@ def te_op_fuser_reason(spec: StudySpec) -> str | None:
     return None
 
 
+_BOUNDS = {
+    "greater_than": (">", "above"),
+    "greater_than_equal": (">=", "of at least"),
+    "less_than": ("<", "below"),
+    "less_than_equal": ("<=", "of at most"),
+}
+"""pydantic's numeric-bound error types: the comparison and the wording of the fix"""
+
+
 def format_validation_error(exc: ValidationError, source: str) -> str:
     """One message, one line per problem, each naming the field path and what to do."""
     lines = []
@@ -603,6 +612,10 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
             msg = "unknown key; remove it or check its spelling against the study-file reference in README.md"
         elif err["type"] == "missing":
             msg = "required; add it"
+        elif err["type"] in _BOUNDS:
+            op, word = _BOUNDS[err["type"]]
+            bound = next(iter((err.get("ctx") or {}).values()), "?")
+            msg = f"must be {op} {bound}, got {err.get('input')!r}; set a value {word} {bound}"
         lines.append(f"{loc}: {msg}")
     head = f"{source}: invalid study file"
     return head + ("\n  " + "\n  ".join(lines) if len(lines) > 1 else f": {lines[0]}")

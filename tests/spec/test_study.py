@@ -42,6 +42,14 @@ def test_unknown_key_rejected_with_field_name():
     assert "workload.seq_len" in str(e.value) and "unknown key" in str(e.value)
 
 
+def test_out_of_range_number_names_the_bound_and_the_fix():
+    data = small_moe_study()
+    data["workload"]["global_batch_size"] = -8
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload.global_batch_size: must be > 0, got -8; set a value above 0" in str(e.value)
+
+
 def test_unknown_catalog_names_suggest():
     data = small_moe_study()
     data["cluster"]["gpu"] = "mi350x"
