@@ -57,7 +57,17 @@ def fused_grouped_mlp(spec: StudySpec) -> bool:
     )
 
 
+def eager_glu_clamp(spec: StudySpec) -> bool:
+    """Whether ``spec``'s experts clamp their GLU input in eager PyTorch (``model.activation_func_clamp_value``
+    on a gated MoE, GPT-OSS: ``megatron/core/fusions/fused_bias_geglu.py@d98e8a64``:424-432) rather than
+    inside TE's fused grouped MLP: its extra HBM passes (:mod:`.throughput`) and its clamped copy kept for
+    backward (:mod:`.shapes`)."""
+    m = spec.model
+    return m.is_moe and m.swiglu and m.activation_func_clamp_value is not None and not fused_grouped_mlp(spec)
+
+
 __all__ = [
+    "eager_glu_clamp",
     "FUSED_GROUPED_MLP_DIM",
     "FUSED_GROUPED_MLP_FAMILIES",
     "TE_FUSED_GROUPED_MLP",

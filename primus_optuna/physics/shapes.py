@@ -27,7 +27,7 @@ from typing import Any
 
 from ..spec.recompute import Recompute, parse_recompute
 from ..spec.study import StudySpec
-from .fused_mlp import fused_grouped_mlp
+from .fused_mlp import eager_glu_clamp
 
 ACT_BYTES = 2
 """bf16/fp16 activation element (Megatron mixed precision)."""
@@ -131,10 +131,7 @@ class LayerShape:
             topk=m.moe_router_topk if m.is_moe else 1,
             expert_ffn=m.expert_ffn if m.is_moe else 0,
             swiglu=m.swiglu,
-            glu_clamp=m.is_moe
-            and m.swiglu
-            and m.activation_func_clamp_value is not None
-            and not fused_grouped_mlp(spec),
+            glu_clamp=eager_glu_clamp(spec),
             layernorm=m.normalization == "LayerNorm",
             bias=has_bias(m),
             dropout=dropout_rate(m),

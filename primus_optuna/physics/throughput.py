@@ -55,7 +55,7 @@ from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
 from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
-from .fused_mlp import TE_FUSED_GROUPED_MLP, fused_grouped_mlp
+from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import attention_width_factor, gemm_seconds
 from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
 from .pipeline import pipeline_timing
@@ -244,7 +244,7 @@ class _Context:
         fused = fused_grouped_mlp(spec)
         self.expert_us = self.k.grouped_expert_us * (TE_FUSED_GROUPED_MLP.expert_fixed_cost if fused else 1.0)
         self.bias_loop = m.linear_bias and (TE_FUSED_GROUPED_MLP.bias_loop or not fused)
-        self.eager_clamp = m.activation_func_clamp_value is not None and not fused
+        self.eager_clamp = eager_glu_clamp(spec)
 
     # --- compute ----------------------------------------------------------------------------------------------
     def gemm(self, g: Gemm, linear: bool = True, grouped: bool = False) -> float:
