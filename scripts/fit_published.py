@@ -3,6 +3,7 @@ report on the part held back.
 
     python scripts/fit_published.py          # report with the constants in physics/calibration.py
     python scripts/fit_published.py --fit    # grid-search each family's constants on its fitting rows first
+    python scripts/fit_published.py --fit --family blackwell_ultra   # only that family
 
 Data: tests/data/published-runs.csv (sources in its `source` column); only rows the model can express
 (tests/helpers/published.py). Each family's rows, ordered by (release, label), alternate between the fitting
@@ -36,15 +37,19 @@ from primus_optuna.physics.fidelity import spearman  # noqa: E402
 from primus_optuna.physics.throughput import estimate_throughput  # noqa: E402
 from tests.helpers.published import Published, load_published  # noqa: E402
 
-FAMILIES = ("hopper", "blackwell", "cdna3", "cdna4")
+FAMILIES = ("hopper", "blackwell", "blackwell_ultra", "cdna3", "cdna4")
 
 
 def split(rows: list[Published]) -> tuple[list[Published], list[Published]]:
-    """(fitting, held-back): per family, alternate rows ordered by (release, label)."""
+    """(fitting, held-back): per family, alternate rows ordered by (release, label); report-only rows (models
+    that joined after the fit, ``Published.report_only``) are always held back."""
     fit, held = [], []
     by_family: dict[str, list[Published]] = defaultdict(list)
     for p in rows:
-        by_family[p.family].append(p)
+        if p.report_only:
+            held.append(p)
+        else:
+            by_family[p.family].append(p)
     for fam_rows in by_family.values():
         for i, p in enumerate(sorted(fam_rows, key=lambda p: (p.release, p.label))):
             (fit if i % 2 == 0 else held).append(p)
@@ -73,7 +78,13 @@ GROUPED = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """grouped-GEMM multipliers scanned"""
 PER_EXPERT_US = (0.0, 10.0, 25.0, 50.0)
 """fixed costs per local expert and grouped GEMM scanned (µs)"""
-VENDOR_KERNELS = {"hopper": "nvidia", "blackwell": "nvidia", "cdna3": "amd", "cdna4": "amd"}
+VENDOR_KERNELS = {
+    "hopper": "nvidia",
+    "blackwell": "nvidia",
+    "blackwell_ultra": "nvidia",
+    "cdna3": "amd",
+    "cdna4": "amd",
+}
 """families that share one grouped-GEMM implementation (TE GroupedLinear/cuBLAS on NVIDIA, hipBLASLt on AMD):
 the per-expert cost is fitted jointly over them"""
 
@@ -97,14 +108,18 @@ def _fit_one(
     return best
 
 
-def fit_families(fit: list[Published]) -> dict[str, calibration.FamilyConstants]:
+def fit_families(fit: list[Published], only: tuple[str, ...] = ()) -> dict[str, calibration.FamilyConstants]:
     """Per family the peak fraction and grouped multiplier; per vendor the per-expert cost (the sum of the
-    families' fitting-row MAE is minimised over it)."""
+    families' fitting-row MAE is minimised over it). ``only``: fit just these families, each with its vendor's
+    per-expert cost as it stands (the other families keep their constants)."""
     out: dict[str, calibration.FamilyConstants] = {}
     for vendor in sorted(set(VENDOR_KERNELS.values())):
-        fams = [f for f in FAMILIES if VENDOR_KERNELS[f] == vendor]
+        fams = [f for f in FAMILIES if VENDOR_KERNELS[f] == vendor and (not only or f in only)]
+        if not fams:
+            continue
         best: tuple[float, dict] = (math.inf, {})
-        for per_expert in PER_EXPERT_US:
+        kept = {calibration.FAMILIES[f].grouped_expert_us for f in fams}
+        for per_expert in sorted(kept) if only else PER_EXPERT_US:
             got = {f: _fit_one(f, [p for p in fit if p.family == f], per_expert) for f in fams}
             total = sum(v for v, _ in got.values())
             if total < best[0]:
@@ -216,11 +231,18 @@ def main() -> None:
     ap.add_argument(
         "--fit", action="store_true", help="grid-search each family's constants on its fitting rows"
     )
+    ap.add_argument(
+        "--family",
+        action="append",
+        choices=FAMILIES,
+        default=[],
+        help="with --fit: fit only this family (repeatable), at its vendor's per-expert cost as it stands",
+    )
     args = ap.parse_args()
     rows = load_published()
     fit, held = split(rows)
     if args.fit:
-        calibration.FAMILIES.update(fit_families(fit))
+        calibration.FAMILIES.update(fit_families(fit, tuple(args.family)))
     held_back_report(fit, held)
     narayanan_korthikanti_report()
 

@@ -186,6 +186,24 @@ FAMILIES: dict[str, FamilyConstants] = {
             "published-runs.csv B200/GB200 fitting rows (Bridge 26.04.01 and 26.06; fit_published.py split)",
         ),
     ),
+    # B300/GB300 (Blackwell Ultra): the B200/GB200 dense BF16/FP8 peaks on the datasheet, but a higher power
+    # limit (1.1 / 1.4 kW) and twice the softmax exponent rate; the same recipe on GB300 ran 24% faster than on
+    # GB200 (Llama3-70B FP8-CS tp1, Bridge 26.04.01). Peak fraction and grouped multiplier fitted
+    # (fit_published.py --fit --family blackwell_ultra) on the fitting half of its rows (6: GPT-OSS-120B GB300
+    # bf16 and B300, Llama3-70B GB300 mxfp8, Llama3.1-405B GB300 fp8_cs, Qwen3-235B-A22B GB300, Qwen3-30B-A3B
+    # GB300; MAE 10.7%, GPT-OSS -17/-18% the model fast, the rest +0..+18% slow) at NVIDIA's per-expert cost;
+    # the peak is the grid's top. Held back (8, DeepSeek-V3 included): docs/benchmarks.md, #issue-21-ultra.
+    "blackwell_ultra": FamilyConstants(
+        a2a_inter_eff=0.7,  # assumed = hopper
+        gemm=EfficiencyCurve(0.80, _half(2250), "published-runs.csv B300/GB300 fitting rows (6)"),
+        attention=EfficiencyCurve(0.45, _half(2250, A100_ATTN_HALF_WORK), "assumed = hopper"),
+        fp8_gemm_speedup=1.57,  # assumed = blackwell
+        grouped_gemm_eff=0.9,  # fitted: B300/GB300 fitting rows
+        grouped_expert_us=25.0,  # NVIDIA's, fitted on hopper and blackwell (one TE grouped-GEMM implementation)
+        fitted_to=(
+            "published-runs.csv B300/GB300 fitting rows (Bridge 26.04.01 and 26.06; fit_published.py split)",
+        ),
+    ),
     # MI300X/MI325X: the Primus MI325X rows (GBS assumed, tests/helpers/published.py); 2 fitting rows
     # (Llama3.1-8B 64 GPUs FP8, Llama3.1-70B BF16), held back: 70B FP8 and 8B on one node
     "cdna3": FamilyConstants(
@@ -225,6 +243,8 @@ _BY_NAME = {
     "h200": "hopper",
     "b200": "blackwell",
     "gb200": "blackwell",
+    "b300": "blackwell_ultra",
+    "gb300": "blackwell_ultra",
 }
 
 

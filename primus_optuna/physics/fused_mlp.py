@@ -32,8 +32,8 @@ per-expert biases packed (``transformer_engine/pytorch/ops/fused/grouped_mlp.py@
 experts.py:623-636) instead of ``_apply_bias``'s per-expert loop (experts.py:344-380). So the fixed cost per
 local expert of each grouped GEMM and the bias loop are dropped (assumption: the fused kernel's per-expert
 set-up is negligible against its tiles; nothing fitted, no constant refitted)."""
-FUSED_GROUPED_MLP_FAMILIES = ("blackwell",)
-"""GPU families on which TE takes the fused kernel: compute capability 10 only
+FUSED_GROUPED_MLP_FAMILIES = ("blackwell", "blackwell_ultra")
+"""GPU families on which TE takes the fused kernel: compute capability 10 only (B200/GB200 10.0, B300/GB300 10.3)
 (``grouped_mlp.py@d0067d0d``:944-955)."""
 FUSED_GROUPED_MLP_DIM = 64
 """FC1 and FC2 in/out features must be multiples of it for the fused kernel (``grouped_mlp.py@d0067d0d``:

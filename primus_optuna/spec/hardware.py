@@ -108,6 +108,7 @@ def with_overrides(base: GPUSpec, overrides: dict[str, Any]) -> dict[str, Any]:
 # rocm-smi VRAM total: MI300X 192 GiB, MI325X 256 GiB, MI355X 288 GiB), rounded down. Latencies are typical fixed costs of one collective hop
 # (NCCL/RCCL tests report ~5-10 us intra-node, ~15-30 us over RoCE/IB); they are overridable.
 _NET_400G = 50.0  # 400 Gb/s NIC per GPU = 50 GB/s one direction
+_NET_800G = 100.0  # 800 Gb/s (ConnectX-8) per GPU
 GPU_CATALOG: dict[str, GPUSpec] = {
     "mi300x": GPUSpec(
         name="mi300x",
@@ -198,6 +199,49 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         intra_node_bw_gbs=900,
         intra_node_links=7,
         inter_node_bw_gbs=_NET_400G,
+        topology="switch",
+    ),
+    # Grace-Blackwell racks (NVL72): a "node" here is the NVLink domain the job uses (up to 72 GPUs; Megatron-
+    # Bridge's published runs use 64 per domain), the network is one NIC per GPU. Figures from NVIDIA's GB200
+    # NVL72 / GB300 NVL72 / HGX B300 specification tables (dense = the sparse figure / 2): GB200 360 PF BF16,
+    # 720 PF FP8 sparse per 72 GPUs, 13.4 TB HBM3e (186 GB per GPU), 8 TB/s, NVLink5 1.8 TB/s both directions,
+    # ConnectX-7 400 Gb/s; GB300 the same compute (180 / 360 PF dense per rack), 20.7 TB HBM3e (288 GB per GPU),
+    # ConnectX-8 800 Gb/s; HGX B300 36 / 72 PF BF16 / FP8 sparse per 8 GPUs, 288 GB HBM3e, ConnectX-8. No
+    # device-reported capacity is on record for them (memory_gib = the datasheet GB converted).
+    "gb200": GPUSpec(
+        name="gb200",
+        vendor="nvidia",
+        bf16_tflops=2500,
+        fp8_tflops=5000,
+        hbm_gb=186,
+        hbm_bw_tbs=8.0,
+        intra_node_bw_gbs=900,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_400G,
+        topology="switch",
+    ),
+    "gb300": GPUSpec(
+        name="gb300",
+        vendor="nvidia",
+        bf16_tflops=2500,
+        fp8_tflops=5000,
+        hbm_gb=288,
+        hbm_bw_tbs=8.0,
+        intra_node_bw_gbs=900,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_800G,
+        topology="switch",
+    ),
+    "b300": GPUSpec(
+        name="b300",
+        vendor="nvidia",
+        bf16_tflops=2250,
+        fp8_tflops=4500,
+        hbm_gb=288,
+        hbm_bw_tbs=8.0,
+        intra_node_bw_gbs=900,
+        intra_node_links=7,
+        inter_node_bw_gbs=_NET_800G,
         topology="switch",
     ),
 }

@@ -21,7 +21,6 @@ study's safety margin is a search policy, not a fact about a run that ran).
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 
 import pytest
@@ -29,27 +28,11 @@ import pytest
 from primus_optuna import StudySpec
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.space import Space
-from tests.helpers.published import FUSED_GROUPED_MLP
+from primus_optuna.spec import GPU_CATALOG
+from tests.helpers.published import FUSED_GROUPED_MLP, GPUS, PRECISION_AWARE, row_layout
 
 DATA = Path(__file__).parent / "data" / "published_moe_runs.csv"
 ROWS = list(csv.DictReader(DATA.open()))
-
-# The rows' pipeline layouts: the recipe's layout string where the row gives it, else the split the row
-# describes in words (E = embedding, mtp, loss) written as a Megatron layout string.
-WORDED_LAYOUTS = {
-    "auto for PP4xVP4 (E+4 | 14x4 | 1+mtp+loss)": "Et*4|(t*4|)*14tmL",
-    "auto for PP8 (E+8 | 6x8 | 5+mtp+loss)": "Et*8|(t*8|)*6t*5mL",
-    "for PP16 (E+4 | 14x4 | 1+mtp+loss)": "Et*4|(t*4|)*14tmL",
-    # Kimi-K2's recipe names a "Kimi layout for PP4xVP4" without giving it: the DeepSeek-V3 16-chunk split
-    # without the MTP layer (61 = 4 + 14x4 + 1) is assumed
-    "Kimi layout for PP4xVP4": "Et*4|(t*4|)*14tL",
-}
-
-PRECISION_AWARE = re.compile(
-    r"precision-aware optimizer \(fp32 master[,;] bf16 main_grads/exp_avg/exp_avg_sq\)"
-)
-"""How the rows state Megatron-Core's precision-aware optimizer (fp32 master weights, bf16 main grads and
-moments)."""
 
 CATALOG = {
     "DeepSeek-V3": "deepseek-v3",
@@ -81,24 +64,13 @@ def _fp8_recipe(row: dict[str, str]) -> str:
     return "tensorwise"
 
 
-def _layout(row: dict[str, str]) -> str | None:
-    text = row["pp_schedule"]
-    m = re.search(r"layout (E[EtmL|()*0-9]+)", text)
-    if m:
-        return m.group(1)
-    for words, layout in WORDED_LAYOUTS.items():
-        if words in text:
-            return layout
-    return None
-
-
 def _spec(row: dict[str, str]) -> tuple[StudySpec, dict]:
     model = next(v for k, v in CATALOG.items() if row["model"].startswith(k))
     gpus, gpn = int(row["gpus"]), GPUS_PER_NODE.get(row["gpu"], 8)
-    # catalog GPUs at their device-reported capacity; GB200/GB300/B300 (not in the catalog) as the B200 entry
-    # with the row's datasheet GB converted to GiB
-    gpu = {"catalog": "b200", "name": row["gpu"], "hbm_gb": float(row["gpu_mem_gb"]), "memory_gib": None}
-    gpu = {"MI355X": "mi355x", "H100-SXM": "h100", "B200": "b200"}.get(row["gpu"], gpu)
+    # catalog GPUs: the device-reported capacity where one is on record, else the datasheet GB converted to
+    # GiB (GB200/GB300/B300)
+    gpu = GPUS[row["gpu"]]
+    assert GPU_CATALOG[gpu].hbm_gb == float(row["gpu_mem_gb"]) or row["gpu"] in ("B200", "H100-SXM")
     flags = row["other_memory_flags"]
     workload = {
         "seq_length": int(row["seq"]),
@@ -125,7 +97,7 @@ def _spec(row: dict[str, str]) -> tuple[StudySpec, dict]:
         # a run that ran used at most the device's memory: no safety margin (a study's margin is its choice)
         "search": {"memory_safety_margin": 0.0},
     }
-    layout = _layout(row)
+    layout = row_layout(row)
     if layout and int(row["pp"]) > 1:
         data["pipeline"] = {"layout": layout}
     elif "account_for" in row["pp_schedule"] + flags:

@@ -17,7 +17,7 @@ Left out, and why:
 - DeepSeek-V2/V3, Kimi-K2, GPT-OSS, Nemotron-4, Llama2-70B, GPT3-175B (NeMo 24.07), Llama 3.1 8B/70B on
   MI325X: the catalog lacks the model, or the row does not state the recompute and batch it ran with.
 
-GPUs the catalog lacks (GB200, GB300, B300) are the B200 entry with the row's memory (``gpu_mem_gb``).
+GPUs are the catalog entries (GB200, GB300, B300: the datasheet GB converted to GiB, as the row's ``gpu_mem_gb``).
 Dispatchers ``flex/hybridep`` and ``flex/deepep`` are modelled as DeepEP (its buffers are counted).
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import pytest
 
 from primus_optuna import Space, StudySpec, estimate_memory
+from primus_optuna.spec import GPU_CATALOG
 
 # (recipe, model, gpu, gpu_mem_gb, gpus, fp8_recipe, gbs, mbs, seq, tp, pp, vp, ep, recompute, deepep,
 #  fp8_param_gather) -- copied from shared/reference/data/published-runs.csv (NVIDIA-NeMo/Megatron-Bridge
@@ -45,16 +46,12 @@ ROWS = [
 
 def _spec(row: tuple) -> tuple[StudySpec, object]:
     _, model, gpu, mem_gb, gpus, recipe, gbs, mbs, seq, tp, pp, vp, ep, recompute, deepep, fp8_pg = row
-    catalog_gpu = (
-        gpu
-        if gpu in ("h100", "b200")
-        else {"catalog": "b200", "name": gpu, "hbm_gb": mem_gb, "memory_gib": None}
-    )
+    assert GPU_CATALOG[gpu].hbm_gb == mem_gb or gpu in ("h100", "b200")  # the catalog entry is the row's GPU
     spec = StudySpec.from_dict(
         {
             "name": f"published-{gpu}",
             "model": {"catalog": model},
-            "cluster": {"gpu": catalog_gpu, "nodes": gpus // 8, "gpus_per_node": 8},
+            "cluster": {"gpu": gpu, "nodes": gpus // 8, "gpus_per_node": 8},
             "workload": {
                 "seq_length": seq,
                 "global_batch_size": gbs,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.fit_published import calibrated_errors
+from scripts.fit_published import calibrated_errors, split
+from tests.helpers.published import load_published
 
 ERRORS = calibrated_errors()
 ROWS = [(key, lab, cal) for key, (_, rows) in ERRORS.items() for lab, _, _, _, cal in rows]
@@ -17,6 +18,14 @@ XFAIL = {
     # Blackwell scale (with 64-wide heads at the cuDNN rate, gemm_efficiency.attention_width_factor; +34.4%
     # before it; docs/benchmarks.md, Issue 21). GPT-OSS on H100 (+19.4%) and B200 (+17.3%) now pass.
     "GPT-OSS-120B GB200 64 mxfp8 tp1-pp1-ep64-cp1-vpp1-mbs4-none-deepep-1f1b-epoverlap": "+29.6% after scale",
+    # GPT-OSS-120B on B300/GB300 (Blackwell Ultra, fitted on half of its rows, tests/helpers/published.py):
+    # the model is 17-20% fast on every GPT-OSS Blackwell row (iteration time) while the family's other rows
+    # sit at 0..+18%, so the group scale pushes these over. The GB200/GB300 FP8 rows also run FP8 attention,
+    # whose cuDNN backward visits every causal tile of the 128-token windows (cudnn-frontend
+    # benchmark/sdpa_benchmark_training results, GB200/GB300), not modelled (docs/benchmarks.md, Issue 21)
+    "GPT-OSS-120B GB300 64 mxfp8 tp1-pp1-ep16-cp1-vpp1-mbs4-none-deepep-1f1b-epoverlap": "+27.9% after scale",
+    "GPT-OSS-120B B300 64 mxfp8 tp1-pp1-ep8-cp1-vpp1-mbs4-none-deepep-1f1b": "+23.7% after scale",
+    "GPT-OSS-120B GB300 64 bf16 tp1-pp1-ep64-cp1-vpp1-mbs4-none-alltoall-1f1b": "+22.3% after scale",
     # torch FSDP2 (per-layer parameter all-gather in forward and again in backward, per-layer gradient
     # reduce-scatter) is modelled as Megatron's distributed optimizer (once per step): +39.3% raw, +21.7% after
     # the Primus CDNA3 scale
@@ -26,7 +35,7 @@ XFAIL = {
 
 def test_every_group_has_rows() -> None:
     assert len(ROWS) >= 15
-    assert {fam for _, fam in ERRORS} == {"hopper", "blackwell", "cdna3", "cdna4"}
+    assert {fam for _, fam in ERRORS} == {"hopper", "blackwell", "blackwell_ultra", "cdna3", "cdna4"}
 
 
 @pytest.mark.parametrize(
@@ -41,3 +50,17 @@ def test_every_group_has_rows() -> None:
 def test_row_within_20pct_after_release_family_scale(row) -> None:
     (release, family), label, cal = row
     assert abs(cal) <= 0.20, f"{release} {family} {label}: {cal:+.1%}"
+
+
+def test_rows_that_joined_after_the_fit_are_only_held_back() -> None:
+    """DeepSeek-V3's rows (with their pipeline layouts) joined after the constants were fitted: they are in
+    no fitting part, and the alternation of the other rows is as before they joined."""
+    rows = load_published()
+    fit, held = split(rows)
+    late = [p for p in rows if p.report_only]
+    assert late and all("DeepSeek-V3" in p.label for p in late)
+    assert not any(p.report_only for p in fit) and all(p in held for p in late)
+    assert (fit, [p for p in held if not p.report_only]) == split([p for p in rows if not p.report_only])
+    # their layouts as the rows state them (16 or 32 chunks of pp·vpp), e.g. 26.06 GB200's worded split
+    gb200 = next(p for p in late if "GB200" in p.label)
+    assert gb200.spec.pipeline.layout == "Et*4|(t*4|)*14tmL"

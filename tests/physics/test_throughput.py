@@ -185,6 +185,9 @@ def test_every_family_labels_its_source() -> None:
     assert gpu_family(GPU_CATALOG["mi355x"]) == "cdna4"
     assert gpu_family(GPU_CATALOG["h200"]) == "hopper"
     assert gpu_family(GPU_CATALOG["a100-80gb"]) == "ampere"
+    assert gpu_family(GPU_CATALOG["gb200"]) == "blackwell"
+    # Blackwell Ultra has its own constants (fitted on half of the B300/GB300 published rows)
+    assert gpu_family(GPU_CATALOG["gb300"]) == gpu_family(GPU_CATALOG["b300"]) == "blackwell_ultra"
 
 
 def test_identity_calibration_changes_nothing() -> None:

@@ -320,3 +320,19 @@ def test_model_fields_added_later_keep_older_study_hashes():
     data = small_moe_study()
     clamped = {**data, "model": {"catalog": data["model"]["catalog"], "activation_func_clamp_value": 7.0}}
     assert space_hash(StudySpec.from_dict(clamped)) != space_hash(StudySpec.from_dict(data))
+
+
+def test_grace_blackwell_and_blackwell_ultra_catalog_entries(flagship_path) -> None:
+    """GB200 / GB300 NVL72 and HGX B300 at their spec tables' dense figures (hardware.py's comment); an NVL72
+    rack is one NVLink domain of up to 72 GPUs, i.e. one "node" of up to 72."""
+    gb200, gb300, b300 = (GPUSpec.catalog(n) for n in ("GB200", "gb300", "b300"))
+    assert (gb200.bf16_tflops, gb200.fp8_tflops, gb200.hbm_gb) == (2500, 5000, 186)
+    assert (gb300.bf16_tflops, gb300.fp8_tflops, gb300.hbm_gb) == (2500, 5000, 288)
+    assert (b300.bf16_tflops, b300.fp8_tflops, b300.hbm_gb) == (2250, 4500, 288)
+    # no device-reported capacity on record: the datasheet GB converted to GiB
+    assert gb300.hbm_gib == pytest.approx(288e9 / 2**30)
+    # ConnectX-8 (800 Gb/s) on the Blackwell Ultra systems, ConnectX-7 (400 Gb/s) on GB200
+    assert (gb200.inter_node_bw_gbs, gb300.inter_node_bw_gbs, b300.inter_node_bw_gbs) == (50, 100, 100)
+    data = yaml.safe_load(flagship_path.read_text())
+    data["cluster"] = {"gpu": "gb200", "nodes": 1, "gpus_per_node": 72}
+    assert StudySpec.from_dict(data).world == 72
