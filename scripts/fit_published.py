@@ -8,8 +8,8 @@ report on the part held back.
 Data: tests/data/published-runs.csv (sources in its `source` column); only rows the model can express
 (tests/helpers/published.py). Each family's rows, ordered by (release, label), alternate between the fitting
 part (even positions) and the held-back part (odd positions). Fitted per family: the linear-GEMM peak
-fraction and the grouped-GEMM multiplier (``grouped_gemm_eff``), jointly on dense and MoE rows, minimising
-the mean absolute iteration-time error without any scale; per vendor (one grouped-GEMM implementation) the
+fraction and the grouped-GEMM multiplier (``grouped_gemm_eff``; a family in ``GROUPED_FROM`` takes another's),
+jointly on dense and MoE rows, minimising the mean absolute iteration-time error without any scale; per vendor (one grouped-GEMM implementation) the
 fixed cost per local expert (``grouped_expert_us``), jointly over that vendor's families.
 
 Reported on the held-back rows: the iteration-time error without any scale, and after one scale per
@@ -89,13 +89,24 @@ VENDOR_KERNELS = {
 the per-expert cost is fitted jointly over them"""
 
 
+GROUPED_FROM = {"blackwell_ultra": "blackwell"}
+"""families that run another family's grouped-GEMM kernels on the same tensor cores (B300/GB300: B200/GB200's
+TE/cuBLAS grouped GEMMs and the CuTe-DSL fused MLP, compute capability 10): they take its grouped multiplier
+and only their peak fraction is fitted (a power limit and clocks move the peak, not the kernels' relative
+efficiency)"""
+
+
 def _fit_one(
     family: str, rows: list[Published], per_expert: float
 ) -> tuple[float, calibration.FamilyConstants]:
     base = calibration.FAMILIES[family]
     best = (math.inf, base)
     has_moe = any(p.spec.model.is_moe for p in rows)
-    for peak, grouped in itertools.product(PEAKS, GROUPED if has_moe else (base.grouped_gemm_eff,)):
+    if family in GROUPED_FROM:
+        grid = (calibration.FAMILIES[GROUPED_FROM[family]].grouped_gemm_eff,)
+    else:
+        grid = GROUPED if has_moe else (base.grouped_gemm_eff,)
+    for peak, grouped in itertools.product(PEAKS, grid):
         fam = dataclasses.replace(
             base,
             gemm=dataclasses.replace(base.gemm, peak_fraction=peak),

@@ -51,7 +51,8 @@ class FamilyConstants:
     gemm: EfficiencyCurve
     """linear-layer GEMMs: fraction of the BF16/FP16 peak by work ``M·N·K`` (:mod:`.gemm_efficiency`)"""
     attention: EfficiencyCurve
-    """causal flash attention (forward; backward at the same rate on 2.5x the FLOPs), by the kernel's work"""
+    """causal flash attention forward at 128-wide heads, by the kernel's work (backward: 2.5x the FLOPs at
+    ``attention_bwd_rate`` times this rate)"""
     fp8_gemm_speedup: float
     """FP8 / BF16 linear-GEMM throughput at the same shape (datasheets say 2x; measured GEMMs reach less)"""
     grouped_gemm_eff: float
@@ -59,6 +60,9 @@ class FamilyConstants:
     grouped_expert_us: float = 0.0
     """fixed cost per local expert of one grouped GEMM in µs (per-expert tile scheduling, problem setup and
     the tail of each expert's last tile wave; 0 = none)"""
+    attention_bwd_rate: float = 1.0
+    """flash-attention backward's rate per FLOP relative to forward's (1 = the same; fitted where kernel
+    measurements exist: scripts/check_attention.py)"""
     hbm_eff: float = 0.8
     """fraction of HBM bandwidth reached by memory-bound kernels (assumption: STREAM-like kernels reach
     ~80% of datasheet bandwidth on both vendors)"""
@@ -128,6 +132,16 @@ of the groups: held-back iteration-time MAE 7.6% without any scale, Spearman min
 20 of 20 held-back groups)"""
 
 
+CUDNN_GB200 = (
+    "cuDNN 9.22 BF16 causal flash attention on GB200 (NVIDIA/cudnn-frontend SDPA training benchmark, Llama 3.1 "
+    "shape, seq 2k-32k; scripts/check_attention.py --fit: kernel-time MAE 4.2%; held back, the DeepSeek-V3 and "
+    "Kimi-K2.6 shapes: 12.0%, their backward 10-24% slower than modelled)"
+)
+CUDNN_GB300 = (
+    "cuDNN 9.22 BF16 causal flash attention on GB300 (as CUDNN_GB200: fitting MAE 3.6%, held back 11.2%)"
+)
+
+
 def _half(peak_tflops: float, base: float = SCALED_HALF_WORK) -> float:
     return base * peak_tflops / 312.0
 
@@ -178,9 +192,10 @@ FAMILIES: dict[str, FamilyConstants] = {
     "blackwell": FamilyConstants(
         a2a_inter_eff=0.7,  # assumed = hopper
         gemm=EfficiencyCurve(0.75, _half(2250), "published-runs.csv B200/GB200 fitting rows (5)"),
-        attention=EfficiencyCurve(0.45, _half(2250, A100_ATTN_HALF_WORK), "assumed = hopper"),
+        attention=EfficiencyCurve(0.675, 2 * _half(2250, A100_ATTN_HALF_WORK), CUDNN_GB200),
+        attention_bwd_rate=0.8,  # CUDNN_GB200
         fp8_gemm_speedup=1.57,
-        grouped_gemm_eff=0.9,  # fitted: B200/GB200 fitting rows
+        grouped_gemm_eff=0.9,  # fitted: B200/GB200 fitting rows (unchanged when refitted with CUDNN_GB200)
         grouped_expert_us=25.0,  # fitted jointly with hopper
         fitted_to=(
             "published-runs.csv B200/GB200 fitting rows (Bridge 26.04.01 and 26.06; fit_published.py split)",
@@ -188,17 +203,19 @@ FAMILIES: dict[str, FamilyConstants] = {
     ),
     # B300/GB300 (Blackwell Ultra): the B200/GB200 dense BF16/FP8 peaks on the datasheet, but a higher power
     # limit (1.1 / 1.4 kW) and twice the softmax exponent rate; the same recipe on GB300 ran 24% faster than on
-    # GB200 (Llama3-70B FP8-CS tp1, Bridge 26.04.01). Peak fraction and grouped multiplier fitted
-    # (fit_published.py --fit --family blackwell_ultra) on the fitting half of its rows (6: GPT-OSS-120B GB300
-    # bf16 and B300, Llama3-70B GB300 mxfp8, Llama3.1-405B GB300 fp8_cs, Qwen3-235B-A22B GB300, Qwen3-30B-A3B
-    # GB300; MAE 10.7%, GPT-OSS -17/-18% the model fast, the rest +0..+18% slow) at NVIDIA's per-expert cost;
-    # the peak is the grid's top. Held back (8, DeepSeek-V3 included): docs/benchmarks.md, #issue-21-ultra.
+    # GB200 (Llama3-70B FP8-CS tp1, Bridge 26.04.01). Attention fitted to cuDNN's GB300 kernels (CUDNN_GB300);
+    # GEMM peak fraction fitted (fit_published.py --fit --family blackwell_ultra) on the fitting half of its
+    # rows (6: GPT-OSS-120B GB300 bf16 and B300, Llama3-70B GB300 mxfp8, Llama3.1-405B GB300 fp8_cs,
+    # Qwen3-235B-A22B GB300, Qwen3-30B-A3B GB300; MAE 10.6%) at Blackwell's grouped multiplier and NVIDIA's
+    # per-expert cost (fit_published.GROUPED_FROM); the peak is the grid's top. Held back (8, DeepSeek-V3
+    # included): docs/benchmarks.md, #issue-21-ultra.
     "blackwell_ultra": FamilyConstants(
         a2a_inter_eff=0.7,  # assumed = hopper
         gemm=EfficiencyCurve(0.80, _half(2250), "published-runs.csv B300/GB300 fitting rows (6)"),
-        attention=EfficiencyCurve(0.45, _half(2250, A100_ATTN_HALF_WORK), "assumed = hopper"),
+        attention=EfficiencyCurve(0.775, 2 * _half(2250, A100_ATTN_HALF_WORK), CUDNN_GB300),
+        attention_bwd_rate=0.775,  # CUDNN_GB300
         fp8_gemm_speedup=1.57,  # assumed = blackwell
-        grouped_gemm_eff=0.9,  # fitted: B300/GB300 fitting rows
+        grouped_gemm_eff=0.9,  # = blackwell (the same grouped kernels; fit_published.GROUPED_FROM)
         grouped_expert_us=25.0,  # NVIDIA's, fitted on hopper and blackwell (one TE grouped-GEMM implementation)
         fitted_to=(
             "published-runs.csv B300/GB300 fitting rows (Bridge 26.04.01 and 26.06; fit_published.py split)",

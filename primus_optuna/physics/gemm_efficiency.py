@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .flops import ATTN_BWD_FACTOR
+
 TILE = 128
 """grouped GEMMs pad each expert's tokens to whole tiles (assumption: 128-row tiles, CUTLASS/hipBLASLt)"""
 
@@ -43,6 +45,25 @@ ATTN_REFERENCE_HEAD_DIM = 128
 """head width the attention curves of :mod:`.calibration` were fitted on (every fitting row has 128-wide heads,
 MLA's 192/128 included); wider heads are not credited (cuDNN at head dim 256 is no faster per FLOP than at 128
 in the same paper: register-bound)"""
+
+
+def flash_attention_seconds(
+    curve: EfficiencyCurve,
+    fwd_flops: float,
+    peak_flops: float,
+    head_width: float,
+    *,
+    kernels: int = 1,
+    backward: bool = False,
+    bwd_rate: float = 1.0,
+) -> float:
+    """Seconds of fused flash attention doing ``fwd_flops`` forward FLOPs in ``kernels`` equal kernels (fixed
+    costs apart): the curve's fraction of ``peak_flops`` at one kernel's multiply-adds, times the head-width
+    factor; ``backward``: :data:`.flops.ATTN_BWD_FACTOR` times the FLOPs at ``bwd_rate`` times that rate."""
+    rate = peak_flops * curve.fraction(fwd_flops / 2 / kernels) * attention_width_factor(head_width)
+    if backward:
+        return fwd_flops * ATTN_BWD_FACTOR / (rate * bwd_rate)
+    return fwd_flops / rate
 
 
 def attention_width_factor(head_width: float) -> float:
@@ -132,8 +153,8 @@ def layer_gemm_seconds(
             grouped=grouped,
         )
     core = 2.0 * 2.0 * shape.mbs * shape.seq * shape.seq * a * d * 0.5  # causal QKᵀ and PV
-    rate = peak_flops * attention.fraction(core / 2) * attention_width_factor(d)
-    total += 3.5 * core / rate  # FlashAttention-2: backward 2.5x
+    total += flash_attention_seconds(attention, core, peak_flops, d)
+    total += flash_attention_seconds(attention, core, peak_flops, d, backward=True)
     return total
 
 
@@ -143,6 +164,7 @@ __all__ = [
     "TILE",
     "EfficiencyCurve",
     "attention_width_factor",
+    "flash_attention_seconds",
     "gemm_seconds",
     "layer_gemm_seconds",
 ]

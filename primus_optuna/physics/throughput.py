@@ -54,9 +54,9 @@ from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
-from .flops import ATTN_BWD_FACTOR, Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
+from .flops import Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
-from .gemm_efficiency import attention_width_factor, gemm_seconds
+from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
 from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
 from .pipeline import pipeline_timing
 from .shapes import embedding_params, output_params
@@ -215,7 +215,8 @@ class _Context:
         # widths averaged: MLA's differ); a vendor "other" device (a CPU core) runs no such kernel
         v_dim = m.v_head_dim if m.multi_latent_attention else m.head_dim
         gpu_kernel = gpu.vendor in ("nvidia", "amd")
-        self.attn_width = attention_width_factor((m.head_dim + v_dim) / 2) if gpu_kernel else 1.0
+        # (a head width at or above the reference: factor 1)
+        self.attn_head_width = (m.head_dim + v_dim) / 2 if gpu_kernel else float(ATTN_REFERENCE_HEAD_DIM)
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
         self.host_s = self.k.host_kernel_us * 1e-6
@@ -297,14 +298,22 @@ class _Context:
             # rank runs 2·cp − 1 half-size kernels per pass, each followed by an output/LSE correction (read
             # and write the fp32 partial output and the LSE)
             n_kern = 2 * cp - 1
-            work = g.core_attention_flops / 2 / n_kern
-            rate = self.bf16_peak * k.attention.fraction(work) * self.attn_width
             correction = 0.0
             if cp > 1:
                 out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
                 correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
-            core_f = g.core_attention_flops / rate + n_kern * self.kernel_s + correction
-            core_b = g.core_attention_flops * ATTN_BWD_FACTOR / rate + n_kern * self.kernel_s + correction
+            fixed = n_kern * self.kernel_s + correction
+            fl, width = g.core_attention_flops, self.attn_head_width
+            core_f = flash_attention_seconds(k.attention, fl, self.bf16_peak, width, kernels=n_kern) + fixed
+            core_b = fixed + flash_attention_seconds(
+                k.attention,
+                fl,
+                self.bf16_peak,
+                width,
+                kernels=n_kern,
+                backward=True,
+                bwd_rate=k.attention_bwd_rate,
+            )
         else:
             # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
             # GEMM curve, plus the traffic over the materialised 16-bit scores (Megatron's ParallelAttention,
