@@ -123,7 +123,11 @@ def gemm_seconds(
 
 
 def layer_gemm_seconds(
-    shape: Any, gemm: EfficiencyCurve, attention: EfficiencyCurve, peak_flops: float
+    shape: Any,
+    gemm: EfficiencyCurve,
+    attention: EfficiencyCurve,
+    peak_flops: float,
+    attention_bwd_rate: float = 1.0,
 ) -> float:
     """Forward + backward seconds of one layer's GEMMs and causal attention at ``shape`` (a
     :class:`~primus_optuna.physics.shapes.LayerShape`) on the curves, compute-bound part only: what scales a
@@ -154,7 +158,9 @@ def layer_gemm_seconds(
         )
     core = 2.0 * 2.0 * shape.mbs * shape.seq * shape.seq * a * d * 0.5  # causal QKᵀ and PV
     total += flash_attention_seconds(attention, core, peak_flops, d)
-    total += flash_attention_seconds(attention, core, peak_flops, d, backward=True)
+    total += flash_attention_seconds(
+        attention, core, peak_flops, d, backward=True, bwd_rate=attention_bwd_rate
+    )
     return total
 
 

@@ -288,8 +288,8 @@ class ProfileRunner:
         if small != shape:  # scale the timing by the curves (the recompute share scales like the rest)
             fam = family_constants(self.spec.cluster.gpu)
             peak = self.spec.cluster.gpu.bf16_tflops * 1e12
-            full_s = layer_gemm_seconds(shape, fam.gemm, fam.attention, peak)
-            small_s = layer_gemm_seconds(small, fam.gemm, fam.attention, peak)
+            full_s = layer_gemm_seconds(shape, fam.gemm, fam.attention, peak, fam.attention_bwd_rate)
+            small_s = layer_gemm_seconds(small, fam.gemm, fam.attention, peak, fam.attention_bwd_rate)
             correction = full_s / small_s * (flop_ratio / (layer_flops(shape) / layer_flops(small)))
         return {
             "layer_s": timed["fwd_bwd_s"] * correction,
