@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from primus_optuna.physics.calibration import gpu_family
 from primus_optuna.space import TrainingConfig
 from primus_optuna.spec import StudySpec
 
@@ -56,16 +57,6 @@ GPUS: dict[str, str] = {
 """The rows' GPUs as catalog entries."""
 NVL_DOMAIN = {"GB200": 64, "GB300": 64}
 """GPUs of one NVLink domain in the Grace-Blackwell rows (NVL72 racks run with 64 of their GPUs per domain)."""
-FAMILY = {
-    "H100-SXM": "hopper",
-    "B200": "blackwell",
-    "B300": "blackwell_ultra",
-    "GB200": "blackwell",
-    "GB300": "blackwell_ultra",
-    "MI325X": "cdna3",
-    "MI355X": "cdna4",
-}
-
 FUSED_GROUPED_MLP = "cutedsl fused grouped MLP"
 """How the 26.06 Bridge recipes state TE's fused grouped MLP in ``other_memory_flags``
 (``workload.te_op_fuser``)."""
@@ -214,7 +205,7 @@ def load_published() -> list[Published]:
                 Published(
                     _release(r["source"]),
                     label,
-                    FAMILY[r["gpu"]],
+                    gpu_family(spec.cluster.gpu),
                     spec,
                     config,
                     float(r["tok_s_gpu"]),
