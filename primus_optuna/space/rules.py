@@ -186,7 +186,9 @@ def _vpp_layers(f: Facts, c: Any) -> str | None:
         return None  # rule pp1_no_pipeline covers vpp > 1 without a pipeline
     key = (c.pp, c.vpp)
     if key not in f.memo:
-        f.memo[key] = chunks_or_reason(f.model, f.pipeline, c.pp, c.vpp)[1]
+        # a pp that cannot split the layers at all is rule pp_layers' to report, once
+        blocked = stage_reason(f.model, f.pipeline, c.pp) is not None
+        f.memo[key] = None if blocked else chunks_or_reason(f.model, f.pipeline, c.pp, c.vpp)[1]
     return f.memo[key]
 
 

@@ -187,7 +187,14 @@ def _split_reason(
     total = n + extra_e + extra_l
     if total % pp:
         what = "layers" + (" + embedding" if extra_e else "") + (" + loss" if extra_l else "")
-        return None, f"pp={pp} does not divide the {total} {what}"
+        fix = (
+            "use a pp that divides them"
+            if extra_e and extra_l
+            else "use a pp that divides them, count the embedding/loss as layers "
+            "(pipeline.account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), or place "
+            "the layers with pipeline.layout"
+        )
+        return None, f"pp={pp} does not divide the {total} {what}; {fix}"
     if total % chunks:
         return None, f"vpp={vpp} needs the {total} layers divisible by pp·vpp={chunks}"
     per = [total // chunks] * chunks

@@ -189,3 +189,21 @@ def test_ep_overlap_with_an_mtp_layer_needs_a_pipeline() -> None:
     assert legal and all(c.pp > 1 for c in legal)
     one_stage = next(c for c in space.configs() if c.pp == 1 and c.ep > 1 and not c.ep_overlap)
     assert "MTP layer needs pp > 1" in " ".join(space.check(one_stage.replace(ep_overlap=True)))
+
+
+def test_a_pp_that_cannot_split_the_layers_is_reported_once_with_the_fix() -> None:
+    """Qwen3-235B-A22B's 94 layers over pp=8: one reason (not the pp rule and the vpp rule both), naming how to
+    make the split legal."""
+    spec = StudySpec.from_dict(
+        {
+            "name": "q",
+            "model": {"catalog": "qwen3-235b-a22b"},
+            "cluster": {"gpu": "gb200", "nodes": 4, "gpus_per_node": 64},
+            "workload": {"seq_length": 4096, "global_batch_size": 1024, "precision": "bf16"},
+        }
+    )
+    space = Space(spec)
+    reasons = space.check(space.make(tp=1, pp=8, vpp=3, ep=32, cp=1, mbs=1, pp_schedule="interleaved"))
+    layers = [r for r in reasons if "94 layers" in r]
+    assert len(layers) == 1, reasons
+    assert "account_for_embedding_in_pipeline_split" in layers[0] and "pipeline.layout" in layers[0]
