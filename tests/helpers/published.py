@@ -11,7 +11,8 @@ sliding windows, attention sinks and linear biases (the catalog entry), the MoE 
 full-iteration CUDA graph (a captured graph cannot wait on the host for token counts), and the experts as TE's
 fused grouped MLP where the row names the "cutedsl fused grouped MLP" (``workload.te_op_fuser``); DeepSeek-V3
 with its pipeline layout (:func:`row_layout`), precision-aware optimizer and ``overlap_grad_reduce=False``
-where the row states them. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for
+where the row states them; the embedding and loss counted in the pipeline split where the row says
+``account_for_embedding/loss_in_pipeline_split=True``. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for
 Llama3.1-8B, GBS 256 for 70B (the assumption of tests/physics/test_throughput_validation.py).
 """
 
@@ -173,13 +174,19 @@ def load_published() -> list[Published]:
                     exp_avg_sq_dtype="bf16",
                 )
             layout = row_layout(r) if int(r["pp"]) > 1 else None
+            pipeline: dict[str, Any] = {"layout": layout} if layout else {}
+            if "account_for_embedding/loss_in_pipeline_split=True" in r["pp_schedule"]:
+                pipeline |= {
+                    "account_for_embedding_in_pipeline_split": True,
+                    "account_for_loss_in_pipeline_split": True,
+                }
             spec = StudySpec.from_dict(
                 {
                     "name": "published",
                     "model": {"catalog": model} if isinstance(model, str) else model,
                     "cluster": {"gpu": GPUS[r["gpu"]], "nodes": gpus // gpn, "gpus_per_node": gpn},
                     "workload": workload,
-                    **({"pipeline": {"layout": layout}} if layout else {}),
+                    "pipeline": pipeline,
                 }
             )
             vp = int(r["vp"]) if r["vp"] else 1
