@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -46,12 +47,22 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """The program's entry point (the console script): the command, then the process's exit. From the moment
+    """The program's entry point (the console script): the command, then the process's exit (a Ctrl-C before
+    the command handles signals: 130, SIGINT's code; a usage error: 2). From the moment
     the command has returned, SIGINT and SIGTERM are ignored, so that a late Ctrl-C (one sent after an
     interrupted ``run`` has written its summary) cannot turn the exit into a traceback and another code. For a
     process that is about to end only: in-process callers use :data:`cli` (its handlers are left alone)."""
     try:
-        return cli.main(args=argv, prog_name="primus-optuna")
+        try:
+            rv = cli.main(args=argv, prog_name="primus-optuna", standalone_mode=False)
+        except click.exceptions.Abort:
+            # a Ctrl-C before the command installed its own handling (click's standalone mode would print
+            # "Aborted!" and exit 1): the exit code of SIGINT, as a run interrupted later has
+            sys.exit(128 + signal.SIGINT)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
     finally:
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):

@@ -41,3 +41,31 @@ def test_in_process_invocation_leaves_the_handlers_alone():
     finally:
         for s, h in saved.items():
             signal.signal(s, h)
+
+
+EARLY_CTRL_C = """
+import sys
+from primus_optuna import cli as c
+
+def interrupted(self, ctx, name):
+    raise KeyboardInterrupt  # Ctrl-C while click resolves the command, before any command handles signals
+
+c.LazyGroup.get_command = interrupted
+from primus_optuna.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_main_exits_with_the_codes_of_the_program():
+    """An early Ctrl-C exits 130 (SIGINT's code, as an interrupted run does; click's standalone mode would say
+    "Aborted!" and exit 1), a usage error 2, --version 0."""
+
+    def code(script: str, *args: str) -> tuple[int, str]:
+        r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stderr
+
+    rc, err = code(EARLY_CTRL_C, "space", "x.yaml")
+    assert rc == 130 and "Aborted" not in err and "Traceback" not in err, err
+    plain = "import sys; from primus_optuna.cli import main; main(sys.argv[1:])"
+    assert code(plain, "no-such-command")[0] == 2
+    assert code(plain, "--version")[0] == 0
