@@ -58,12 +58,15 @@ def plan(study: str, top_n: int, pareto_n: int, as_json: bool) -> None:
     if base is None:
         click.echo("baseline: illegal (see `primus-optuna check`)")
     else:
-        where = (
-            f"rank {result.baseline_rank} of {result.feasible_configs}"
-            if result.baseline_rank
-            else f"does not fit in memory (estimated peak {base.peak_gib:.1f} GiB); by throughput alone it would rank "
-            f"{result.baseline_throughput_rank} of {result.feasible_configs}"
-        )
+        if result.baseline_rank:
+            where = f"rank {result.baseline_rank} of {result.feasible_configs}"
+        else:
+            where = f"does not fit in memory (estimated peak {base.peak_gib:.1f} GiB)"
+            if result.feasible_configs:
+                where += (
+                    f"; by throughput alone it would rank {result.baseline_throughput_rank} of "
+                    f"{result.feasible_configs}"
+                )
         click.echo(f"baseline ({where}):")
         click.echo(_line(result.baseline_rank or "-", base))
         click.echo(format_throughput(base.throughput, indent="         ", header=False))

@@ -95,3 +95,18 @@ def test_plan_pareto_limit_spreads_over_the_set(tmp_path):
 def test_plan_bad_study_is_a_user_error(tmp_path):
     r = invoke("plan", tmp_path / "missing.yaml")
     assert r.exit_code == 2 and "error:" in r.output
+
+
+def test_plan_when_nothing_fits_names_the_fix_and_no_rank(tmp_path):
+    """Llama 3.1 70B on 16 H100: no configuration fits; the baseline line gives its peak, not a rank "of 0"."""
+    data = {
+        "name": "l70",
+        "model": {"catalog": "llama3.1-70b"},
+        "cluster": {"gpu": "h100", "nodes": 2, "gpus_per_node": 8},
+        "workload": {"seq_length": 8192, "global_batch_size": 128, "precision": "bf16"},
+    }
+    r = invoke("plan", study_file(tmp_path, data), "--top", "1")
+    assert r.exit_code == 0, r.output
+    assert "No configuration fits" in r.output and "cluster.nodes" in r.output
+    base = next(line for line in r.output.splitlines() if line.startswith("baseline"))
+    assert "does not fit in memory" in base and "of 0" not in base
