@@ -97,7 +97,7 @@ RUNNER_KINDS = ("analytical", "profile", "command", "local", "primus", "megatron
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> ValueError:
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)  # catalog names are lower case
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
 

@@ -61,6 +61,12 @@ def test_unknown_catalog_names_suggest():
     with pytest.raises(SpecError) as e:
         StudySpec.from_dict(data)
     assert "did you mean" in str(e.value) and "mixtral-8x22b" in str(e.value)
+    # names compare in lower case, as the catalog is: a rack's upper-case name suggests its GPU first
+    data = small_moe_study()
+    data["cluster"]["gpu"] = "GB300-NVL72"
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "did you mean 'gb300'" in str(e.value)
 
 
 @pytest.mark.parametrize(
