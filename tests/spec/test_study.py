@@ -342,3 +342,16 @@ def test_grace_blackwell_and_blackwell_ultra_catalog_entries(flagship_path) -> N
     data = yaml.safe_load(flagship_path.read_text())
     data["cluster"] = {"gpu": "gb200", "nodes": 1, "gpus_per_node": 72}
     assert StudySpec.from_dict(data).world == 72
+
+
+def test_dispatcher_names_from_recipes_point_to_deepep() -> None:
+    """Megatron-Bridge / Primus recipes say flex, HybridEP or turbo: the error names the axis value to use."""
+    from primus_optuna.spec.study import check_choice
+
+    for name in ("flex", "HybridEP", "turbo"):
+        with pytest.raises(SpecError, match="moe_dispatcher: .* use deepep"):
+            check_choice("moe_dispatcher", name)
+    with pytest.raises(SpecError) as e:
+        check_choice("moe_dispatcher", "x")
+    assert "use deepep" not in str(e.value)
+    assert check_choice("moe_dispatcher", "deepep") == "deepep"
