@@ -127,6 +127,13 @@ CURRENT_SCALING_AMAX_BYTES = ACT
 quantize_impl``: ``nvte_compute_amax_with_config``, then ``nvte_compute_scale_from_amax``, then
 ``nvte_quantize_v2``); delayed scaling takes the scale from the amax history and MXFP8 computes its block
 scales in the casting pass"""
+UNFUSED_ROPE_PASSES = 12
+"""HBM passes over Q and K (one read or one write of each element) of Megatron's unfused RoPE in forward, where the
+fused TE kernel makes 2 (``rope_utils.py@d98e8a64``:143-147, taken when mscale != 1, :351-356): ``t * cos``
+(2), ``_rotate_half``'s negation of one half and concatenation (1 + 2), ``* sin`` (2), the sum (3) and the
+concatenation with the pass-through part (2); backward's are counted by the memory-bound kernels' usual 2x"""
+UNFUSED_ROPE_KERNELS = 12
+"""kernels of the unfused RoPE in forward: those six for Q and for K"""
 KERNELS_DENSE = 20
 KERNELS_MOE = 35
 """kernels per layer forward outside the GEMMs/attention (norms, residuals, rotary, activation, casts;
@@ -336,7 +343,8 @@ class _Context:
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
         nbytes = 20 * local * h * ACT / 2  # 2 norms (read+write) + 2 residual adds (2 reads, 1 write)
         if self.rope:
-            nbytes += 2 * tokens * (a + kv) * d * ACT
+            passes, rope_kernels = (UNFUSED_ROPE_PASSES, UNFUSED_ROPE_KERNELS) if md.rope_unfused else (2, 0)
+            nbytes += passes * tokens * (a + kv) * d * ACT
         if self.dropout:
             nbytes += 2 * local * h * (2 * ACT + 1)
         if is_moe:
@@ -358,6 +366,8 @@ class _Context:
             lin_inputs = list(g.attention + g.mlp[(1 if is_moe else 0) :] + g.shared)
             nbytes += sum(x.m * x.k * x.count * self.cast_bytes for x in lin_inputs)
             kernels += len(lin_inputs)
+        if self.rope:
+            kernels += rope_kernels
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
         # etp = 1): forward all-gather of the norm output (FP8 under FP8) before the column-parallel GEMM and

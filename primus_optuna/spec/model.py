@@ -7,6 +7,7 @@ Catalog entries are public architecture facts (shared/reference/models.md).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,12 @@ class ParameterCounts:
         return self.total + self.mtp
 
 
-MODEL_HASHED_WHEN_CHANGED = ("activation_func_clamp_value",)
+MODEL_HASHED_WHEN_CHANGED = (
+    "activation_func_clamp_value",
+    "yarn_rotary_scaling_factor",
+    "yarn_mscale",
+    "yarn_mscale_all_dim",
+)
 """model fields that enter the space hash only when they differ from their defaults (study files written
 before they existed keep their hash; the workload's: ``spec.study.HASHED_WHEN_CHANGED``)"""
 
@@ -107,6 +113,17 @@ class ModelSpec(StrictIntModel):
     untie_embeddings_and_output_weights: bool = True
     normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
     position_embedding_type: Literal["rope", "learned_absolute"] = "rope"
+    yarn_rotary_scaling_factor: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="YaRN rotary scaling factor (GPT-OSS: 32); None = plain RoPE. Megatron-Bridge's provider "
+        "field, read by Megatron-Core's GPT model; set by the model's recipe, no Megatron-LM flag",
+    )
+    yarn_mscale: float | None = Field(default=None, allow_inf_nan=False, description="YaRN mscale")
+    yarn_mscale_all_dim: float | None = Field(
+        default=None, allow_inf_nan=False, description="YaRN mscale_all_dim"
+    )
     # --- multi-latent attention (DeepSeek-V2/V3, Kimi-K2, Moonlight); Megatron defaults ---------------------
     multi_latent_attention: bool = False
     q_lora_rank: int | None = Field(
@@ -252,6 +269,33 @@ class ModelSpec(StrictIntModel):
     @property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
+
+    @property
+    def rope_mscale(self) -> float:
+        """The factor Megatron's rotary embedding multiplies cos/sin by: YaRN's concentration factor
+        (``_yarn_get_concentration_factor``, ``megatron/core/models/common/embeddings/
+        yarn_rotary_pos_embedding.py@d98e8a64``:275-293), 1 for plain RoPE."""
+        s = self.yarn_rotary_scaling_factor
+        if s is None or s <= 1:
+            return 1.0
+
+        def get(m: float) -> float:
+            return 0.1 * m * math.log(s) + 1.0
+
+        if self.yarn_mscale is None or self.yarn_mscale_all_dim is None:
+            return get(1.0)
+        return get(self.yarn_mscale) / get(self.yarn_mscale_all_dim)
+
+    @property
+    def rope_unfused(self) -> bool:
+        """Whether Megatron applies this model's RoPE with its unfused PyTorch code: TE's fused kernel takes no
+        mscale other than 1 (``megatron/core/models/common/embeddings/rope_utils.py@d98e8a64``:351-356).
+        (MLA's interleaved RoPE falls back too, :350-361; not modelled: its rope part is 64 of a head's 192.)"""
+        return (
+            self.position_embedding_type == "rope"
+            and not self.multi_latent_attention
+            and (self.rope_mscale != 1.0)
+        )
 
     @property
     def full_attention_flags(self) -> tuple[bool, ...]:
@@ -499,6 +543,11 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
             )
             # an integer period when the pattern has one, else Megatron's list (1 = sliding window)
             out["window_attn_skip_freq"] = period if period is not None else [1 - f for f in full]
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) == "yarn" and not out.get("multi_latent_attention"):
+        out["yarn_rotary_scaling_factor"] = scaling.get("factor")
+        out["yarn_mscale"] = scaling.get("mscale")
+        out["yarn_mscale_all_dim"] = scaling.get("mscale_all_dim")
     if mtype == "gpt_oss":
         out.update(softmax_type="learnable", add_bias_linear=True)  # attention sinks; biased linears
         out["swiglu"] = True  # clamped SwiGLU
@@ -723,6 +772,7 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
         softmax_type="learnable",
         add_bias_linear=True,
         activation_func_clamp_value=7.0,
+        yarn_rotary_scaling_factor=32.0,
     ),
     "gpt-oss-120b": _m(
         name="gpt-oss-120b",
@@ -741,6 +791,7 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
         softmax_type="learnable",
         add_bias_linear=True,
         activation_func_clamp_value=7.0,
+        yarn_rotary_scaling_factor=32.0,
     ),
     # GPT-3-style dense model of Korthikanti et al. 2022 / Narayanan et al. 2021 (validation.md): GeLU MLP
     # with ffn = 4h, LayerNorm, learned positions, vocab 51200, tied embeddings.

@@ -20,7 +20,7 @@ from primus_optuna.physics.throughput import (
 )
 from primus_optuna.space import Space
 from primus_optuna.spec import GPU_CATALOG, StudySpec
-from tests.conftest import FLAGSHIP, small_dense_study, small_moe_study
+from tests.conftest import FLAGSHIP, STUDIES, small_dense_study, small_moe_study
 
 FLAG = StudySpec.from_yaml(FLAGSHIP)
 FLAG_SPACE = Space(FLAG)
@@ -542,3 +542,24 @@ def test_moe_act_recompute_re_runs_the_forward_activation_bytes() -> None:
     glu_all, norm_all = act_and_norm(True, False)
     assert plain_sp == pytest.approx(2 / 3 * glu_sp)
     assert glu_all == pytest.approx(2 * glu_sp) and norm_all == pytest.approx(2 * norm_sp)
+
+
+def test_unfused_rope_costs_its_passes_over_q_and_k() -> None:
+    """GPT-OSS's YaRN RoPE runs unfused (ModelSpec.rope_unfused): 12 HBM passes over Q and K in forward instead
+    of the fused kernel's 2, plus its kernels; the same model with plain RoPE is faster by exactly that."""
+    from primus_optuna.physics import throughput as T
+
+    spec = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
+    plain = spec.model_copy(
+        update={"model": spec.model.model_copy(update={"yarn_rotary_scaling_factor": None})}
+    )
+    c = Space(spec).baseline.derive(spec.world, spec.workload.global_batch_size)
+    yarn_l = T._context(spec).layer(c.tp, c.cp, c.ep, c.mbs, c.moe_dispatcher)
+    plain_l = T._context(plain).layer(c.tp, c.cp, c.ep, c.mbs, c.moe_dispatcher)
+    m = spec.model
+    tokens = c.mbs * spec.workload.seq_length / c.cp
+    qk = tokens * (m.num_attention_heads + m.query_groups) / c.tp * m.head_dim * 2  # bf16 bytes of Q and K
+    ctx = T._context(spec)
+    extra = (T.UNFUSED_ROPE_PASSES - 2) * qk / ctx.hbm + T.UNFUSED_ROPE_KERNELS * ctx.kernel_s
+    assert yarn_l.other_f - plain_l.other_f == pytest.approx(extra, rel=1e-9)
+    assert estimate_throughput(plain, c).step_time_s < estimate_throughput(spec, c).step_time_s

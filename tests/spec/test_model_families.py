@@ -5,6 +5,7 @@ transcribed from the models' Hugging Face repositories)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,19 @@ def test_gpt_oss_clamp_from_the_catalog_and_hf_and_checked() -> None:
     for bad in (0.0, -1.0, float("inf")):
         with pytest.raises((SpecError, ValueError)):
             ModelSpec(**{**base, "activation_func_clamp_value": bad})
+
+
+def test_gpt_oss_yarn_rope_runs_unfused() -> None:
+    """GPT-OSS's YaRN (factor 32, HF rope_scaling; Megatron-Bridge's provider, gpt_oss_bridge.py@067f987d:94-100,
+    leaves mscale/mscale_all_dim unset): Megatron's concentration factor 0.1·ln 32 + 1 ≈ 1.347
+    (yarn_rotary_pos_embedding.py@d98e8a64:275-293) is not 1, so TE's fused RoPE is not taken
+    (rope_utils.py@d98e8a64:351-356). Equal mscale and mscale_all_dim (DeepSeek's style) give 1."""
+    m = MODEL_CATALOG["gpt-oss-120b"]
+    assert m.yarn_rotary_scaling_factor == 32.0
+    assert m.rope_mscale == pytest.approx(0.1 * math.log(32) + 1) and m.rope_unfused
+    assert not MODEL_CATALOG["llama3.1-8b"].rope_unfused and MODEL_CATALOG["llama3.1-8b"].rope_mscale == 1.0
+    same = m.model_copy(update={"yarn_mscale": 1.0, "yarn_mscale_all_dim": 1.0})
+    assert same.rope_mscale == 1.0 and not same.rope_unfused
+    # MLA's own RoPE path is not this field's (its interleaved fallback is not modelled)
+    assert not MODEL_CATALOG["deepseek-v3"].rope_unfused
+    assert ModelSpec.from_hf_config(HF / "gpt-oss-120b.json").yarn_rotary_scaling_factor == 32.0
