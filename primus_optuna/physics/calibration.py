@@ -210,7 +210,7 @@ FAMILIES: dict[str, FamilyConstants] = {
     # GB200 (Llama3-70B FP8-CS tp1, Bridge 26.04.01). Attention fitted to cuDNN's GB300 kernels (CUDNN_GB300);
     # GEMM peak fraction fitted (fit_published.py --fit --family blackwell_ultra) on the fitting half of its
     # rows (6: GPT-OSS-120B GB300 bf16 and B300, Llama3-70B GB300 mxfp8, Llama3.1-405B GB300 fp8_cs,
-    # Qwen3-235B-A22B GB300, Qwen3-30B-A3B GB300; MAE 10.6%) at Blackwell's grouped multiplier and NVIDIA's
+    # Qwen3-235B-A22B GB300, Qwen3-30B-A3B GB300; MAE 9.4%) at Blackwell's grouped multiplier and NVIDIA's
     # per-expert cost (fit_published.GROUPED_FROM); the peak is the grid's top. Held back (8, DeepSeek-V3
     # included): docs/benchmarks.md, #issue-21-ultra. Five of the six fitting rows are FP8: the peak fraction is
     # fitted through the FP8 speed-up assumed from Blackwell, so BF16 estimates here extrapolate (a BF16
