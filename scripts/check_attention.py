@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from primus_optuna.physics import calibration  # noqa: E402
+from primus_optuna.physics.flops import window_pairs  # noqa: E402
 from primus_optuna.physics.gemm_efficiency import EfficiencyCurve, flash_attention_seconds  # noqa: E402
 from primus_optuna.spec import GPU_CATALOG  # noqa: E402
 
@@ -60,10 +61,9 @@ def load() -> list[Kernel]:
         for r in csv.DictReader(fh):
             s, b, a = int(r["seq"]), int(r["batch"]), int(r["heads"])
             dqk, dvo = int(r["head_dim_qk"]), int(r["head_dim_vo"])
-            w = int(r["window"]) if r["window"] else s
-            # QKᵀ and PV, 2·d per key-query pair each: causal pairs s²/2, a window w of them s·w − w²/2
-            # (physics.flops.causal_pairs)
-            fwd = 2 * b * a * (s * w - w * w / 2) * (dqk + dvo)
+            window = int(r["window"]) if r["window"] else None
+            # QKᵀ and PV: 2·d FLOPs per key-query pair each (physics.flops.core_attention_flops)
+            fwd = 2 * b * a * window_pairs(s, window) * (dqk + dvo)
             out.append(
                 Kernel(
                     r["model"],
@@ -72,7 +72,7 @@ def load() -> list[Kernel]:
                     s,
                     fwd,
                     (dqk + dvo) / 2,
-                    int(r["window"]) if r["window"] else None,
+                    window,
                     r["pass"] == "bwd",
                     float(r["time_ms"]) * 1e-3,
                 )

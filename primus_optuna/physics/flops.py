@@ -66,14 +66,22 @@ class LayerGemms:
     """shared-expert GEMMs (TP-split dense MLP on every token) of an MoE layer"""
 
 
+def window_pairs(seq: float, window: float | None = None) -> float:
+    """Key-query pairs of one causal attention over ``seq`` tokens, each query seeing at most ``window`` keys
+    (None: all before it)."""
+    if window is None or window >= seq:
+        return seq * seq / 2.0
+    return seq * window - window * window / 2.0
+
+
 def causal_pairs(model: ModelSpec, seq: int) -> float:
     """Key-query pairs of causal attention over ``seq`` tokens, averaged over the model's layers (sliding-window
     layers attend to at most ``window_size`` keys)."""
-    full = seq * seq / 2.0
+    full = window_pairs(seq)
     w = model.window_size
     if w is None or w >= seq:
         return full
-    window = seq * w - w * w / 2.0
+    window = window_pairs(seq, w)
     flags = model.full_attention_flags
     n_full = sum(flags)
     return (n_full * full + (len(flags) - n_full) * window) / len(flags)

@@ -231,6 +231,11 @@ class _Context:
         self.tokens_per_step = spec.tokens_per_step
         self.model_flops_step = model_flops_per_token(m, self.seq) * self.tokens_per_step
         self.rope = m.position_embedding_type == "rope"
+        # forward HBM passes over Q and K, and extra kernels, of applying RoPE: TE's fused kernel, or Megatron's
+        # unfused code where the model's mscale is not 1 (UNFUSED_ROPE_PASSES)
+        self.rope_passes, self.rope_kernels = (
+            (UNFUSED_ROPE_PASSES, UNFUSED_ROPE_KERNELS) if m.rope_unfused else (2 if self.rope else 0, 0)
+        )
         self.dropout = m.normalization == "LayerNorm" and m.position_embedding_type == "learned_absolute"
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
@@ -342,9 +347,7 @@ class _Context:
         local = rank_tokens(tokens, tp, self.sp)
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
         nbytes = 20 * local * h * ACT / 2  # 2 norms (read+write) + 2 residual adds (2 reads, 1 write)
-        if self.rope:
-            passes, rope_kernels = (UNFUSED_ROPE_PASSES, UNFUSED_ROPE_KERNELS) if md.rope_unfused else (2, 0)
-            nbytes += passes * tokens * (a + kv) * d * ACT
+        nbytes += self.rope_passes * tokens * (a + kv) * d * ACT
         if self.dropout:
             nbytes += 2 * local * h * (2 * ACT + 1)
         if is_moe:
@@ -366,8 +369,7 @@ class _Context:
             lin_inputs = list(g.attention + g.mlp[(1 if is_moe else 0) :] + g.shared)
             nbytes += sum(x.m * x.k * x.count * self.cast_bytes for x in lin_inputs)
             kernels += len(lin_inputs)
-        if self.rope:
-            kernels += rope_kernels
+        kernels += self.rope_kernels
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
         # etp = 1): forward all-gather of the norm output (FP8 under FP8) before the column-parallel GEMM and

@@ -86,23 +86,20 @@ def check_choice(axis: str, value: Any) -> Any:
             raise SpecError(f"{axis}: {value!r} is not allowed; allowed values: true, false")
         return value
     if value not in CHOICES[axis]:
-        hint = DISPATCHER_ALIASES.get(str(value).lower(), "") if axis == "moe_dispatcher" else ""
+        alias = DISPATCHER_ALIASES.get(str(value).lower()) if axis == "moe_dispatcher" else None
+        hint = (
+            f"; for {alias} use deepep (priced as DeepEP, exported as the flex dispatcher)" if alias else ""
+        )
         raise SpecError(
             f"{axis}: {value!r} is not allowed; allowed values: {', '.join(map(str, CHOICES[axis]))}{hint}"
         )
     return value
 
 
-DISPATCHER_ALIASES = {
-    name: f"; for {label} use deepep (Megatron's flex dispatcher, exported with its DeepEP backend{extra})"
-    for name, label, extra in (
-        ("flex", "flex", ""),
-        ("hybridep", "HybridEP", "; HybridEP is priced as DeepEP"),
-        ("turbo", "Primus-Turbo's DeepEP", ""),
-    )
-}
-"""Dispatcher names users know from Megatron-Bridge / Primus recipes that the ``moe_dispatcher`` axis calls
-``deepep``."""
+DISPATCHER_ALIASES = {"flex": "flex", "hybridep": "HybridEP", "turbo": "Primus-Turbo's DeepEP"}
+"""Dispatcher names from Megatron-Bridge / Primus recipes (lower case) that the ``moe_dispatcher`` axis calls
+``deepep``: it is priced as DeepEP and exported as Megatron's flex dispatcher with its DeepEP backend (Primus:
+Turbo's DeepEP)."""
 
 
 OBJECTIVES = ("tokens_per_s_per_gpu", "peak_memory_gib")

@@ -27,6 +27,7 @@ from typing import Any
 from primus_optuna.physics.calibration import gpu_family
 from primus_optuna.space import TrainingConfig
 from primus_optuna.spec import StudySpec
+from primus_optuna.spec.study import DISPATCHER_ALIASES
 
 CSV = Path(__file__).resolve().parents[1] / "data" / "published-runs.csv"
 
@@ -192,7 +193,9 @@ def load_published() -> list[Published]:
             vp = int(r["vp"]) if r["vp"] else 1
             pp = int(r["pp"])
             rec = _recompute(r)
-            disp = "deepep" if r["moe_dispatcher"].startswith(("flex", "turbo")) else "alltoall"
+            # "flex/hybridep", "turbo DeepEP (64 CUs)": the recipe names the deepep axis value stands for
+            recipe_dispatcher = re.split(r"[/ ]", r["moe_dispatcher"].lower())[0]
+            disp = "deepep" if recipe_dispatcher in DISPATCHER_ALIASES else "alltoall"
             sched = "interleaved" if vp > 1 and pp > 1 else "1f1b"
             ep = int(r["ep"]) if spec.model.is_moe else 1
             config = TrainingConfig(
