@@ -9,8 +9,9 @@ Data: tests/data/published-runs.csv (sources in its `source` column); only rows 
 (tests/helpers/published.py). Each family's rows, ordered by (release, label), alternate between the fitting
 part (even positions) and the held-back part (odd positions). Fitted per family: the linear-GEMM peak
 fraction and the grouped-GEMM multiplier (``grouped_gemm_eff``; a family in ``GROUPED_FROM`` takes another's),
-jointly on dense and MoE rows, minimising the mean absolute iteration-time error without any scale; per vendor (one grouped-GEMM implementation) the
-fixed cost per local expert (``grouped_expert_us``), jointly over that vendor's families.
+jointly on dense and MoE rows, minimising the mean absolute iteration-time error without any scale; per vendor
+(one grouped-GEMM implementation) the fixed cost per local expert (``grouped_expert_us``), jointly over that
+vendor's families.
 
 Reported on the held-back rows: the iteration-time error without any scale, and after one scale per
 (release, family) fitted on that group's fitting rows (software releases move throughput a lot). Also
@@ -36,8 +37,6 @@ from primus_optuna.physics import calibration  # noqa: E402
 from primus_optuna.physics.fidelity import spearman  # noqa: E402
 from primus_optuna.physics.throughput import estimate_throughput  # noqa: E402
 from tests.helpers.published import Published, load_published  # noqa: E402
-
-FAMILIES = ("hopper", "blackwell", "blackwell_ultra", "cdna3", "cdna4")
 
 
 def split(rows: list[Published]) -> tuple[list[Published], list[Published]]:
@@ -87,6 +86,8 @@ VENDOR_KERNELS = {
 }
 """families that share one grouped-GEMM implementation (TE GroupedLinear/cuBLAS on NVIDIA, hipBLASLt on AMD):
 the per-expert cost is fitted jointly over them"""
+FAMILIES = tuple(VENDOR_KERNELS)
+"""the families fitted here, in fitting order (a ``GROUPED_FROM`` source before the families it gives to)"""
 
 
 GROUPED_FROM = {"blackwell_ultra": "blackwell"}

@@ -130,3 +130,17 @@ def test_attention_against_cudnn_kernels() -> None:
         errs[ca.part(k)].append(abs(err))
     assert (len(errs["fit"]), len(errs["held"])) == (30, 50)
     assert sum(errs["fit"]) / 30 <= 0.05 and sum(errs["held"]) / 50 <= 0.15
+
+
+def test_check_attention_fit_reproduces_the_shipped_constants() -> None:
+    """``scripts/check_attention.py --fit`` on each GPU's fitting kernels lands on calibration.py's attention
+    constants (peak fraction, half-work, backward rate)."""
+    from scripts import check_attention as ca
+
+    kernels = [k for k in ca.load() if k.dtype == "bfloat16"]
+    for gpu, family in ca.FAMILY.items():
+        _, fam = ca.fit(family, [k for k in kernels if k.gpu == gpu and ca.part(k) == "fit"])
+        shipped = ca.calibration.FAMILIES[family]
+        assert fam.attention.peak_fraction == pytest.approx(shipped.attention.peak_fraction), family
+        assert fam.attention.half_work == pytest.approx(shipped.attention.half_work), family
+        assert fam.attention_bwd_rate == pytest.approx(shipped.attention_bwd_rate), family

@@ -57,3 +57,19 @@ def test_rows_that_joined_after_the_fit_are_only_held_back() -> None:
     # their layouts as the rows state them (16 or 32 chunks of pp·vpp), e.g. 26.06 GB200's worded split
     gb200 = next(p for p in late if "GB200" in p.label)
     assert gb200.spec.pipeline.layout == "Et*4|(t*4|)*14tmL"
+
+
+def test_fitting_one_family_keeps_the_others_and_its_borrowed_grouped_multiplier() -> None:
+    """``fit_published.py --fit --family blackwell_ultra``: only that family is fitted, at NVIDIA's per-expert
+    cost as it stands and Blackwell's grouped multiplier (GROUPED_FROM: the same grouped kernels), and the fit
+    reproduces the shipped constants."""
+    from primus_optuna.physics import calibration
+    from scripts.fit_published import GROUPED_FROM, fit_families
+
+    fit, _ = split(load_published())
+    got = fit_families(fit, ("blackwell_ultra",))
+    assert list(got) == ["blackwell_ultra"]
+    fam, shipped = got["blackwell_ultra"], calibration.FAMILIES["blackwell_ultra"]
+    assert fam.grouped_gemm_eff == calibration.FAMILIES[GROUPED_FROM["blackwell_ultra"]].grouped_gemm_eff
+    assert fam.grouped_expert_us == shipped.grouped_expert_us
+    assert fam.gemm.peak_fraction == shipped.gemm.peak_fraction
