@@ -77,7 +77,7 @@ def fit(rows: list[Row], fit_groups: set) -> calibration.FamilyConstants:
     for peak, half, host, kern in grid:
         fam = dataclasses.replace(
             base,
-            gemm=dataclasses.replace(base.gemm, peak_fraction=peak, half_work=half),
+            gemm=dataclasses.replace(base.gemm, peak_fraction=peak, half_size=half),
             host_kernel_us=host,
             kernel_us=kern,
         )
@@ -124,7 +124,7 @@ def main() -> None:
     fam = fit(rows, fit_g) if args.fit else None
     if fam is not None:
         print(
-            f"fitted: gemm peak_fraction {fam.gemm.peak_fraction}, half_work {fam.gemm.half_work:.0e}, "
+            f"fitted: gemm peak_fraction {fam.gemm.peak_fraction}, half_size {fam.gemm.half_size:.0e}, "
             f"host_kernel_us {fam.host_kernel_us}, "
             f"kernel_us {fam.kernel_us}"
         )

@@ -119,8 +119,9 @@ SCALED_HALF_WORK = 3.0e9
 """the A100 half-work the other families' curves are scaled from: the value their peak fractions and grouped
 multipliers were fitted with (scripts/fit_published.py --fit); not moved to the refitted A100_HALF_WORK, which
 would need those families refitted (held-back published rows without that refit: dense MAE 10.0% -> 10.4%)"""
-A100_ATTN_HALF_WORK = 3.0e9
-"""flash-attention kernel work at half of its peak fraction (assumption: as the GEMMs; no A100 flash data)"""
+ATTN_HALF_SPAN = 448.0
+"""keys per query at which flash attention reaches half of its peak fraction: fitted to cuDNN's H200 kernels
+(CUDNN_H200); assumed for the families without kernel data (A100, MI300X/MI325X, MI355X)"""
 A100_HOST_KERNEL_US = 35.0
 """host issue time per kernel of Megatron(-DeepSpeed) in eager PyTorch: fitted to vtrain-a100-single-node.csv"""
 A100_KERNEL_US = 4.0
@@ -134,16 +135,18 @@ of the groups: held-back iteration-time MAE 7.6% without any scale, Spearman min
 
 CUDNN_H200 = (
     "cuDNN 9.19 BF16 causal flash attention on H200 (NVIDIA/cudnn-frontend SDPA training benchmark, Llama 3.1 "
-    "shape, seq 2k-32k; scripts/check_attention.py --fit: kernel-time MAE 3.2%; held back, GPT-OSS's 64-wide "
-    "heads with a 1024-token window: 13.8%; 0.45 before, fitted end to end on the Bridge H100 rows)"
+    "shape, seq 2k-32k; scripts/check_attention.py --fit, curve over keys per query: kernel-time MAE 2.1%; "
+    "held back, GPT-OSS's 64-wide heads with a 1024-token window: 8.0%)"
 )
 CUDNN_GB200 = (
     "cuDNN 9.22 BF16 causal flash attention on GB200 (NVIDIA/cudnn-frontend SDPA training benchmark, Llama 3.1 "
-    "shape, seq 2k-32k; scripts/check_attention.py --fit: kernel-time MAE 4.2%; held back, the DeepSeek-V3 and "
-    "Kimi-K2.6 shapes: 12.0%, their backward 10-24% slower than modelled)"
+    "shape, seq 2k-32k; scripts/check_attention.py --fit, curve over keys per query: kernel-time MAE 3.6%; held "
+    "back, the DeepSeek-V3 and Kimi-K2.6 shapes 8.6% / 9.6% (their backward slower than modelled), GPT-OSS's "
+    "128-token window 17.8% (forward 24% faster than measured))"
 )
 CUDNN_GB300 = (
-    "cuDNN 9.22 BF16 causal flash attention on GB300 (as CUDNN_GB200: fitting MAE 3.6%, held back 11.2%)"
+    "cuDNN 9.22 BF16 causal flash attention on GB300 (as CUDNN_GB200: fitting MAE 2.4%; held back DeepSeek-V3 "
+    "9.2%, Kimi-K2.6 8.8%, GPT-OSS's 128-token window 30.7%: forward 43% faster than measured)"
 )
 
 
@@ -162,7 +165,9 @@ FAMILIES: dict[str, FamilyConstants] = {
         gemm=EfficiencyCurve(
             A100_GEMM_PEAK, A100_HALF_WORK, "vTrain A100 single-node (fitting half), as run"
         ),
-        attention=EfficiencyCurve(0.40, A100_ATTN_HALF_WORK, "assumed (no flash-attention A100 row)"),
+        attention=EfficiencyCurve(
+            0.40, ATTN_HALF_SPAN, "assumed (no flash-attention A100 row); half-span = hopper's"
+        ),
         fp8_gemm_speedup=1.0,
         grouped_gemm_eff=0.8,
         host_kernel_us=A100_HOST_KERNEL_US,
@@ -174,15 +179,15 @@ FAMILIES: dict[str, FamilyConstants] = {
     # family, the per-expert grouped-GEMM cost per vendor, fitted jointly on dense and MoE rows of
     # shared/reference/data/published-runs.csv (scripts/fit_published.py --fit: the fitting half of each
     # family's rows, minimising the unscaled iteration-time MAE; grid steps 0.05 / 0.1 / 10-25 µs).
-    # Held-back figures: docs/benchmarks.md, "Issue 21". A full re-run (`--fit`, 2026-12-03, after the cuDNN
-    # attention fits) lands on the values below for hopper, blackwell and blackwell_ultra (NVIDIA per-expert
+    # Held-back figures: docs/benchmarks.md, "Issue 21". A full re-run (`--fit`, 2026-12-03 after the cuDNN
+    # attention fits, and 2026-12-04 after attention was indexed by its span) lands on the values below for hopper, blackwell and blackwell_ultra (NVIDIA per-expert
     # cost 25 µs); for cdna4 it moves the GEMM peak 0.50 -> 0.45 (see there).
     "hopper": FamilyConstants(
         a2a_inter_eff=0.7,  # fitted (0.6/0.7/0.85 scanned) to the Bridge H100 Qwen3-235B rows: EP 32 over 4 nodes
         gemm=EfficiencyCurve(
             0.75, _half(989), "published-runs.csv H100 fitting rows (5); half-work from A100"
         ),
-        attention=EfficiencyCurve(0.70, 2 * _half(989, A100_ATTN_HALF_WORK), CUDNN_H200),
+        attention=EfficiencyCurve(0.725, ATTN_HALF_SPAN, CUDNN_H200),
         attention_bwd_rate=0.825,  # CUDNN_H200
         fp8_gemm_speedup=1.85,  # measured FP8/BF16 GEMM speed-up on H100 (~1.8-1.9x, issue 14), not 2x
         grouped_gemm_eff=1.0,  # fitted: H100 fitting rows (the grid's top: grouped kernels at the dense rate)
@@ -196,7 +201,7 @@ FAMILIES: dict[str, FamilyConstants] = {
     "blackwell": FamilyConstants(
         a2a_inter_eff=0.7,  # assumed = hopper
         gemm=EfficiencyCurve(0.75, _half(2250), "published-runs.csv B200/GB200 fitting rows (5)"),
-        attention=EfficiencyCurve(0.675, 2 * _half(2250, A100_ATTN_HALF_WORK), CUDNN_GB200),
+        attention=EfficiencyCurve(0.725, 576.0, CUDNN_GB200),
         attention_bwd_rate=0.8,  # CUDNN_GB200
         fp8_gemm_speedup=1.57,
         grouped_gemm_eff=0.9,  # fitted: B200/GB200 fitting rows (unchanged when refitted with CUDNN_GB200)
@@ -218,8 +223,8 @@ FAMILIES: dict[str, FamilyConstants] = {
     "blackwell_ultra": FamilyConstants(
         a2a_inter_eff=0.7,  # assumed = hopper
         gemm=EfficiencyCurve(0.80, _half(2250), "published-runs.csv B300/GB300 fitting rows (6)"),
-        attention=EfficiencyCurve(0.775, 2 * _half(2250, A100_ATTN_HALF_WORK), CUDNN_GB300),
-        attention_bwd_rate=0.775,  # CUDNN_GB300
+        attention=EfficiencyCurve(0.825, 448.0, CUDNN_GB300),
+        attention_bwd_rate=0.75,  # CUDNN_GB300
         fp8_gemm_speedup=1.57,  # assumed = blackwell
         grouped_gemm_eff=0.9,  # = blackwell (the same grouped kernels; fit_published.GROUPED_FROM)
         grouped_expert_us=25.0,  # NVIDIA's, fitted on hopper and blackwell (one TE grouped-GEMM implementation)
@@ -231,7 +236,12 @@ FAMILIES: dict[str, FamilyConstants] = {
     # (Llama3.1-8B 64 GPUs FP8, Llama3.1-70B BF16), held back: 70B FP8 and 8B on one node
     "cdna3": FamilyConstants(
         gemm=EfficiencyCurve(0.65, _half(1307), "Primus MI325X fitting rows (2); half-work scaled from A100"),
-        attention=EfficiencyCurve(0.35, _half(1307, A100_ATTN_HALF_WORK), "Primus MI325X rows"),
+        attention=EfficiencyCurve(
+            0.38,
+            ATTN_HALF_SPAN,
+            "Primus MI325X rows (fitted end to end at 0.342 of peak at their 4096 keys per query; re-expressed "
+            "over the span at hopper's half-span, the same rate there)",
+        ),
         fp8_gemm_speedup=1.45,
         grouped_gemm_eff=0.7,  # no MoE MI300X/MI325X row: kept (assumption)
         coll_eff=0.7,
@@ -242,12 +252,12 @@ FAMILIES: dict[str, FamilyConstants] = {
     # when fitted (MAE 2.9%); held back Pre+DeepEP (2,203) and Pre+VPP5 (2,548), the four in the measured order.
     # The runs use Primus's "legacy grouped GEMM" (per-expert GEMMs): hence the low grouped multiplier and the
     # per-expert cost, both at the edge of the grid scanned. Since DeepEP is priced as DeepEP measures it
-    # (2026-12-03) the fitting residuals are -5.3% / -2.6% and a refit moves the peak to 0.45 (+0.3% / +3.5%,
-    # held back +4.9% / +13.3% against -1.3% / +6.6% now): not taken, which is a choice made after seeing the
+    # (2026-12-03) and attention by its span (2026-12-04) the fitting residuals are -4.8% / -2.1% and a refit
+    # moves the peak to 0.45 (+0.8% / +4.0%, held back +5.4% / +13.9% against -0.8% / +7.1% now): not taken, which is a choice made after seeing the
     # held-back rows; it would also lower every MI355X estimate, the flagship's included, by about a tenth.
     "cdna4": FamilyConstants(
         gemm=EfficiencyCurve(0.50, _half(2500), "MI355X DeepSeek-V2 rows Base-1F1B, Pre+VPP3 (fitting)"),
-        attention=EfficiencyCurve(0.35, _half(2500, A100_ATTN_HALF_WORK), "assumed = cdna3"),
+        attention=EfficiencyCurve(0.38, ATTN_HALF_SPAN, "assumed = cdna3"),
         fp8_gemm_speedup=1.45,
         grouped_gemm_eff=0.3,
         grouped_expert_us=50.0,

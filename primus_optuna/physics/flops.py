@@ -74,17 +74,22 @@ def window_pairs(seq: float, window: float | None = None) -> float:
     return seq * window - window * window / 2.0
 
 
-def causal_pairs(model: ModelSpec, seq: int) -> float:
-    """Key-query pairs of causal attention over ``seq`` tokens, averaged over the model's layers (sliding-window
-    layers attend to at most ``window_size`` keys)."""
+def attention_mix(model: ModelSpec, seq: int) -> tuple[tuple[float, float], ...]:
+    """The model's kinds of causal attention over ``seq`` tokens: (share of its layers, key-query pairs) for
+    full layers and, where the model has them, sliding-window layers (at most ``window_size`` keys)."""
     full = window_pairs(seq)
     w = model.window_size
     if w is None or w >= seq:
-        return full
-    window = window_pairs(seq, w)
+        return ((1.0, full),)
     flags = model.full_attention_flags
-    n_full = sum(flags)
-    return (n_full * full + (len(flags) - n_full) * window) / len(flags)
+    share = sum(flags) / len(flags)
+    kinds = ((share, full), (1.0 - share, window_pairs(seq, w)))
+    return tuple(k for k in kinds if k[0] > 0)
+
+
+def causal_pairs(model: ModelSpec, seq: int) -> float:
+    """Key-query pairs of causal attention over ``seq`` tokens, averaged over the model's layers."""
+    return sum(share * pairs for share, pairs in attention_mix(model, seq))
 
 
 def attention_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:

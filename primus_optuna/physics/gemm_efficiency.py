@@ -2,12 +2,17 @@
 
 A GEMM ``[M, K] x [K, N]`` of ``w = M·N·K`` multiply-adds runs at ``peak · fraction(w)`` with
 
-    fraction(w) = peak_fraction · w / (w + half_work)
+    fraction(w) = peak_fraction · w / (w + half_size)
 
 (small GEMMs cannot fill the GPU's compute units: fewer output tiles than SMs/CUs, a fixed prologue and
 epilogue), and never faster than HBM allows (reading both operands and writing the result once). One
 :class:`EfficiencyCurve` per GPU family and kernel kind (linear-layer GEMMs, attention) lives in the family
-table of :mod:`.calibration` with the data that fitted it.
+table of :mod:`.calibration` with the data that fitted it. Flash attention's curve is indexed by its span, the
+keys each query attends to on average (one kernel's inner loop), not by its total work: cuDNN's kernels with a
+128-token window run at the same fraction of peak at 2k and 16k tokens although their work grows 8-fold
+(tests/data/cudnn-sdpa.csv, scripts/check_attention.py), while at full causal span the fraction grows with the
+sequence as the Llama rows show. A grid with fewer query tiles than SMs is not modelled (training shapes have
+enough heads × tiles).
 
 The interface is shape-based so that any layer (dense, MoE, MLA, shared experts) plugs in: pass the GEMM's
 ``M, N, K`` and ``count``. A batched GEMM (``count`` independent problems in one kernel, e.g. attention
@@ -18,7 +23,7 @@ once, so its efficiency follows the group's total work, not one expert's.
 
 Example::
 
-    curve = EfficiencyCurve(peak_fraction=0.8, half_work=2e8, fitted_to="...")
+    curve = EfficiencyCurve(peak_fraction=0.8, half_size=2e8, fitted_to="...")
     gemm_seconds(curve, 8192, 4096, 4096, peak_flops=312e12, hbm_bytes_per_s=1.6e12, elt_bytes=2)
 """
 
@@ -53,14 +58,14 @@ def flash_attention_seconds(
     peak_flops: float,
     head_width: float,
     *,
-    kernels: int = 1,
+    span: float,
     backward: bool = False,
     bwd_rate: float = 1.0,
 ) -> float:
-    """Seconds of fused flash attention doing ``fwd_flops`` forward FLOPs in ``kernels`` equal kernels (fixed
-    costs apart): the curve's fraction of ``peak_flops`` at one kernel's multiply-adds, times the head-width
+    """Seconds of fused flash attention doing ``fwd_flops`` forward FLOPs whose queries attend to ``span`` keys
+    on average (fixed costs apart): the curve's fraction of ``peak_flops`` at that span, times the head-width
     factor; ``backward``: :data:`.flops.ATTN_BWD_FACTOR` times the FLOPs at ``bwd_rate`` times that rate."""
-    rate = peak_flops * curve.fraction(fwd_flops / 2 / kernels) * attention_width_factor(head_width)
+    rate = peak_flops * curve.fraction(span) * attention_width_factor(head_width)
     if backward:
         return fwd_flops * ATTN_BWD_FACTOR / (rate * bwd_rate)
     return fwd_flops / rate
@@ -77,20 +82,22 @@ def attention_width_factor(head_width: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class EfficiencyCurve:
-    """Achievable fraction of a roofline peak as a function of the work of one kernel."""
+    """Achievable fraction of a roofline peak as a function of one kernel's size (GEMMs: its multiply-adds;
+    flash attention: the keys per query)."""
 
     peak_fraction: float
     """fraction of the datasheet peak reached by the largest, well-shaped problems"""
-    half_work: float
-    """multiply-adds ``M·N·K`` at which half of ``peak_fraction`` is reached"""
+    half_size: float
+    """size at which half of ``peak_fraction`` is reached (GEMMs: multiply-adds ``M·N·K``; attention: keys per
+    query)"""
     fitted_to: str = ""
     """the data (or assumption) these two constants come from"""
 
-    def fraction(self, work: float) -> float:
-        """Achievable fraction of peak for ``work`` multiply-adds in one kernel."""
-        if work <= 0:
+    def fraction(self, size: float) -> float:
+        """Achievable fraction of peak for a kernel of ``size`` (the curve's unit)."""
+        if size <= 0:
             return self.peak_fraction
-        return self.peak_fraction * work / (work + self.half_work)
+        return self.peak_fraction * size / (size + self.half_size)
 
 
 def gemm_seconds(
@@ -157,9 +164,10 @@ def layer_gemm_seconds(
             grouped=grouped,
         )
     core = 2.0 * 2.0 * shape.mbs * shape.seq * shape.seq * a * d * 0.5  # causal QKᵀ and PV
-    total += flash_attention_seconds(attention, core, peak_flops, d)
+    span = shape.seq / 2  # keys per query of a causal mask
+    total += flash_attention_seconds(attention, core, peak_flops, d, span=span)
     total += flash_attention_seconds(
-        attention, core, peak_flops, d, backward=True, bwd_rate=attention_bwd_rate
+        attention, core, peak_flops, d, span=span, backward=True, bwd_rate=attention_bwd_rate
     )
     return total
 

@@ -54,7 +54,15 @@ from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
 from .comm import Group, Topology
-from .flops import Gemm, layer_gemms, logits_gemm, mla_up_gemms, model_flops_per_token
+from .flops import (
+    Gemm,
+    attention_mix,
+    causal_pairs,
+    layer_gemms,
+    logits_gemm,
+    mla_up_gemms,
+    model_flops_per_token,
+)
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
 from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
@@ -305,27 +313,32 @@ class _Context:
         heads_per_mbs = md.num_attention_heads / tp
         heads = mbs * heads_per_mbs
         if self.flash:
-            # fused kernels at the family's attention curve (work = multiply-adds per kernel). Context
-            # parallelism (TransformerEngine's load-balanced ring): the sequence is cut in 2·cp chunks and each
-            # rank runs 2·cp − 1 half-size kernels per pass, each followed by an output/LSE correction (read
-            # and write the fp32 partial output and the LSE)
+            # fused kernels at the family's attention curve, indexed by the keys each query sees (per kind of
+            # layer: full causal, sliding window). Context parallelism (TransformerEngine's load-balanced
+            # ring): the sequence is cut in 2·cp chunks and each rank runs 2·cp − 1 kernels per pass over
+            # about seq/(2·cp) keys per query each (span = pairs / (seq·cp); exact for full causal layers),
+            # each followed by an output/LSE correction (read and write the fp32 partial output and the LSE)
             n_kern = 2 * cp - 1
             correction = 0.0
             if cp > 1:
                 out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
                 correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
             fixed = n_kern * self.kernel_s + correction
-            fl, width = g.core_attention_flops, self.attn_head_width
-            core_f = flash_attention_seconds(k.attention, fl, self.bf16_peak, width, kernels=n_kern) + fixed
-            core_b = fixed + flash_attention_seconds(
-                k.attention,
-                fl,
-                self.bf16_peak,
-                width,
-                kernels=n_kern,
-                backward=True,
-                bwd_rate=k.attention_bwd_rate,
-            )
+            width, mean_pairs = self.attn_head_width, causal_pairs(md, self.seq)
+            core_f = core_b = fixed
+            for share, pairs in attention_mix(md, self.seq):
+                fl = share * g.core_attention_flops * pairs / mean_pairs
+                span = pairs / (self.seq * cp)
+                core_f += flash_attention_seconds(k.attention, fl, self.bf16_peak, width, span=span)
+                core_b += flash_attention_seconds(
+                    k.attention,
+                    fl,
+                    self.bf16_peak,
+                    width,
+                    span=span,
+                    backward=True,
+                    bwd_rate=k.attention_bwd_rate,
+                )
         else:
             # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
             # GEMM curve, plus the traffic over the materialised 16-bit scores (Megatron's ParallelAttention,

@@ -54,7 +54,7 @@ def test_grouped_gemm_is_sized_by_the_group_and_padded() -> None:
 def test_every_family_has_labelled_curves() -> None:
     for name, fam in FAMILIES.items():
         assert fam.gemm.fitted_to and fam.attention.fitted_to, name
-        assert 0 < fam.gemm.peak_fraction <= 1 and fam.gemm.half_work > 0
+        assert 0 < fam.gemm.peak_fraction <= 1 and fam.gemm.half_size > 0
         assert 1.0 <= fam.fp8_gemm_speedup <= 2.0, name  # never the datasheet's full 2x (measured < 2)
 
 
@@ -107,34 +107,60 @@ def test_narrow_heads_cost_attention_time_only() -> None:
 
 def test_flash_attention_backward_is_its_flops_at_the_backward_rate() -> None:
     curve = EfficiencyCurve(0.6, 0.0)
-    fwd = flash_attention_seconds(curve, 1e15, 2e15, 128)
+    fwd = flash_attention_seconds(curve, 1e15, 2e15, 128, span=4096)
     assert fwd == pytest.approx(1e15 / (0.6 * 2e15))
-    bwd = flash_attention_seconds(curve, 1e15, 2e15, 128, backward=True, bwd_rate=0.8)
+    bwd = flash_attention_seconds(curve, 1e15, 2e15, 128, span=4096, backward=True, bwd_rate=0.8)
     assert bwd == pytest.approx(fwd * 2.5 / 0.8)
     # 64-wide heads: the head-width factor on both passes
-    assert flash_attention_seconds(curve, 1e15, 2e15, 64) == pytest.approx(fwd / attention_width_factor(64))
+    narrow = flash_attention_seconds(curve, 1e15, 2e15, 64, span=4096)
+    assert narrow == pytest.approx(fwd / attention_width_factor(64))
+
+
+def test_flash_attention_rate_follows_the_span_not_the_work() -> None:
+    """The curve is indexed by keys per query: 8x the work at the same span runs at the same rate; at a span of
+    half_size the rate is half the peak fraction's."""
+    curve = EfficiencyCurve(0.7, 512.0)
+    one = flash_attention_seconds(curve, 1e12, 1e15, 128, span=128)
+    assert flash_attention_seconds(curve, 8e12, 1e15, 128, span=128) == pytest.approx(8 * one)
+    assert flash_attention_seconds(curve, 1e12, 1e15, 128, span=512) == pytest.approx(1e12 / (0.35 * 1e15))
+
+
+def test_cudnn_short_window_kernels_run_at_one_rate_whatever_the_work() -> None:
+    """What indexing attention by span rests on: cuDNN's GPT-OSS kernels with a 128-token window take time
+    proportional to their work (within 10%) from 2k to 16k tokens on GB200 and GB300, an 8-fold range of work
+    at one span."""
+    from scripts import check_attention as ca
+
+    rows = [k for k in ca.load() if k.dtype == "bfloat16" and k.window == 128 and k.seq <= 16384]
+    assert {k.gpu for k in rows} == {"gb200", "gb300"}
+    for gpu, bwd in {(k.gpu, k.backward) for k in rows}:
+        rates = [k.fwd_flops / k.measured_s for k in rows if (k.gpu, k.backward) == (gpu, bwd)]
+        assert len(rates) == 4 and max(rates) / min(rates) < 1.10, (gpu, bwd, rates)
 
 
 def test_attention_against_cudnn_kernels() -> None:
     """scripts/check_attention.py with the constants of physics/calibration.py: cuDNN's H200/GB200/GB300 kernels
     of the fitting shape (Llama 3.1) within 20% each (the 0.1 ms kernels at 2k tokens are the worst) and 5% on
     average; the held-back shapes (DeepSeek-V3 and Kimi-K2.6 on GB200/GB300, GPT-OSS with a 1024-token window on
-    H200) within 30% each and 15% on average."""
+    H200) within 30% each; GPT-OSS's 128-token window on GB200/GB300 (a span the fitting rows never reach)
+    within 70% (its forward is the known gap: up to 65% faster than measured on GB300); 15% on average over all
+    70 held-back kernels."""
     from scripts import check_attention as ca
 
-    kernels = [k for k in ca.load() if k.dtype == "bfloat16" and ca.part(k) != "apart"]
+    kernels = [k for k in ca.load() if k.dtype == "bfloat16"]
     errs: dict[str, list[float]] = {"fit": [], "held": []}
     for k in kernels:
         err = ca.error(k, ca.calibration.FAMILIES[ca.FAMILY[k.gpu]])
-        assert abs(err) <= (0.20 if ca.part(k) == "fit" else 0.30), (k, err)
+        bound = 0.20 if ca.part(k) == "fit" else 0.70 if ca.short_window(k) else 0.30
+        assert abs(err) <= bound, (k, err)
         errs[ca.part(k)].append(abs(err))
-    assert (len(errs["fit"]), len(errs["held"])) == (30, 50)
-    assert sum(errs["fit"]) / 30 <= 0.05 and sum(errs["held"]) / 50 <= 0.15
+    assert (len(errs["fit"]), len(errs["held"])) == (30, 70)
+    assert sum(errs["fit"]) / 30 <= 0.05 and sum(errs["held"]) / 70 <= 0.15
 
 
 def test_check_attention_fit_reproduces_the_shipped_constants() -> None:
     """``scripts/check_attention.py --fit`` on each GPU's fitting kernels lands on calibration.py's attention
-    constants (peak fraction, half-work, backward rate)."""
+    constants (peak fraction, half-span, backward rate)."""
     from scripts import check_attention as ca
 
     kernels = [k for k in ca.load() if k.dtype == "bfloat16"]
@@ -142,5 +168,5 @@ def test_check_attention_fit_reproduces_the_shipped_constants() -> None:
         _, fam = ca.fit(family, [k for k in kernels if k.gpu == gpu and ca.part(k) == "fit"])
         shipped = ca.calibration.FAMILIES[family]
         assert fam.attention.peak_fraction == pytest.approx(shipped.attention.peak_fraction), family
-        assert fam.attention.half_work == pytest.approx(shipped.attention.half_work), family
+        assert fam.attention.half_size == pytest.approx(shipped.attention.half_size), family
         assert fam.attention_bwd_rate == pytest.approx(shipped.attention_bwd_rate), family
