@@ -127,7 +127,8 @@ def _setup(doc: Doc, rec: StudyRecord) -> None:
             f"{spec.workload.precision}, distributed optimizer {spec.workload.distributed_optimizer}",
             f"**Objective(s)**: {', '.join(s.objectives)}; memory safety margin {s.memory_safety_margin:.0%}",
             f"**Legal space**: {legal} canonical configurations",
-            f"**Sampler**: n_trials {s.n_trials}, seed {s.seed}, sweep order "
+            f"**Sampler**: n_trials {s.n_trials} in the study file (`run --n-trials` overrides it per run), seed {s.seed}, "
+            "sweep order "
             f"{', '.join(s.sweep_order) if s.sweep_order else 'default (highest expected impact first)'}, "
             f"proposals per round {spec.llm.proposals_per_round}",
             _llm_setup(rec),
