@@ -315,9 +315,12 @@ class _Context:
         if self.flash:
             # fused kernels at the family's attention curve, indexed by the keys each query sees (per kind of
             # layer: full causal, sliding window). Context parallelism (TransformerEngine's load-balanced
-            # ring): the sequence is cut in 2·cp chunks and each rank runs 2·cp − 1 kernels per pass over
-            # about seq/(2·cp) keys per query each (span = pairs / (seq·cp); exact for full causal layers),
-            # each followed by an output/LSE correction (read and write the fp32 partial output and the LSE)
+            # ring): the sequence is cut in 2·cp chunks and each rank runs 2·cp − 1 kernels per pass over at
+            # most seq/(2·cp) keys per query each (the slowest rank's steps: one chunk of keys for all its
+            # queries), each followed by an output/LSE correction (read and write the fp32 partial output and
+            # the LSE); a sliding-window layer's kernels see its window (TE runs windows under CP by
+            # all-gathering K/V, dot_product_attention/context_parallel.py@d0067d0d:2977-3011, which clips
+            # each step's window to the chunk it sees)
             n_kern = 2 * cp - 1
             correction = 0.0
             if cp > 1:
@@ -328,7 +331,7 @@ class _Context:
             core_f = core_b = fixed
             for share, pairs in attention_mix(md, self.seq):
                 fl = share * g.core_attention_flops * pairs / mean_pairs
-                span = pairs / (self.seq * cp)
+                span = min(pairs / self.seq, self.seq / (2 * cp))
                 core_f += flash_attention_seconds(k.attention, fl, self.bf16_peak, width, span=span)
                 core_b += flash_attention_seconds(
                     k.attention,

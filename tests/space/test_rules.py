@@ -154,7 +154,15 @@ def test_every_rule_is_covered():
     from tests.space.test_framework_rules import FRAMEWORK_RULES
 
     # moe_tp_sp: tests/physics/test_sequence_parallel.py (it needs a study with sequence_parallel: false)
-    elsewhere = {"ep_moe", "deepep_moe", "mb_ge_pp", "mb_interleaved", "moe_tp_sp", *FRAMEWORK_RULES}
+    elsewhere = {
+        "ep_moe",
+        "deepep_moe",
+        "mb_ge_pp",
+        "mb_interleaved",
+        "moe_tp_sp",
+        "cp_attention",
+        *FRAMEWORK_RULES,
+    }
     assert set(CASES) | elsewhere == {r.id for r in RULES}
 
 
@@ -207,3 +215,23 @@ def test_a_pp_that_cannot_split_the_layers_is_reported_once_with_the_fix() -> No
     layers = [r for r in reasons if "94 layers" in r]
     assert len(layers) == 1, reasons
     assert "account_for_embedding_in_pipeline_split" in layers[0] and "pipeline.layout" in layers[0]
+
+
+def test_cp_only_for_attention_the_p2p_ring_runs():
+    """TransformerEngine under context parallelism with Megatron's default cp_comm_type=p2p: attention sinks
+    (softmax_type learnable) run only with a2a (dot_product_attention/utils.py@d0067d0d:1112-1155) and sliding
+    windows not at all (utils.py@d0067d0d:1262-1271; the FlashAttention ring drops the window,
+    context_parallel.py@d0067d0d:1000-1003): such models get no cp > 1, with the reason."""
+    oss = Space(StudySpec.from_yaml("studies/gpt-oss-120b-h100-bf16.yaml"))
+    base = oss.make(tp=1, pp=4, vpp=1, ep=8, cp=1, mbs=1, recompute="none", pp_schedule="1f1b")
+    assert oss.check(base) == []
+    sinks = " ".join(oss.check(base.replace(cp=2)))
+    assert "softmax_type=learnable" in sinks and "use cp=1" in sinks
+    assert all(c.cp == 1 for c in oss.configs())
+    data = StudySpec.from_yaml("studies/gpt-oss-120b-h100-bf16.yaml").to_dict()
+    data["model"] = {**data["model"], "softmax_type": "vanilla"}
+    windowed = Space(StudySpec.from_dict(data))
+    assert "sliding-window attention (window_size=128)" in " ".join(windowed.check(base.replace(cp=2)))
+    data["model"] = {**data["model"], "window_size": None, "window_attn_skip_freq": None}
+    full = Space(StudySpec.from_dict(data))
+    assert full.check(base.replace(cp=2)) == []
