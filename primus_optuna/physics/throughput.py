@@ -228,7 +228,8 @@ class _Context:
         self.flash = w.flash_attention
         # a GPU's fused flash kernel (cuDNN, CK/aiter): its rate per FLOP at this model's head width (q/k and v
         # widths averaged: MLA's differ); a vendor "other" device (a CPU core) runs no such kernel
-        v_dim = m.v_head_dim if m.multi_latent_attention else m.head_dim
+        v_dim = self.v_dim = m.v_head_dim if m.multi_latent_attention else m.head_dim
+        self.cp_a2a = m.cp_comm_type == "a2a"
         gpu_kernel = gpu.vendor in ("nvidia", "amd")
         # (a head width at or above the reference: factor 1)
         self.attn_head_width = (m.head_dim + v_dim) / 2 if gpu_kernel else float(ATTN_REFERENCE_HEAD_DIM)
@@ -314,16 +315,15 @@ class _Context:
         heads = mbs * heads_per_mbs
         if self.flash:
             # fused kernels at the family's attention curve, indexed by the keys each query sees (per kind of
-            # layer: full causal, sliding window). Context parallelism (TransformerEngine's load-balanced
-            # ring): the sequence is cut in 2·cp chunks and each rank runs 2·cp − 1 kernels per pass over at
-            # most seq/(2·cp) keys per query each (the slowest rank's steps: one chunk of keys for all its
-            # queries), each followed by an output/LSE correction (read and write the fp32 partial output and
-            # the LSE); a sliding-window layer's kernels see its window (TE runs windows under CP by
-            # all-gathering K/V, dot_product_attention/context_parallel.py@d0067d0d:2977-3011, which clips
-            # each step's window to the chunk it sees)
-            n_kern = 2 * cp - 1
+            # layer: full causal, sliding window). Context parallelism as TransformerEngine runs it
+            # (ModelSpec.cp_comm_type): the p2p ring (load-balanced: the sequence cut in 2·cp chunks) runs
+            # 2·cp − 1 kernels per pass over at most seq/(2·cp) keys per query each (the slowest rank's steps:
+            # one chunk of keys for all its queries), each followed by an output/LSE correction (read and write
+            # the fp32 partial output and the LSE); a2a runs one kernel over the whole sequence for heads/cp
+            a2a = cp > 1 and self.cp_a2a
+            n_kern = 1 if a2a else 2 * cp - 1
             correction = 0.0
-            if cp > 1:
+            if cp > 1 and not a2a:
                 out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
                 correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
             fixed = n_kern * self.kernel_s + correction
@@ -331,7 +331,7 @@ class _Context:
             core_f = core_b = fixed
             for share, pairs in attention_mix(md, self.seq):
                 fl = share * g.core_attention_flops * pairs / mean_pairs
-                span = min(pairs / self.seq, self.seq / (2 * cp))
+                span = pairs / self.seq if a2a else min(pairs / self.seq, self.seq / (2 * cp))
                 core_f += flash_attention_seconds(k.attention, fl, self.bf16_peak, width, span=span)
                 core_b += flash_attention_seconds(
                     k.attention,
@@ -445,9 +445,17 @@ class _Context:
         host_b = max(
             0.0, 2 * n_kernels * self.host_s - (2 * (attn_lin + mlp_lin) + core_b + 2 * other_f + tp_b)
         )
-        # CP: ring exchange of this rank's K/V chunk (cp - 1 steps); backward also moves dK/dV
+        # CP: ring exchange of this rank's K/V chunk (cp - 1 steps); backward also moves dK/dV. a2a
+        # (TE AttnFuncWithCPAndQKVOA2A, context_parallel.py@d0067d0d:4170-4923): all-to-alls of Q, K, V before
+        # the kernel and of O after it, of dO and of dQ, dK, dV in backward, none hidden
         cp_f = cp_b = 0.0
-        if cp > 1:
+        if cp > 1 and self.cp_a2a:
+            cp_grp = Group(cp, tp)
+            qkv = tokens * (a + 2 * kv) * d * ACT
+            o = tokens * a * self.v_dim * ACT
+            cp_f = topo.all_to_all(qkv, cp_grp) + topo.all_to_all(o, cp_grp)
+            cp_b = topo.all_to_all(o, cp_grp) + topo.all_to_all(qkv, cp_grp)
+        elif cp > 1:
             cp_grp = Group(cp, tp)
             step = topo.p2p(tokens * 2 * kv * d * ACT, cp_grp)
             lat = (cp - 1) * (topo.intra_lat if topo.intra(cp_grp) else topo.inter_lat)

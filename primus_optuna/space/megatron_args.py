@@ -114,6 +114,11 @@ def megatron_overrides(
         "seq_length": w.seq_length,
         "use_distributed_optimizer": w.distributed_optimizer,
     }
+    if c.cp > 1 and m.cp_comm_type != "p2p":
+        # attention sinks / sliding windows: TE runs them under CP only as a2a (ModelSpec.cp_comm_type);
+        # Megatron-LM --cp-comm-type (arguments.py@d98e8a64:3221, one value for every layer,
+        # argument_utils.py@d98e8a64:343-344), Primus cp_comm_type (language_model.yaml@fd1eeabb:152)
+        out["cp_comm_type"] = m.cp_comm_type
     out.update(pipeline_overrides(spec, c.pp, c.vpp))
     # none / selective (+ recompute_modules) / full (uniform, 1) / full:N (block, N per virtual chunk)
     out.update(parse_recompute(c.recompute).megatron_args())

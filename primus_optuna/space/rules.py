@@ -146,27 +146,18 @@ def _seq_cp(f: Facts, c: Any) -> str | None:
     return None
 
 
-def _cp_attention(f: Facts, c: Any) -> str | None:
-    # the export leaves Megatron's default --cp-comm-type p2p (megatron/training/arguments.py@d98e8a64:3221),
-    # under which TransformerEngine has no backend for these attentions
+def _cp_a2a_heads(f: Facts, c: Any) -> str | None:
+    # TE's a2a context parallelism scatters each rank's heads over the CP group: it asserts that cp divides the
+    # query heads and the KV heads of a TP rank (dot_product_attention/context_parallel.py@d0067d0d:4246-4249)
     m = f.model
-    if c.cp == 1 or m is None:
+    if c.cp == 1 or m is None or m.cp_comm_type != "a2a":
         return None
-    if m.softmax_type != "vanilla":
-        # TE: FusedAttention is the only backend for off-by-one/learnable softmax, and under context parallelism
-        # only with cp_comm_type=a2a (transformer_engine/pytorch/attention/dot_product_attention/
-        # utils.py@d0067d0d:1112-1155)
+    heads, kv = f.heads // c.tp, f.kv_groups // c.tp
+    if heads % c.cp or kv % c.cp:
         return (
-            f"cp={c.cp} with softmax_type={m.softmax_type} (attention sinks): TransformerEngine runs it under "
-            "context parallelism only with cp_comm_type=a2a, which the export does not set; use cp=1"
-        )
-    if m.window_size is not None and not all(m.full_attention_flags):
-        # TE: FusedAttention refuses sliding windows under cp_comm_type p2p (utils.py@d0067d0d:1262-1271), and
-        # its FlashAttention p2p path runs every step without the window (context_parallel.py@d0067d0d:
-        # 1000-1003, 1640-1661)
-        return (
-            f"cp={c.cp} with sliding-window attention (window_size={m.window_size}): TransformerEngine's "
-            "context-parallel ring (cp_comm_type=p2p, what the export runs) cannot apply the window; use cp=1"
+            f"cp={c.cp} does not divide the {heads} attention heads and {kv} KV heads of a TP rank (tp={c.tp}): "
+            "this model's attention (sinks or sliding windows) runs context parallelism as TransformerEngine's "
+            "a2a, which splits the heads over cp"
         )
     return None
 
@@ -434,10 +425,10 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_ffn", ("tp",), "tp divides the FFN widths", _tp_ffn),
     Rule("seq_cp", ("cp",), "seq_length divisible by 2·cp", _seq_cp),
     Rule(
-        "cp_attention",
-        ("cp",),
-        "cp>1 only for attention TE's p2p ring runs (no sinks, no sliding window)",
-        _cp_attention,
+        "cp_a2a_heads",
+        ("tp", "cp"),
+        "a2a context parallelism (attention sinks, sliding windows): cp divides a TP rank's heads and KV heads",
+        _cp_a2a_heads,
     ),
     Rule("seq_tp", ("tp", "cp"), "seq_length divisible by tp·cp when tp>1 (sequence parallel)", _seq_tp),
     Rule("moe_tp_sp", ("tp",), "MoE with tp>1 needs sequence parallelism", _moe_tp_sp),

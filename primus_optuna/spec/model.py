@@ -310,6 +310,17 @@ class ModelSpec(StrictIntModel):
         return tuple((i + 1) % skip == 0 for i in range(self.num_layers))
 
     @property
+    def cp_comm_type(self) -> Literal["p2p", "a2a"]:
+        """How context parallelism runs this model's attention in TransformerEngine: ``a2a`` (heads scattered
+        over the CP group, DeepSpeed-Ulysses style) for attention sinks or sliding windows, which TE runs under
+        CP only that way (transformer_engine/pytorch/attention/dot_product_attention/utils.py@d0067d0d:
+        1146-1155 and 1262-1271; Megatron-Bridge's GPT-OSS recipes set it,
+        src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py@067f987d:69-70), else Megatron's default ``p2p``
+        ring (megatron/training/arguments.py@d98e8a64:3221)."""
+        windowed = self.window_size is not None and not all(self.full_attention_flags)
+        return "a2a" if self.softmax_type != "vanilla" or windowed else "p2p"
+
+    @property
     def linear_bias(self) -> bool:
         """Linear biases: ``add_bias_linear`` when set, else Megatron's default for GPT-3-style models."""
         if self.add_bias_linear is not None:

@@ -278,3 +278,34 @@ def test_te_op_fuser_export_builds_a_transformer_config(megatron_cpu) -> None:
     assert cfg.use_transformer_engine_op_fuser is True
     if hasattr(cfg, "moe_use_grouped_tensor"):  # the grouped-tensor experts came with the field upstream
         assert cfg.moe_use_grouped_tensor is True
+
+
+def test_a2a_context_parallel_export_builds_megatron_cores_objects(megatron_cpu) -> None:
+    """GPT-OSS with cp = 2 (a2a, ModelSpec.cp_comm_type) builds a TransformerConfig carrying cp_comm_type 'a2a'
+    and a context-parallel group of 2 on the fake process group; the study's own 30-trial run need not reach a
+    cp > 1 configuration, so this one is built directly."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from primus_optuna.space import Space
+
+    spec = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
+    c = Space(spec).make(tp=1, pp=4, vpp=1, ep=8, cp=2, mbs=1, recompute="none", pp_schedule="1f1b")
+    args = _args(spec, json.loads(export_config(spec, c, "json"))["megatron"])
+    assert transformer_config(args).cp_comm_type == "a2a"
+    try:
+        _fake_world(spec.world)
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=1,
+            pipeline_model_parallel_size=4,
+            context_parallel_size=args["context_parallel_size"],
+            expert_model_parallel_size=8,
+            create_gloo_process_groups=False,
+        )
+        try:
+            assert ps.get_context_parallel_world_size() == 2 and ps.get_data_parallel_world_size() == c.dp
+        finally:
+            ps.destroy_model_parallel()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -563,3 +563,25 @@ def test_unfused_rope_costs_its_passes_over_q_and_k() -> None:
     extra = (T.UNFUSED_ROPE_PASSES - 2) * qk / ctx.hbm + T.UNFUSED_ROPE_KERNELS * ctx.kernel_s
     assert yarn_l.other_f - plain_l.other_f == pytest.approx(extra, rel=1e-9)
     assert estimate_throughput(plain, c).step_time_s < estimate_throughput(spec, c).step_time_s
+
+
+def test_a2a_context_parallelism_keeps_the_kernels_span_and_pays_all_to_alls() -> None:
+    """GPT-OSS runs CP as TransformerEngine's a2a (ModelSpec.cp_comm_type): each rank attends over the whole
+    sequence for heads/cp, so a layer's flash kernels keep their span and take half the time at cp = 2 (half the
+    heads), with one kernel and no ring corrections, while the all-to-alls of Q, K, V, O (and their gradients)
+    are exposed. Llama's p2p ring cuts the keys each kernel sees to seq/(2·cp): more than half the time."""
+    from primus_optuna.physics.throughput import _Context
+
+    oss = StudySpec.from_yaml("studies/gpt-oss-120b-h100-bf16.yaml")
+    ctx = _Context(oss)
+    one, two = ctx.layer(1, 1, 8, 1, "alltoall"), ctx.layer(1, 2, 8, 1, "alltoall")
+    kern = ctx.kernel_s  # each pass: one kernel's fixed cost
+    assert two.core_f - kern == pytest.approx((one.core_f - kern) / 2, rel=1e-9)
+    assert two.core_b - kern == pytest.approx((one.core_b - kern) / 2, rel=1e-9)
+    assert one.cp_f == one.cp_b == 0.0 and two.cp_f > 0 and two.cp_b > 0
+    sp = Space(oss)
+    c = sp.make(tp=1, pp=4, vpp=1, ep=8, cp=2, mbs=1, recompute="none", pp_schedule="1f1b")
+    assert estimate_throughput(oss, c).breakdown_s["cp_comm"] > 0
+    lctx = _Context(StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml"))
+    l1, l2 = lctx.layer(8, 1, 1, 1, "alltoall", moe=False), lctx.layer(8, 2, 1, 1, "alltoall", moe=False)
+    assert l2.core_f > 0.55 * l1.core_f

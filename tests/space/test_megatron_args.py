@@ -260,3 +260,20 @@ def test_te_op_fuser_round_trips_through_the_importer() -> None:
     # as a command line parses it (a bare flag) and as YAML writes it
     assert workload_from_megatron({"use_transformer_engine_op_fuser": "true"})["te_op_fuser"] is True
     assert "te_op_fuser" not in workload_from_megatron({"use_transformer_engine_op_fuser": False})
+
+
+def test_cp_comm_type_a2a_for_attention_sinks_and_windows() -> None:
+    """GPT-OSS (sinks, 128-token windows) with cp > 1 exports Megatron-LM's --cp-comm-type a2a
+    (arguments.py@d98e8a64:3221) and Primus's cp_comm_type (language_model.yaml@fd1eeabb:152): TransformerEngine
+    runs that attention under context parallelism only so (Megatron-Bridge's GPT-OSS recipes set it,
+    gpt_oss/h100/gpt_oss.py@067f987d:69-70). Without CP, or for a model the p2p ring runs, nothing is written."""
+    oss = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
+    c = Space(oss).make(tp=1, pp=4, vpp=1, ep=8, cp=2, mbs=1, recompute="none", pp_schedule="1f1b")
+    args = megatron_args(oss, c)
+    assert args[args.index("--cp-comm-type") + 1] == "a2a"
+    overlay = yaml.safe_load(export_config(oss, c, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert overlay["cp_comm_type"] == "a2a" and overlay["context_parallel_size"] == 2
+    assert "cp_comm_type" not in megatron_overrides(oss, c.replace(cp=1))
+    flag = StudySpec.from_yaml(FLAGSHIP)
+    fc = Space(flag).make(tp=1, pp=4, vpp=2, ep=8, cp=2, mbs=1, recompute="none", pp_schedule="interleaved")
+    assert "cp_comm_type" not in megatron_overrides(flag, fc)

@@ -160,7 +160,7 @@ def test_every_rule_is_covered():
         "mb_ge_pp",
         "mb_interleaved",
         "moe_tp_sp",
-        "cp_attention",
+        "cp_a2a_heads",
         *FRAMEWORK_RULES,
     }
     assert set(CASES) | elsewhere == {r.id for r in RULES}
@@ -217,21 +217,23 @@ def test_a_pp_that_cannot_split_the_layers_is_reported_once_with_the_fix() -> No
     assert "account_for_embedding_in_pipeline_split" in layers[0] and "pipeline.layout" in layers[0]
 
 
-def test_cp_only_for_attention_the_p2p_ring_runs():
-    """TransformerEngine under context parallelism with Megatron's default cp_comm_type=p2p: attention sinks
-    (softmax_type learnable) run only with a2a (dot_product_attention/utils.py@d0067d0d:1112-1155) and sliding
-    windows not at all (utils.py@d0067d0d:1262-1271; the FlashAttention ring drops the window,
-    context_parallel.py@d0067d0d:1000-1003): such models get no cp > 1, with the reason."""
+def test_a2a_context_parallelism_needs_cp_to_divide_a_ranks_heads():
+    """Attention sinks (GPT-OSS, softmax_type learnable) and sliding windows run under context parallelism only as
+    TransformerEngine's a2a (dot_product_attention/utils.py@d0067d0d:1146-1155, 1262-1271), which asserts that cp
+    divides a TP rank's query and KV heads (context_parallel.py@d0067d0d:4246-4249). GPT-OSS-120B: 64 heads, 8
+    KV groups."""
     oss = Space(StudySpec.from_yaml("studies/gpt-oss-120b-h100-bf16.yaml"))
+    assert oss.spec.model.cp_comm_type == "a2a"
     base = oss.make(tp=1, pp=4, vpp=1, ep=8, cp=1, mbs=1, recompute="none", pp_schedule="1f1b")
-    assert oss.check(base) == []
-    sinks = " ".join(oss.check(base.replace(cp=2)))
-    assert "softmax_type=learnable" in sinks and "use cp=1" in sinks
-    assert all(c.cp == 1 for c in oss.configs())
+    assert oss.check(base.replace(cp=2)) == [] and oss.check(base.replace(cp=4)) == []
+    bad = " ".join(oss.check(base.replace(tp=8, pp=1, cp=2, ep=4)))
+    assert "does not divide the 8 attention heads and 1 KV heads" in bad and "a2a" in bad
+    assert any(c.cp > 1 for c in oss.configs())
+    assert all((8 // c.tp) % c.cp == 0 for c in oss.configs())
     data = StudySpec.from_yaml("studies/gpt-oss-120b-h100-bf16.yaml").to_dict()
     data["model"] = {**data["model"], "softmax_type": "vanilla"}
-    windowed = Space(StudySpec.from_dict(data))
-    assert "sliding-window attention (window_size=128)" in " ".join(windowed.check(base.replace(cp=2)))
+    assert StudySpec.from_dict(data).model.cp_comm_type == "a2a"  # the sliding windows alone
     data["model"] = {**data["model"], "window_size": None, "window_attn_skip_freq": None}
     full = Space(StudySpec.from_dict(data))
-    assert full.check(base.replace(cp=2)) == []
+    assert full.spec.model.cp_comm_type == "p2p"
+    assert full.check(base.replace(tp=8, pp=1, cp=2, ep=4)) == []  # the p2p ring splits no heads
