@@ -180,8 +180,9 @@ FAMILIES: dict[str, FamilyConstants] = {
     # shared/reference/data/published-runs.csv (scripts/fit_published.py --fit: the fitting half of each
     # family's rows, minimising the unscaled iteration-time MAE; grid steps 0.05 / 0.1 / 10-25 µs).
     # Held-back figures: docs/benchmarks.md, "Issue 21". A full re-run (`--fit`, 2026-12-03 after the cuDNN
-    # attention fits, and 2026-12-04 after attention was indexed by its span) lands on the values below for hopper, blackwell and blackwell_ultra (NVIDIA per-expert
-    # cost 25 µs); for cdna4 it moves the GEMM peak 0.50 -> 0.45 (see there).
+    # attention fits, and 2026-12-04 after attention was indexed by its span) lands on the values below for
+    # hopper, blackwell and blackwell_ultra (NVIDIA per-expert cost 25 µs); for cdna4 it moves the GEMM peak
+    # 0.50 -> 0.45 (see there).
     "hopper": FamilyConstants(
         a2a_inter_eff=0.7,  # fitted (0.6/0.7/0.85 scanned) to the Bridge H100 Qwen3-235B rows: EP 32 over 4 nodes
         gemm=EfficiencyCurve(
@@ -253,8 +254,8 @@ FAMILIES: dict[str, FamilyConstants] = {
     # The runs use Primus's "legacy grouped GEMM" (per-expert GEMMs): hence the low grouped multiplier and the
     # per-expert cost, both at the edge of the grid scanned. Since DeepEP is priced as DeepEP measures it
     # (2026-12-03) and attention by its span (2026-12-04) the fitting residuals are -4.8% / -2.1% and a refit
-    # moves the peak to 0.45 (+0.8% / +4.0%, held back +5.4% / +13.9% against -0.8% / +7.1% now): not taken, which is a choice made after seeing the
-    # held-back rows; it would also lower every MI355X estimate, the flagship's included, by about a tenth.
+    # moves the peak to 0.45 (+0.8% / +4.0%, held back +5.4% / +13.9% against -0.8% / +7.1% now): not taken,
+    # which is a choice made after seeing the held-back rows; it would also lower every MI355X estimate, the flagship's included, by about a tenth.
     "cdna4": FamilyConstants(
         gemm=EfficiencyCurve(0.50, _half(2500), "MI355X DeepSeek-V2 rows Base-1F1B, Pre+VPP3 (fitting)"),
         attention=EfficiencyCurve(0.38, ATTN_HALF_SPAN, "assumed = cdna3"),

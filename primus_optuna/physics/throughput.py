@@ -230,6 +230,9 @@ class _Context:
         # widths averaged: MLA's differ); a vendor "other" device (a CPU core) runs no such kernel
         v_dim = self.v_dim = m.v_head_dim if m.multi_latent_attention else m.head_dim
         self.cp_a2a = m.cp_comm_type == "a2a"
+        # the model's kinds of attention layer (share, key-query pairs) and their mean pairs, once per study
+        self.attn_mix = attention_mix(m, self.seq)
+        self.mean_pairs = causal_pairs(m, self.seq)
         gpu_kernel = gpu.vendor in ("nvidia", "amd")
         # (a head width at or above the reference: factor 1)
         self.attn_head_width = (m.head_dim + v_dim) / 2 if gpu_kernel else float(ATTN_REFERENCE_HEAD_DIM)
@@ -327,10 +330,10 @@ class _Context:
                 out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
                 correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
             fixed = n_kern * self.kernel_s + correction
-            width, mean_pairs = self.attn_head_width, causal_pairs(md, self.seq)
+            width = self.attn_head_width
             core_f = core_b = fixed
-            for share, pairs in attention_mix(md, self.seq):
-                fl = share * g.core_attention_flops * pairs / mean_pairs
+            for share, pairs in self.attn_mix:
+                fl = share * g.core_attention_flops * pairs / self.mean_pairs
                 span = pairs / self.seq if a2a else min(pairs / self.seq, self.seq / (2 * cp))
                 core_f += flash_attention_seconds(k.attention, fl, self.bf16_peak, width, span=span)
                 core_b += flash_attention_seconds(

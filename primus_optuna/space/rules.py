@@ -56,6 +56,8 @@ class Facts:
     """workload.sequence_parallel (Megatron's --sequence-parallel when tp > 1)"""
     te_op_fuser: bool = False
     """workload.te_op_fuser (Megatron-LM's --use-transformer-engine-op-fuser, not in Primus's pin)"""
+    cp_a2a: bool = False
+    """the model runs context parallelism as TE's a2a (ModelSpec.cp_comm_type: attention sinks, windows)"""
     model: ModelSpec | None = field(default=None, compare=False)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec, compare=False)
     memo: dict[tuple[int, int], str | None] = field(default_factory=dict, compare=False)
@@ -88,6 +90,7 @@ class Facts:
             shared_ffn=m.shared_expert_ffn,
             sequence_parallel=w.sequence_parallel,
             te_op_fuser=w.te_op_fuser,
+            cp_a2a=m.cp_comm_type == "a2a",
         )
 
 
@@ -149,8 +152,7 @@ def _seq_cp(f: Facts, c: Any) -> str | None:
 def _cp_a2a_heads(f: Facts, c: Any) -> str | None:
     # TE's a2a context parallelism scatters each rank's heads over the CP group: it asserts that cp divides the
     # query heads and the KV heads of a TP rank (dot_product_attention/context_parallel.py@d0067d0d:4246-4249)
-    m = f.model
-    if c.cp == 1 or m is None or m.cp_comm_type != "a2a":
+    if c.cp == 1 or not f.cp_a2a:
         return None
     heads, kv = f.heads // c.tp, f.kv_groups // c.tp
     if heads % c.cp or kv % c.cp:
