@@ -10,7 +10,12 @@ per family (H200 = ``hopper``, GB200 = ``blackwell``, GB300 = ``blackwell_ultra`
 it) and backward's rate relative to forward's (``attention_bwd_rate``). Held back: the DeepSeek-V3 (128 heads,
 192/128-wide) and Kimi-K2.6 (64 heads, 192/128) shapes, and GPT-OSS's 64-wide heads with a 1024-token window
 (H200) and a 128-token window (GB200/GB300: the span the fitting rows never reach, 128 keys against 1k-16k).
-Also printed: what FP8 attention does to the 128-window backward.
+
+FP8 attention (``workload.fp8_dot_product_attention``, ``FamilyConstants.fp8_attention``): the forward and
+backward rate multipliers over BF16's, per GPU and FP8 kind (``fp8``: per-tensor scaling; ``mxfp8``), fitted
+on the same Llama 3.1 kernels (``--fit`` fits them after the BF16 constants); held back the same shapes as
+above, GPT-OSS's 128-token window with its backward priced over the whole causal triangle
+(``window_backward_unmasked``). Also printed: the FP8 windowed backward over BF16's.
 """
 
 from __future__ import annotations
@@ -37,7 +42,12 @@ FITTING = ("llama3.1",)
 SHORT_WINDOW = 256
 """windows of at most this many keys (two 128-key tiles): the FP8 backward comparison"""
 
+FP8_KINDS = {"fp8": "tensorwise", "mxfp8": "mxfp8"}
+"""cuDNN's FP8 data types and the ``workload.fp8_recipe`` each stands for (per-tensor scaling: delayed and
+tensorwise)"""
+
 PEAKS = tuple(round(0.50 + 0.025 * i, 3) for i in range(17))  # 0.50-0.90
+FP8_RATES = tuple(round(0.50 + 0.025 * i, 3) for i in range(61))  # 0.50-2.00
 HALF_SPANS = tuple(64 * i for i in range(1, 33))  # 64-2048 keys
 BWD_RATES = tuple(round(0.60 + 0.025 * i, 3) for i in range(25))  # 0.60-1.20
 
@@ -52,6 +62,10 @@ class Kernel:
     head_width: float
     span: float
     """keys per query, averaged over the queries"""
+    pairs: float
+    """key-query pairs of one head (the mask's)"""
+    full_pairs: float
+    """the same under a full causal mask"""
     window: int | None
     backward: bool
     measured_s: float
@@ -75,6 +89,8 @@ def load() -> list[Kernel]:
                     fwd,
                     (dqk + dvo) / 2,
                     window_pairs(s, window) / s,
+                    window_pairs(s, window),
+                    window_pairs(s),
                     window,
                     r["pass"] == "bwd",
                     float(r["time_ms"]) * 1e-3,
@@ -84,14 +100,23 @@ def load() -> list[Kernel]:
 
 
 def model_seconds(k: Kernel, fam: calibration.FamilyConstants) -> float:
-    """The step-time model's time of kernel ``k`` (one kernel, its fixed cost included)."""
+    """The step-time model's time of kernel ``k`` (one kernel, its fixed cost included): an FP8 kernel at the
+    family's FP8 rates (``FamilyConstants.fp8_attention``), over the pairs its backward visits."""
     peak = GPU_CATALOG[k.gpu].bf16_tflops * 1e12
+    flops, span = k.fwd_flops, k.span
+    rates = fam.fp8_attention
+    if k.dtype != "bfloat16" and rates is not None:
+        fwd_rate, bwd_rate = rates.rates(FP8_KINDS[k.dtype])
+        peak *= bwd_rate if k.backward else fwd_rate
+        if k.backward:
+            pairs = rates.backward_pairs(k.pairs, k.full_pairs)
+            flops, span = flops * pairs / k.pairs, pairs / k.seq
     t = flash_attention_seconds(
         fam.attention,
-        k.fwd_flops,
+        flops,
         peak,
         k.head_width,
-        span=k.span,
+        span=span,
         backward=k.backward,
         bwd_rate=fam.attention_bwd_rate,
     )
@@ -123,6 +148,21 @@ def fit(family: str, rows: list[Kernel]) -> tuple[float, calibration.FamilyConst
     return best
 
 
+def fit_fp8(family: str, dtype: str, rows: list[Kernel]) -> tuple[float, calibration.FamilyConstants]:
+    """The (forward, backward) rate multipliers of FP8 kind ``dtype`` on ``rows``, the BF16 constants as
+    they stand."""
+    base = calibration.FAMILIES[family]
+    old = base.fp8_attention or calibration.Fp8AttentionRates((1.0, 1.0))
+    best = (math.inf, base)
+    for pair in itertools.product(FP8_RATES, FP8_RATES):
+        new = dataclasses.replace(old, **{"mxfp8" if dtype == "mxfp8" else "per_tensor": pair})
+        fam = dataclasses.replace(base, fp8_attention=new)
+        val = statistics.fmean(abs(error(k, fam)) for k in rows)
+        if val < best[0]:
+            best = (val, fam)
+    return best
+
+
 def report(rows: list[Kernel], title: str) -> None:
     print(f"\n{title}\n")
     print("| part | GPU | shape | seq | pass | measured ms | model ms | error |")
@@ -131,9 +171,12 @@ def report(rows: list[Kernel], title: str) -> None:
     for k in rows:
         fam = calibration.FAMILIES[FAMILY[k.gpu]]
         e = error(k, fam)
-        errs.setdefault((part(k), k.gpu, k.model), []).append(abs(e))
+        errs.setdefault(
+            (part(k), k.gpu, k.model if k.window is None else f"{k.model} window {k.window}"), []
+        ).append(abs(e))
         print(
-            f"| {part(k)} | {k.gpu} | {k.model} | {k.seq} | {'bwd' if k.backward else 'fwd'} | "
+            f"| {part(k)} | {k.gpu} | {k.model}{'' if k.dtype == 'bfloat16' else ' ' + k.dtype} | {k.seq} | "
+            f"{'bwd' if k.backward else 'fwd'} | "
             f"{k.measured_s * 1e3:.3f} | {model_seconds(k, fam) * 1e3:.3f} | {e:+.1%} |"
         )
     print()
@@ -163,6 +206,21 @@ def main() -> None:
                 f"{fam.attention_bwd_rate:.3f} (fitting MAE {val:.1%})"
             )
     report(bf16, "BF16 flash attention (cuDNN), model vs measured")
+    fp8 = [k for k in kernels if k.dtype != "bfloat16"]
+    if args.fit:
+        for (gpu, dtype), family in sorted(
+            {(k.gpu, k.dtype): FAMILY[k.gpu] for k in fp8}.items(), key=lambda kv: (kv[0][0], kv[0][1])
+        ):
+            rows = [k for k in fp8 if k.gpu == gpu and k.dtype == dtype and part(k) == "fit"]
+            val, fam = fit_fp8(family, dtype, rows)
+            calibration.FAMILIES[family] = fam
+            got = fam.fp8_attention.rates(FP8_KINDS[dtype]) if fam.fp8_attention else (1.0, 1.0)
+            print(
+                f"fitted {family} {dtype} attention on {len(rows)} {gpu} kernels: forward rate x{got[0]:.3f}, "
+                f"backward x{got[1]:.3f} over BF16 (fitting MAE {val:.1%})"
+            )
+    for dtype in FP8_KINDS:
+        report([k for k in fp8 if k.dtype == dtype], f"{dtype} attention (cuDNN), model vs measured")
     print("\nFP8 attention backward with the 128-token window, over BF16's (same shape):")
     by = {(k.gpu, k.dtype, k.seq, k.backward): k.measured_s for k in kernels if short_window(k)}
     for gpu in sorted({k.gpu for k in kernels if short_window(k)}):

@@ -45,6 +45,32 @@ TERM_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Fp8AttentionRates:
+    """FP8 dot-product attention (``workload.fp8_dot_product_attention``) against the family's BF16 flash
+    attention at the same shape: its rate multipliers, and how its backward treats a sliding window."""
+
+    per_tensor: tuple[float, float]
+    """(forward, backward) rate over BF16's under per-tensor scaling: the delayed and tensorwise recipes
+    (cuDNN's ``fp8`` kernels)"""
+    mxfp8: tuple[float, float] | None = None
+    """the same under the MXFP8 recipe (None: the family has no MXFP8)"""
+    window_backward_unmasked: bool = False
+    """the FP8 backward of a sliding-window layer visits every key block of the causal triangle: its time
+    grows with seq² at the rate of a full causal FP8 backward (cuDNN 9.22 on GB200/GB300, 128-token window:
+    ×3.2-3.9 per doubling of seq from 2k to 32k, where BF16's doubles)"""
+    fitted_to: str = ""
+
+    def rates(self, recipe: str) -> tuple[float, float]:
+        """(forward, backward) rate multipliers under ``recipe`` (``workload.fp8_recipe``)."""
+        return self.mxfp8 if recipe == "mxfp8" and self.mxfp8 is not None else self.per_tensor
+
+    def backward_pairs(self, pairs: float, full_pairs: float) -> float:
+        """Key-query pairs the FP8 backward computes for a layer of ``pairs`` (``full_pairs``: the full causal
+        mask's)."""
+        return full_pairs if self.window_backward_unmasked and pairs < full_pairs else pairs
+
+
+@dataclass(frozen=True, slots=True)
 class FamilyConstants:
     """Achievable fractions of datasheet peaks for one GPU family."""
 
@@ -63,6 +89,8 @@ class FamilyConstants:
     attention_bwd_rate: float = 1.0
     """flash-attention backward's rate per FLOP relative to forward's (1 = the same; fitted where kernel
     measurements exist: scripts/check_attention.py)"""
+    fp8_attention: Fp8AttentionRates | None = None
+    """FP8 dot-product attention's rates (None: no FP8 kernel data, priced as BF16 attention)"""
     hbm_eff: float = 0.8
     """fraction of HBM bandwidth reached by memory-bound kernels (assumption: STREAM-like kernels reach
     ~80% of datasheet bandwidth on both vendors)"""
@@ -150,6 +178,12 @@ CUDNN_GB300 = (
 )
 
 
+FP8_ATTENTION_FIT = (
+    "cuDNN FP8 attention kernels of the Llama 3.1 shape, seq 2k-32k (NVIDIA/cudnn-frontend SDPA training "
+    "benchmark; scripts/check_attention.py --fit, after the BF16 constants)"
+)
+
+
 def _half(peak_tflops: float, base: float = SCALED_HALF_WORK) -> float:
     return base * peak_tflops / 312.0
 
@@ -190,6 +224,9 @@ FAMILIES: dict[str, FamilyConstants] = {
         ),
         attention=EfficiencyCurve(0.725, ATTN_HALF_SPAN, CUDNN_H200),
         attention_bwd_rate=0.825,  # CUDNN_H200
+        # cuDNN 9.19 per-tensor FP8 on H200 (fitting MAE 8.2%); no MXFP8 on Hopper; no windowed FP8 kernel
+        # measured: the window is assumed to be skipped as BF16's is
+        fp8_attention=Fp8AttentionRates((1.475, 0.825), fitted_to=FP8_ATTENTION_FIT),
         fp8_gemm_speedup=1.85,  # measured FP8/BF16 GEMM speed-up on H100 (~1.8-1.9x, issue 14), not 2x
         grouped_gemm_eff=1.0,  # fitted: H100 fitting rows (the grid's top: grouped kernels at the dense rate)
         grouped_expert_us=25.0,  # fitted jointly with blackwell (one TE grouped-GEMM implementation)
@@ -204,6 +241,11 @@ FAMILIES: dict[str, FamilyConstants] = {
         gemm=EfficiencyCurve(0.75, _half(2250), "published-runs.csv B200/GB200 fitting rows (5)"),
         attention=EfficiencyCurve(0.725, 576.0, CUDNN_GB200),
         attention_bwd_rate=0.8,  # CUDNN_GB200
+        # cuDNN 9.22 on GB200 (fitting MAE 4.5% FP8, 4.0% MXFP8); the windowed backward rule is read from
+        # GPT-OSS's 128-token-window FP8 kernels (how their time grows with seq; no constant fitted on them)
+        fp8_attention=Fp8AttentionRates(
+            (1.275, 1.15), (1.2, 1.0), window_backward_unmasked=True, fitted_to=FP8_ATTENTION_FIT
+        ),
         fp8_gemm_speedup=1.57,
         grouped_gemm_eff=0.9,  # fitted: B200/GB200 fitting rows (unchanged when refitted with CUDNN_GB200)
         grouped_expert_us=25.0,  # fitted jointly with hopper
@@ -226,6 +268,10 @@ FAMILIES: dict[str, FamilyConstants] = {
         gemm=EfficiencyCurve(0.80, _half(2250), "published-runs.csv B300/GB300 fitting rows (6)"),
         attention=EfficiencyCurve(0.825, 448.0, CUDNN_GB300),
         attention_bwd_rate=0.75,  # CUDNN_GB300
+        # cuDNN 9.22 on GB300 (fitting MAE 7.3% FP8, 5.7% MXFP8); windowed backward as blackwell's
+        fp8_attention=Fp8AttentionRates(
+            (1.55, 1.275), (1.375, 1.025), window_backward_unmasked=True, fitted_to=FP8_ATTENTION_FIT
+        ),
         fp8_gemm_speedup=1.57,  # assumed = blackwell
         grouped_gemm_eff=0.9,  # = blackwell (the same grouped kernels; fit_published.GROUPED_FROM)
         grouped_expert_us=25.0,  # NVIDIA's, fitted on hopper and blackwell (one TE grouped-GEMM implementation)

@@ -6,7 +6,8 @@ The step is built bottom-up (each piece's source is in the module it comes from)
    the family's per-shape curve (roofline x an achievable fraction growing with M·N·K; MoE grouped GEMMs
    sized by the whole group's work (every local expert's tokens padded to tiles), with the family's grouped
    multiplier when a rank holds several experts and a fixed cost per local expert; FP8 at the
-   family's measured FP8/BF16 speed-up); attention fused (flash, its own curve; TE's 2·cp − 1 half-size
+   family's measured FP8/BF16 speed-up); attention fused (flash, its own curve, FP8 attention at the family's FP8
+   kernel rates with ``workload.fp8_dot_product_attention``; TE's 2·cp − 1 half-size
    kernels and output corrections under CP) unless ``workload.flash_attention`` is false (full s x s score
    GEMMs plus softmax traffic); memory-bound "other" kernels (norms, residuals, activation, rotary, MoE
    permutation, FP8 casts) at HBM bandwidth plus a fixed cost per kernel; and a host floor: a pass never
@@ -62,6 +63,7 @@ from .flops import (
     logits_gemm,
     mla_up_gemms,
     model_flops_per_token,
+    window_pairs,
 )
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
@@ -233,6 +235,10 @@ class _Context:
         # the model's kinds of attention layer (share, key-query pairs) and their mean pairs, once per study
         self.attn_mix = attention_mix(m, self.seq)
         self.mean_pairs = causal_pairs(m, self.seq)
+        self.full_pairs = window_pairs(self.seq)
+        # FP8 dot-product attention at the family's FP8 kernel rates (BF16's without kernel data)
+        self.fp8_attn = self.k.fp8_attention if w.fp8_dot_product_attention else None
+        self.attn_rates = self.fp8_attn.rates(w.fp8_recipe) if self.fp8_attn is not None else (1.0, 1.0)
         gpu_kernel = gpu.vendor in ("nvidia", "amd")
         # (a head width at or above the reference: factor 1)
         self.attn_head_width = (m.head_dim + v_dim) / 2 if gpu_kernel else float(ATTN_REFERENCE_HEAD_DIM)
@@ -332,19 +338,26 @@ class _Context:
             fixed = n_kern * self.kernel_s + correction
             width = self.attn_head_width
             core_f = core_b = fixed
+            rate_f, rate_b = self.attn_rates
             for share, pairs in self.attn_mix:
-                fl = share * g.core_attention_flops * pairs / self.mean_pairs
-                span = pairs / self.seq if a2a else min(pairs / self.seq, self.seq / (2 * cp))
-                core_f += flash_attention_seconds(k.attention, fl, self.bf16_peak, width, span=span)
-                core_b += flash_attention_seconds(
-                    k.attention,
-                    fl,
-                    self.bf16_peak,
-                    width,
-                    span=span,
-                    backward=True,
-                    bwd_rate=k.attention_bwd_rate,
-                )
+                # FP8 attention's backward may visit more pairs than the mask keeps (Fp8AttentionRates)
+                pairs_b = self.fp8_attn.backward_pairs(pairs, self.full_pairs) if self.fp8_attn else pairs
+                for bwd, p in ((False, pairs), (True, pairs_b)):
+                    fl = share * g.core_attention_flops * p / self.mean_pairs
+                    span = p / self.seq if a2a else min(p / self.seq, self.seq / (2 * cp))
+                    t = flash_attention_seconds(
+                        k.attention,
+                        fl,
+                        self.bf16_peak * (rate_b if bwd else rate_f),
+                        width,
+                        span=span,
+                        backward=bwd,
+                        bwd_rate=k.attention_bwd_rate,
+                    )
+                    if bwd:
+                        core_b += t
+                    else:
+                        core_f += t
         else:
             # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
             # GEMM curve, plus the traffic over the materialised 16-bit scores (Megatron's ParallelAttention,
@@ -367,6 +380,12 @@ class _Context:
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
         nbytes = 20 * local * h * ACT / 2  # 2 norms (read+write) + 2 residual adds (2 reads, 1 write)
         nbytes += self.rope_passes * tokens * (a + kv) * d * ACT
+        # Q, K and V elements per token as core attention sees them (MLA: Q and K qk + rope wide, V v wide)
+        qkv_elems = (
+            a * (2 * (md.qk_head_dim + md.qk_pos_emb_head_dim) + self.v_dim)
+            if md.multi_latent_attention
+            else (a + 2 * kv) * d
+        )
         if self.dropout:
             nbytes += 2 * local * h * (2 * ACT + 1)
         if is_moe:
@@ -388,6 +407,13 @@ class _Context:
             lin_inputs = list(g.attention + g.mlp[(1 if is_moe else 0) :] + g.shared)
             nbytes += sum(x.m * x.k * x.count * self.cast_bytes for x in lin_inputs)
             kernels += len(lin_inputs)
+        if self.fp8_attn is not None:
+            # FP8 attention's inputs outside the kernel (cuDNN's FP8 kernels take FP8 Q, K, V: the SDPA benchmark
+            # times the kernel alone): Q, K, V cast to FP8; under per-tensor scaling the FP8 output read back to
+            # BF16 (the MXFP8 kernel writes BF16). Backward's dO cast: backward's 2x of these kernels
+            o_bytes = 0.0 if self.spec.workload.fp8_recipe == "mxfp8" else a * self.v_dim * (1 + ACT)
+            nbytes += tokens * (qkv_elems * self.cast_bytes + o_bytes)
+            kernels += 1 if o_bytes == 0 else 2
         kernels += self.rope_kernels
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with

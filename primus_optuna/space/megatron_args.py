@@ -98,6 +98,14 @@ def megatron_overrides(
             "Megatron-LM that Primus pins, d3528a21, has no use_transformer_engine_op_fuser); export Megatron-LM "
             "arguments for an NVIDIA study (not zero bubble), or set workload.te_op_fuser: false"
         )
+    if w.fp8_dot_product_attention:
+        raise SpecError(
+            "workload.fp8_dot_product_attention: no Megatron-LM or Primus argument sets it (Megatron-LM's parser "
+            "lists TransformerConfig.fp8_dot_product_attention among the fields without a flag, "
+            "arguments.py@d98e8a64:2333, and Primus's Megatron backend drops keys that parser lacks, "
+            "argument_builder.py@fd1eeabb:152-154); set model.fp8_dot_product_attention in a Megatron-Bridge "
+            "recipe, or set workload.fp8_dot_product_attention: false to export"
+        )
     layout = spec.pipeline.layout is not None and c.pp > 1
     out: dict[str, Any] = {
         "tensor_model_parallel_size": c.tp,

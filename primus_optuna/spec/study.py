@@ -193,6 +193,14 @@ class WorkloadSpec(_Strict):
     fp8_param_gather: bool = False
     """FP8 model parameters (TE ``fp8_model_init``): GEMM weights held in FP8 with no separate BF16 copy, and
     the distributed optimizer all-gathers FP8 (1 byte); master weights stay fp32. FP8 precision only."""
+    fp8_dot_product_attention: bool = False
+    """Transformer Engine's FP8 dot-product attention (Megatron-Core ``TransformerConfig.fp8_dot_product_attention``,
+    ``transformer_config.py@d98e8a64``:640, handed to TE's recipe as ``fp8_dpa`` under the delayed, tensorwise
+    and MXFP8 recipes, ``fp8_utils.py@d98e8a64``:770-787 and ``extensions/transformer_engine.py@d98e8a64``:3350): Q, K, V and the attention output in FP8, priced from
+    cuDNN's FP8 kernels (``FamilyConstants.fp8_attention``). Megatron-Bridge recipes set it; Megatron-LM's
+    command line has no flag for it (``arguments.py@d98e8a64``:2333) and Primus's Megatron backend drops keys
+    Megatron's parser lacks (``argument_builder.py@fd1eeabb``:152-154), so exports refuse it. FP8 precision, not
+    the blockwise recipe (which ignores it)."""
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = "delayed"
     """Transformer Engine FP8 recipe (Megatron ``--fp8-recipe``, default delayed scaling). Under delayed
     scaling Megatron rejects the ``moe_act`` and ``layernorm`` recompute modules."""
@@ -215,6 +223,19 @@ class WorkloadSpec(_Strict):
     def _fp8_options(self) -> WorkloadSpec:
         if self.fp8_param_gather and self.precision != "fp8":
             raise ValueError("fp8_param_gather needs precision fp8; remove it or set precision: fp8")
+        if self.fp8_dot_product_attention and self.precision != "fp8":
+            raise ValueError("fp8_dot_product_attention needs precision fp8; remove it or set precision: fp8")
+        if self.fp8_dot_product_attention and not self.flash_attention:
+            raise ValueError(
+                "fp8_dot_product_attention runs TE's fused attention kernel and flash_attention is false; set "
+                "flash_attention: true or remove fp8_dot_product_attention"
+            )
+        if self.fp8_dot_product_attention and self.fp8_recipe == "blockwise":
+            # Megatron builds Float8BlockScaling without fp8_dpa (fp8_utils.py@d98e8a64:782-785)
+            raise ValueError(
+                "fp8_dot_product_attention has no effect under fp8_recipe blockwise (Megatron builds that recipe "
+                "without fp8_dpa); use fp8_recipe mxfp8, tensorwise or delayed, or remove it"
+            )
         return self
 
     @model_validator(mode="after")
@@ -242,7 +263,12 @@ class WorkloadSpec(_Strict):
         return self
 
 
-HASHED_WHEN_CHANGED = (*PRECISION_AWARE_FIELDS, "sequence_parallel", "te_op_fuser")
+HASHED_WHEN_CHANGED = (
+    *PRECISION_AWARE_FIELDS,
+    "sequence_parallel",
+    "te_op_fuser",
+    "fp8_dot_product_attention",
+)
 """workload fields that enter the space hash only when they differ from their default (study files written
 before they existed keep their hash)"""
 

@@ -9,7 +9,8 @@ rows' recompute modules to ``selective:<modules>`` (``[] (none)``: none). Estima
 ``grad_reduce_in_fp32=False`` (every Bridge recipe) and ``fp8_param_gather=True`` flags, GPT-OSS with its
 sliding windows, attention sinks and linear biases (the catalog entry), the MoE dispatch sync-free under a
 full-iteration CUDA graph (a captured graph cannot wait on the host for token counts), and the experts as TE's
-fused grouped MLP where the row names the "cutedsl fused grouped MLP" (``workload.te_op_fuser``); DeepSeek-V3
+fused grouped MLP where the row names the "cutedsl fused grouped MLP" (``workload.te_op_fuser``), FP8 attention
+where it names "fp8 dot-product attention" (``workload.fp8_dot_product_attention``); DeepSeek-V3
 with its pipeline layout (:func:`row_layout`), precision-aware optimizer and ``overlap_grad_reduce=False``
 where the row states them; the embedding and loss counted in the pipeline split where the row says
 ``account_for_embedding/loss_in_pipeline_split=True``. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for
@@ -59,6 +60,8 @@ GPUS: dict[str, str] = {
 """The rows' GPUs as catalog entries."""
 NVL_DOMAIN = {"GB200": 64, "GB300": 64}
 """GPUs of one NVLink domain in the Grace-Blackwell rows (NVL72 racks run with 64 of their GPUs per domain)."""
+FP8_ATTENTION = "fp8 dot-product attention"
+"""How the 26.06 Bridge rows state ``fp8_dot_product_attention=True`` (``workload.fp8_dot_product_attention``)."""
 FUSED_GROUPED_MLP = "cutedsl fused grouped MLP"
 """How the 26.06 Bridge recipes state TE's fused grouped MLP in ``other_memory_flags``
 (``workload.te_op_fuser``)."""
@@ -165,6 +168,8 @@ def load_published() -> list[Published]:
                 elif r["precision"].startswith("fp8_cs"):
                     workload["fp8_recipe"] = "tensorwise"
                 workload["fp8_param_gather"] = "fp8_param_gather=True" in flags
+                # the recipe's fp8_dot_product_attention (workload.fp8_dot_product_attention)
+                workload["fp8_dot_product_attention"] = FP8_ATTENTION in flags
             if "overlap_grad_reduce=False" in flags:
                 workload["overlap_grad_reduce"] = False
             if PRECISION_AWARE.search(flags):

@@ -170,3 +170,59 @@ def test_check_attention_fit_reproduces_the_shipped_constants() -> None:
         assert fam.attention.peak_fraction == pytest.approx(shipped.attention.peak_fraction), family
         assert fam.attention.half_size == pytest.approx(shipped.attention.half_size), family
         assert fam.attention_bwd_rate == pytest.approx(shipped.attention_bwd_rate), family
+
+
+def test_cudnn_fp8_windowed_backward_visits_the_whole_causal_triangle() -> None:
+    """What ``Fp8AttentionRates.window_backward_unmasked`` rests on: cuDNN's FP8 and MXFP8 backward of GPT-OSS's
+    128-token window on GB200/GB300 grows at least 3-fold per doubling of seq from 4k tokens (BF16's doubles,
+    as a band should), and runs within 30% of the rate of the full causal kernel the model prices it as."""
+    from scripts import check_attention as ca
+
+    kernels = ca.load()
+    bwd = {(k.gpu, k.dtype, k.seq): k for k in kernels if k.window == 128 and k.backward}
+    for gpu in ("gb200", "gb300"):
+        fam = ca.calibration.FAMILIES[ca.FAMILY[gpu]]
+        assert fam.fp8_attention is not None and fam.fp8_attention.window_backward_unmasked
+        for dtype in ("fp8", "mxfp8"):
+            for s in (4096, 8192, 16384):
+                grow = bwd[(gpu, dtype, 2 * s)].measured_s / bwd[(gpu, dtype, s)].measured_s
+                assert grow > 3.0, (gpu, dtype, s, grow)
+                bf16 = bwd[(gpu, "bfloat16", 2 * s)].measured_s / bwd[(gpu, "bfloat16", s)].measured_s
+                assert bf16 < 2.2, (gpu, s, bf16)
+            for s in (4096, 16384, 32768):
+                k = bwd[(gpu, dtype, s)]
+                assert abs(ca.error(k, fam)) <= 0.30, (gpu, dtype, s, ca.error(k, fam))
+
+
+def test_fp8_attention_against_cudnn_kernels() -> None:
+    """scripts/check_attention.py's FP8 kernels with calibration.py's FP8 rates: the fitting shape (Llama 3.1,
+    per-tensor FP8 on H200/GB200/GB300, MXFP8 on GB200/GB300) within 35% each (the 0.1-0.4 ms kernels at 2k
+    tokens are the worst) and 7% on average; held back the DeepSeek-V3 and Kimi-K2.6 shapes within 35% each
+    and 16% on average (their FP8 gain is larger than Llama's)."""
+    from scripts import check_attention as ca
+
+    errs: dict[str, list[float]] = {"fit": [], "held": []}
+    for k in ca.load():
+        if k.dtype == "bfloat16" or k.window is not None:
+            continue
+        err = ca.error(k, ca.calibration.FAMILIES[ca.FAMILY[k.gpu]])
+        assert abs(err) <= 0.35, (k, err)
+        errs[ca.part(k)].append(abs(err))
+    assert (len(errs["fit"]), len(errs["held"])) == (50, 80)
+    assert sum(errs["fit"]) / 50 <= 0.07 and sum(errs["held"]) / 80 <= 0.16
+
+
+def test_check_attention_fp8_fit_reproduces_the_shipped_rates() -> None:
+    """``scripts/check_attention.py --fit`` on each GPU's FP8 fitting kernels lands on calibration.py's FP8
+    attention rates (forward and backward, per FP8 kind)."""
+    from scripts import check_attention as ca
+
+    kernels = [k for k in ca.load() if k.dtype != "bfloat16"]
+    for gpu, dtype in sorted({(k.gpu, k.dtype) for k in kernels}):
+        family = ca.FAMILY[gpu]
+        rows = [k for k in kernels if (k.gpu, k.dtype) == (gpu, dtype) and ca.part(k) == "fit"]
+        _, fam = ca.fit_fp8(family, dtype, rows)
+        shipped = ca.calibration.FAMILIES[family].fp8_attention
+        assert fam.fp8_attention is not None and shipped is not None
+        recipe = ca.FP8_KINDS[dtype]
+        assert fam.fp8_attention.rates(recipe) == pytest.approx(shipped.rates(recipe)), (gpu, dtype)

@@ -12,14 +12,6 @@ from tests.helpers.published import load_published
 ERRORS = calibrated_errors()
 ROWS = [(key, lab, cal) for key, (_, rows) in ERRORS.items() for lab, _, _, _, cal in rows]
 XFAIL = {
-    # GPT-OSS-120B on GB200 (26.06) as it ran, with TE's fused grouped MLP (workload.te_op_fuser): the fused
-    # kernel drops the per-expert output-bias loop that had brought the row from -29% to -13% (iteration time),
-    # and the model is fast again: throughput +22.5% after the 26.06 Blackwell scale (+23.9% before attention was
-    # indexed by its span, +31.7% before YaRN's
-    # unfused RoPE was priced, +29.6% before the attention curve was fitted to cuDNN's GB200 kernels; this row
-    # also runs FP8 attention, whose windowed backward visits every causal tile, scripts/check_attention.py;
-    # docs/benchmarks.md, Issue 21). GPT-OSS on H100, B200, B300 and GB300 passes.
-    "GPT-OSS-120B GB200 64 mxfp8 tp1-pp1-ep64-cp1-vpp1-mbs4-none-deepep-1f1b-epoverlap": "+22.5% after scale",
     # torch FSDP2 (per-layer parameter all-gather in forward and again in backward, per-layer gradient
     # reduce-scatter) is modelled as Megatron's distributed optimizer (once per step): +39.3% raw, +21.7% after
     # the Primus CDNA3 scale

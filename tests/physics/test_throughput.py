@@ -585,3 +585,56 @@ def test_a2a_context_parallelism_keeps_the_kernels_span_and_pays_all_to_alls() -
     lctx = _Context(StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml"))
     l1, l2 = lctx.layer(8, 1, 1, 1, "alltoall", moe=False), lctx.layer(8, 2, 1, 1, "alltoall", moe=False)
     assert l2.core_f > 0.55 * l1.core_f
+
+
+def _fp8_attention(path: str, gpu: str, **workload) -> tuple[StudySpec, StudySpec]:
+    """(without, with) workload.fp8_dot_product_attention for study ``path`` on ``gpu`` under MXFP8 (FP8 with
+    per-tensor scaling where the GPU has no MXFP8)."""
+    recipe = "mxfp8" if gpu.startswith(("b", "gb")) else "tensorwise"
+    base = StudySpec.from_yaml(path).to_dict()
+    base["cluster"] = {**base["cluster"], "gpu": gpu}
+    base["workload"] = {**base["workload"], "precision": "fp8", "fp8_recipe": recipe, **workload}
+    on = {**base, "workload": {**base["workload"], "fp8_dot_product_attention": True}}
+    return StudySpec.from_dict(base), StudySpec.from_dict(on)
+
+
+def test_fp8_attention_runs_at_the_familys_fp8_kernel_rates() -> None:
+    """workload.fp8_dot_product_attention prices the flash kernels at FamilyConstants.fp8_attention's rates over
+    BF16's (GB200 MXFP8: forward 1.2x, backward 1.0x, cuDNN's Llama kernels) and adds the Q/K/V casts to the
+    memory-bound kernels; a family without FP8 kernel data (MI355X) is priced as BF16 attention, casts and all."""
+    from primus_optuna.physics.throughput import _Context
+
+    off, on = _fp8_attention("studies/llama3.1-70b-h100-bf16.yaml", "gb200")
+    a, b = (
+        _Context(off).layer(8, 1, 1, 1, "alltoall", moe=False),
+        _Context(on).layer(8, 1, 1, 1, "alltoall", moe=False),
+    )
+    kern = _Context(off).kernel_s
+    fwd, bwd = FAMILIES["blackwell"].fp8_attention.rates("mxfp8")
+    assert (b.core_f - kern) == pytest.approx((a.core_f - kern) / fwd, rel=1e-9)
+    assert (b.core_b - kern) == pytest.approx((a.core_b - kern) / bwd, rel=1e-9)
+    assert b.other_f > a.other_f  # the casts of Q, K and V to FP8
+    amd_off, amd_on = _fp8_attention(FLAGSHIP, "mi355x")
+    assert FAMILIES["cdna4"].fp8_attention is None
+    c = Space(amd_off).baseline
+    assert estimate_throughput(amd_on, c).step_time_s == estimate_throughput(amd_off, c).step_time_s
+
+
+def test_fp8_attention_backward_of_a_sliding_window_prices_the_whole_triangle() -> None:
+    """cuDNN's FP8 backward of a windowed layer visits every causal key block on Blackwell
+    (Fp8AttentionRates.window_backward_unmasked): GPT-OSS's 128-token-window layers cost, at seq 4096, about as
+    much as its full layers in FP8 backward, so FP8 attention makes its backward dearer, not cheaper, while
+    its forward gets cheaper; Hopper (no windowed FP8 kernel measured) keeps the window."""
+    from primus_optuna.physics.throughput import _Context
+
+    off, on = _fp8_attention("studies/gpt-oss-120b-h100-bf16.yaml", "gb200")
+    a, b = _Context(off).layer(1, 1, 8, 4, "alltoall"), _Context(on).layer(1, 1, 8, 4, "alltoall")
+    assert b.core_f < a.core_f
+    # half the layers are windowed: their backward grows from 1/16 of a full layer's pairs (at the curve's
+    # low short-span rate) to all of them
+    assert b.core_b > 1.5 * a.core_b
+    h_off, h_on = _fp8_attention("studies/gpt-oss-120b-h100-bf16.yaml", "h100")
+    ha, hb = _Context(h_off).layer(1, 1, 8, 1, "alltoall"), _Context(h_on).layer(1, 1, 8, 1, "alltoall")
+    kern = _Context(h_off).kernel_s
+    _, hbwd = FAMILIES["hopper"].fp8_attention.rates("tensorwise")
+    assert (hb.core_b - kern) == pytest.approx((ha.core_b - kern) / hbwd, rel=1e-9)

@@ -277,3 +277,20 @@ def test_cp_comm_type_a2a_for_attention_sinks_and_windows() -> None:
     flag = StudySpec.from_yaml(FLAGSHIP)
     fc = Space(flag).make(tp=1, pp=4, vpp=2, ep=8, cp=2, mbs=1, recompute="none", pp_schedule="interleaved")
     assert "cp_comm_type" not in megatron_overrides(flag, fc)
+
+
+def test_fp8_dot_product_attention_refuses_every_framework_export() -> None:
+    """No Megatron-LM flag sets TransformerConfig.fp8_dot_product_attention (arguments.py@d98e8a64:2333 lists it
+    among the fields without one) and Primus's Megatron backend drops keys Megatron's parser lacks
+    (argument_builder.py@fd1eeabb:152-154): the overlay, the arguments and the JSON raise naming the field
+    rather than dropping it; the env export (the axes only) is still written."""
+    on = _fuser_spec(fp8_recipe="mxfp8", fp8_dot_product_attention=True)
+    c = Space(on).baseline
+    for fmt in ("primus", "megatron", "json"):
+        with pytest.raises(SpecError) as e:
+            export_config(on, c, fmt)
+        text = str(e.value)
+        assert "workload.fp8_dot_product_attention" in text and "fp8_dot_product_attention: false" in text
+    assert "PRIMUS_TP" in export_config(on, c, "env")
+    off = _fuser_spec(fp8_recipe="mxfp8")
+    assert "fp8_dot_product_attention" not in export_config(off, c, "primus")

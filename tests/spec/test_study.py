@@ -355,3 +355,39 @@ def test_dispatcher_names_from_recipes_point_to_deepep() -> None:
         check_choice("moe_dispatcher", "x")
     assert "use deepep" not in str(e.value)
     assert check_choice("moe_dispatcher", "deepep") == "deepep"
+
+
+def _fp8_moe(**workload) -> dict:
+    return _nvidia_moe(**{"precision": "fp8", "fp8_recipe": "mxfp8", **workload})
+
+
+def test_fp8_dot_product_attention_defaults_off_and_is_accepted_under_fp8():
+    assert StudySpec.from_dict(_fp8_moe()).workload.fp8_dot_product_attention is False
+    w = StudySpec.from_dict(_fp8_moe(fp8_dot_product_attention=True)).workload
+    assert w.fp8_dot_product_attention is True
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"precision": "bf16"}, "needs precision fp8"),
+        # Megatron builds Float8BlockScaling without fp8_dpa (fp8_utils.py@d98e8a64:782-785)
+        ({"fp8_recipe": "blockwise"}, "no effect under fp8_recipe blockwise"),
+        ({"flash_attention": False}, "flash_attention is false"),
+    ],
+)
+def test_fp8_dot_product_attention_legality_names_the_field_and_the_fix(change, message):
+    data = _fp8_moe(fp8_dot_product_attention=True, **change)
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    text = str(e.value)
+    assert message in text and "fp8_dot_product_attention" in text
+    StudySpec.from_dict({**data, "workload": {**data["workload"], "fp8_dot_product_attention": False}})
+
+
+def test_fp8_dot_product_attention_enters_the_space_hash_only_when_on():
+    from primus_optuna.search.state import space_hash
+
+    base = StudySpec.from_dict(_fp8_moe())
+    assert space_hash(base) == space_hash(StudySpec.from_dict(_fp8_moe(fp8_dot_product_attention=False)))
+    assert space_hash(StudySpec.from_dict(_fp8_moe(fp8_dot_product_attention=True))) != space_hash(base)
