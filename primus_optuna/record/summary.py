@@ -175,9 +175,11 @@ class GpuHours:
     stopped: int
 
 
-def next_commands(storage_url: str, study_name: str, program: str = PROGRAM) -> list[str]:
+def next_commands(
+    storage_url: str, study_name: str, program: str = PROGRAM, export_format: str = "primus"
+) -> list[str]:
     """The commands that follow a run, pasteable in a new shell: arguments quoted, a file storage given by
-    its absolute path."""
+    its absolute path; the export in ``export_format``."""
     url = redact_url(storage_url)
     f = storage_file(url)
     if f is not None and not f.is_absolute():
@@ -186,7 +188,7 @@ def next_commands(storage_url: str, study_name: str, program: str = PROGRAM) -> 
     return [
         f"{program} report --storage {q(url)} --study-name {q(study_name)}",
         f"{program} dashboard --storage {q(url)}",
-        f"{program} export --storage {q(url)} --study-name {q(study_name)} --format primus",
+        f"{program} export --storage {q(url)} --study-name {q(study_name)} --format {export_format}",
     ]
 
 
@@ -436,5 +438,13 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         pareto=[_brief(t, mcal) for t in rec.pareto()],
         noise=_noise(rec.complete),
         exhausted=exhausted or placeholders > 0,
-        next=next_commands(rec.storage_url, rec.study_name, program) if rec.storage_url else [],
+        # a workload no framework argument expresses (FP8 attention: exports refuse it) suggests the axes only
+        next=next_commands(
+            rec.storage_url,
+            rec.study_name,
+            program,
+            "env" if rec.spec.workload.fp8_dot_product_attention else "primus",
+        )
+        if rec.storage_url
+        else [],
     )

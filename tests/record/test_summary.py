@@ -101,6 +101,9 @@ def test_next_commands_paste_into_a_new_shell(tmp_path, monkeypatch):
     import shlex
 
     assert shlex.split(cmds[1])[-1] == f"sqlite:///{tmp_path}/runs/my study.db"
+    assert cmds[2].endswith("--format primus")
+    # FP8 attention has no framework argument (exports refuse it): the axes' env export is suggested
+    assert next_commands("sqlite:///s.db", "s", export_format="env")[2].endswith("--format env")
 
 
 def test_measured_peak_comes_first_everywhere(url):
