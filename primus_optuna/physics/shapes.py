@@ -32,6 +32,8 @@ from .fused_mlp import eager_glu_clamp
 ACT_BYTES = 2
 """bf16/fp16 activation element (Megatron mixed precision)."""
 FP32 = 4
+MXFP8_BLOCK = 32
+"""elements per MXFP8 scale (one E8M0 byte per 32 values along the scaled dimension)"""
 INDEX_BYTES = 8
 """int64 routing indices (torch.topk / argsort return int64)."""
 
@@ -98,6 +100,9 @@ class LayerShape:
     """FP8 GEMMs: Transformer Engine saves the FP8 copy (1 byte) of each GEMM input for backward"""
     flash: bool = True
     """fused (flash) attention; False keeps the s² softmax output (and dropout mask/output) per head"""
+    fp8_attention: str = ""
+    """FP8 dot-product attention's recipe (``workload.fp8_recipe`` with ``workload.fp8_dot_product_attention``;
+    "" = BF16 attention): what TE's FP8 attention saves for backward (:func:`attention_terms`)"""
 
     @property
     def tokens(self) -> int:
@@ -137,6 +142,7 @@ class LayerShape:
             dropout=dropout_rate(m),
             fp8=spec.workload.precision == "fp8",
             flash=spec.workload.flash_attention,
+            fp8_attention=spec.workload.fp8_recipe if spec.workload.fp8_dot_product_attention else "",
         )
 
     def replace(self, **changes: Any) -> LayerShape:
@@ -267,6 +273,11 @@ def attention_terms(shape: LayerShape) -> dict[str, int]:
     - ``qkv``: Q, K, V after RoPE, K and V sized by the KV groups (GQA);
     - ``core_out``: the flash/fused attention output O, shared with the projection GEMM (counted once; FP8
       adds the projection's 1-byte FP8 copy);
+    - FP8 attention (``fp8_attention``): TE saves its FP8 Q, K, V instead (``dot_product_attention/
+      backends.py@d0067d0d``:1580-1589): 1 byte per element under per-tensor scaling, a row-wise and a
+      column-wise MXFP8 copy with their 1-in-32 scales under MXFP8 (``combine_and_quantize`` for backward,
+      ``utils.py@d0067d0d``:3014-3111); and O in FP8 under delayed scaling (BF16 under current scaling, TE's
+      default ``NVTE_DPA_FP8CS_O_in_F16=1``, backends.py:210, and under MXFP8);
     - ``softmax_lse``: fp32 softmax statistics per head and token;
     - ``attn_dropout_mask``: 1 byte per element when ``hidden_dropout`` > 0 (GPT-style models);
     - ``attn_scores`` (``workload.flash_attention: false`` only): unfused attention keeps the s² softmax
@@ -277,11 +288,18 @@ def attention_terms(shape: LayerShape) -> dict[str, int]:
     a, g, d = shape.heads, shape.groups, shape.head_dim
     gemm_in = 1 if shape.fp8 else ACT_BYTES
     stats = (2 if shape.layernorm else 1) * FP32 * Tl
+    qkv_b: float = ACT_BYTES
+    out_b = ACT_BYTES
+    if shape.fp8_attention == "mxfp8":
+        qkv_b = 2 * (1 + 1 / MXFP8_BLOCK)
+    elif shape.fp8_attention:
+        qkv_b = 1
+        out_b = 1 if shape.fp8_attention == "delayed" else ACT_BYTES
     t = {
         "norm1_input": ACT_BYTES * Tl * h + stats,
         "qkv_input": gemm_in * Tl * h,
-        "qkv": ACT_BYTES * T * (a + 2 * g) * d,
-        "core_out": (ACT_BYTES + (1 if shape.fp8 else 0)) * T * a * d,
+        "qkv": int(qkv_b * T * (a + 2 * g) * d),
+        "core_out": (out_b + (1 if shape.fp8 else 0)) * T * a * d,
         "softmax_lse": FP32 * T * a,
         "attn_dropout_mask": Tl * h if shape.dropout > 0 else 0,
     }

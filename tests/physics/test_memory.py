@@ -309,6 +309,20 @@ def test_mixtral_layer_bytes_fp8() -> None:
     )
 
 
+def test_fp8_attention_saves_what_transformer_engine_keeps() -> None:
+    """FP8 attention (TE dot_product_attention/backends.py@d0067d0d:1580-1589): under delayed scaling Q, K, V
+    and O are kept as 1-byte FP8 (O's projection keeps its own FP8 copy as before); under current scaling Q, K,
+    V in FP8 and O in BF16 (TE's default NVTE_DPA_FP8CS_O_in_F16=1); under MXFP8 a row-wise and a column-wise
+    copy of Q, K, V with one scale byte per 32 values: 1/16 more than BF16."""
+    base = mixtral_shape(fp8=True)
+    T, a, g, d = 16384, 48, 8, 128
+    qkv, o = T * (a + 2 * g) * d, T * a * d
+    none = layer_activation_bytes(base, "none")
+    assert none - layer_activation_bytes(base.replace(fp8_attention="delayed"), "none") == qkv + o
+    assert none - layer_activation_bytes(base.replace(fp8_attention="tensorwise"), "none") == qkv
+    assert layer_activation_bytes(base.replace(fp8_attention="mxfp8"), "none") - none == qkv // 16
+
+
 def test_dense_llama_layer_bytes_closed_form() -> None:
     """Llama 3.1 70B layer, TP 4 with SP, seq 8192, MBS 1: attention as above plus fc1 input T·h·b, SwiGLU
     input T·2F·b, fc2 input T·F·b (F per rank)."""
