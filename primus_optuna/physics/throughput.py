@@ -411,12 +411,12 @@ class _Context:
             # FP8 attention's inputs outside the kernel (cuDNN's FP8 kernels take FP8 Q, K, V: the SDPA benchmark
             # times the kernel alone): Q, K, V cast to FP8, under MXFP8 both a row-wise and a column-wise copy
             # for backward (TE combine_and_quantize, dot_product_attention/utils.py@d0067d0d:3014-3111); under
-            # per-tensor scaling the FP8 output read back to BF16 (the MXFP8 kernel writes BF16; backends.py
-            # @d0067d0d:1502-1561). Backward's dO cast: backward's 2x of these kernels
-            mx = self.spec.workload.fp8_recipe == "mxfp8"
-            o_bytes = 0.0 if mx else a * self.v_dim * (1 + ACT)
-            nbytes += tokens * (qkv_elems * (self.cast_bytes + (1 if mx else 0)) + o_bytes)
-            kernels += 1 if mx else 2
+            # delayed scaling the FP8 output read back to BF16 (current scaling and MXFP8 kernels write BF16;
+            # backends.py@d0067d0d:1502-1561). Backward's dO cast: backward's 2x of these kernels
+            recipe = self.spec.workload.fp8_recipe
+            o_bytes = a * self.v_dim * (1 + ACT) if recipe == "delayed" else 0.0
+            nbytes += tokens * (qkv_elems * (self.cast_bytes + (1 if recipe == "mxfp8" else 0)) + o_bytes)
+            kernels += 2 if o_bytes else 1
         kernels += self.rope_kernels
         other_f = nbytes / self.hbm + kernels * self.kernel_s
         # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
