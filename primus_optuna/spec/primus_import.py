@@ -12,7 +12,8 @@ Primus' ``${NAME:default}`` values take the environment variable or the default)
 win over the model file. They also give the study its **baseline** (``tensor_model_parallel_size`` …
 ``micro_batch_size``, recompute, DeepEP and zero-bubble switches) when ``search.baseline`` is not written, and
 ``seq_length``/``global_batch_size``/precision and the memory levers (``grad_reduce_in_bf16`` or bf16
-``main_grads_dtype``: 2-byte gradients; ``fp8_param_gather``; the precision-aware optimizer and its dtypes)
+``main_grads_dtype``: 2-byte gradients; the FP8 recipe and ``fp8_param_gather``; the precision-aware optimizer
+and its dtypes)
 when ``workload`` leaves them out. Other keys under ``model:``
 override the imported architecture (e.g. ``vocab_size`` when the YAML names only a tokenizer).
 
@@ -315,6 +316,10 @@ def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
     # --use-transformer-engine-op-fuser (upstream Megatron-LM only: transformer_config.py@d98e8a64:525-527)
     if _truthy(args.get("use_transformer_engine_op_fuser", False)):
         out["te_op_fuser"] = True
+    if out.get("precision") == "fp8" and args.get("fp8_recipe"):
+        # --fp8-recipe (delayed, Megatron's default, when absent; a value the study cannot price, such as
+        # custom, is refused by the workload's validation naming the field)
+        out["fp8_recipe"] = str(args["fp8_recipe"]).strip().lower()
     if out.get("precision") == "fp8" and _truthy(args.get("fp8_param_gather", False)):
         out["fp8_param_gather"] = True
     # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py); its dtypes are legal only with

@@ -165,3 +165,28 @@ def test_te_op_fuser_is_read_back_from_megatron_arguments(tmp_path: Path) -> Non
     assert StudySpec.from_dict(data).workload.te_op_fuser is True
     with pytest.raises(SpecError, match="workload.te_op_fuser"):
         StudySpec.from_dict({**data, "cluster": {"gpu": "mi355x", "nodes": 8}})
+
+
+def test_fp8_recipe_is_read_back(tmp_path: Path) -> None:
+    """``fp8_recipe`` (Megatron's --fp8-recipe; Primus experiments write it beside ``fp8: hybrid``, e.g.
+    examples/megatron/configs/MI355X/deepseek_v2_lite-FP8-pretrain.yaml@fd1eeabb:96) becomes
+    ``workload.fp8_recipe``: before, every imported FP8 study ran as delayed scaling. Absent, Megatron's default
+    (delayed) stands; a recipe the study cannot price is refused naming the field; the export reads back."""
+    from primus_optuna.space.megatron_args import megatron_overrides
+    from primus_optuna.spec.primus_import import workload_from_megatron
+
+    exp = _tree(tmp_path)
+    assert "fp8_recipe" not in import_primus_yaml(exp).workload
+    exp.write_text(
+        exp.read_text().replace("      fp8: hybrid\n", "      fp8: hybrid\n      fp8_recipe: tensorwise\n")
+    )
+    assert import_primus_yaml(exp).workload["fp8_recipe"] == "tensorwise"
+    data = {"name": "imported", "model": {"primus_yaml": str(exp)}, "cluster": {"gpu": "mi355x", "nodes": 8}}
+    spec = StudySpec.from_dict(data)
+    assert spec.workload.fp8_recipe == "tensorwise"
+    assert (
+        workload_from_megatron(megatron_overrides(spec, Space(spec).baseline))["fp8_recipe"] == "tensorwise"
+    )
+    exp.write_text(exp.read_text().replace("fp8_recipe: tensorwise", "fp8_recipe: custom"))
+    with pytest.raises(SpecError, match="fp8_recipe"):
+        StudySpec.from_dict(data)
