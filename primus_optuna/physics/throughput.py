@@ -238,6 +238,7 @@ class _Context:
         self.full_pairs = window_pairs(self.seq)
         # FP8 dot-product attention at the family's FP8 kernel rates (BF16's without kernel data)
         self.fp8_attn = self.k.fp8_attention if w.fp8_dot_product_attention else None
+        self.fp8_recipe = w.fp8_recipe
         self.attn_rates = self.fp8_attn.rates(w.fp8_recipe) if self.fp8_attn is not None else (1.0, 1.0)
         gpu_kernel = gpu.vendor in ("nvidia", "amd")
         # (a head width at or above the reference: factor 1)
@@ -413,7 +414,7 @@ class _Context:
             # for backward (TE combine_and_quantize, dot_product_attention/utils.py@d0067d0d:3014-3111); under
             # delayed scaling the FP8 output read back to BF16 (current scaling and MXFP8 kernels write BF16;
             # backends.py@d0067d0d:1502-1561). Backward's dO cast: backward's 2x of these kernels
-            recipe = self.spec.workload.fp8_recipe
+            recipe = self.fp8_recipe
             o_bytes = a * self.v_dim * (1 + ACT) if recipe == "delayed" else 0.0
             nbytes += tokens * (qkv_elems * (self.cast_bytes + (1 if recipe == "mxfp8" else 0)) + o_bytes)
             kernels += 2 if o_bytes else 1

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from ..physics.memory_calibration import MemoryCalibration
 from ..redaction import redact_url
 from ..run.base import value_kind
+from ..space.megatron_args import export_refusal
+from ..spec import StudySpec
 from .budget import account, reason_category
 from .storage import sibling_dir, storage_file
 
@@ -173,6 +175,15 @@ class GpuHours:
     memory_pruned: int
     saved_early_stop: float
     stopped: int
+
+
+def suggested_export(spec: StudySpec) -> str:
+    """The export format to suggest after a run: the Primus overlay, else Megatron-LM arguments, else (a workload
+    that no framework argument expresses: :func:`~primus_optuna.space.megatron_args.export_refusal`) the
+    axes as environment variables."""
+    if export_refusal(spec, primus=True) is None:
+        return "primus"
+    return "megatron" if export_refusal(spec, primus=False) is None else "env"
 
 
 def next_commands(
@@ -438,13 +449,7 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         pareto=[_brief(t, mcal) for t in rec.pareto()],
         noise=_noise(rec.complete),
         exhausted=exhausted or placeholders > 0,
-        # a workload no framework argument expresses (FP8 attention: exports refuse it) suggests the axes only
-        next=next_commands(
-            rec.storage_url,
-            rec.study_name,
-            program,
-            "env" if rec.spec.workload.fp8_dot_product_attention else "primus",
-        )
+        next=next_commands(rec.storage_url, rec.study_name, program, suggested_export(rec.spec))
         if rec.storage_url
         else [],
     )

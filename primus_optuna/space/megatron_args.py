@@ -80,6 +80,29 @@ def uses_primus(spec: StudySpec) -> bool:
     return spec.cluster.gpu.vendor == "amd"
 
 
+def export_refusal(spec: StudySpec, *, primus: bool) -> str | None:
+    """Why ``spec``'s workload cannot be exported as Megatron-LM (``primus=False``) or Primus arguments (None
+    when it can): the one check :func:`megatron_overrides` raises on and the run summary's suggestion reads."""
+    w = spec.workload
+    if w.te_op_fuser and primus:
+        # absent from the Megatron-LM that Primus pins: no use_transformer_engine_op_fuser in
+        # transformer_config.py@d3528a21 (upstream: transformer_config.py@d98e8a64:525-527)
+        return (
+            "workload.te_op_fuser: a Primus export cannot express --use-transformer-engine-op-fuser (the "
+            "Megatron-LM that Primus pins, d3528a21, has no use_transformer_engine_op_fuser); export Megatron-LM "
+            "arguments for an NVIDIA study (not zero bubble), or set workload.te_op_fuser: false"
+        )
+    if w.fp8_dot_product_attention:
+        return (
+            "workload.fp8_dot_product_attention: no Megatron-LM or Primus argument sets it (Megatron-LM's parser "
+            "lists TransformerConfig.fp8_dot_product_attention among the fields without a flag, "
+            "arguments.py@d98e8a64:2333, and Primus's Megatron backend drops keys that parser lacks, "
+            "argument_builder.py@fd1eeabb:152-154); set model.fp8_dot_product_attention in a Megatron-Bridge "
+            "recipe, or set workload.fp8_dot_product_attention: false to export"
+        )
+    return None
+
+
 def megatron_overrides(
     spec: StudySpec, config: TrainingConfig, *, primus: bool | None = None
 ) -> dict[str, Any]:
@@ -90,22 +113,9 @@ def megatron_overrides(
     c, w, m = config, spec.workload, spec.model
     zb = c.pp_schedule in ZERO_BUBBLE
     primus = (uses_primus(spec) if primus is None else primus) or zb
-    if w.te_op_fuser and primus:
-        # absent from the Megatron-LM that Primus pins: no use_transformer_engine_op_fuser in
-        # transformer_config.py@d3528a21 (upstream: transformer_config.py@d98e8a64:525-527)
-        raise SpecError(
-            "workload.te_op_fuser: a Primus export cannot express --use-transformer-engine-op-fuser (the "
-            "Megatron-LM that Primus pins, d3528a21, has no use_transformer_engine_op_fuser); export Megatron-LM "
-            "arguments for an NVIDIA study (not zero bubble), or set workload.te_op_fuser: false"
-        )
-    if w.fp8_dot_product_attention:
-        raise SpecError(
-            "workload.fp8_dot_product_attention: no Megatron-LM or Primus argument sets it (Megatron-LM's parser "
-            "lists TransformerConfig.fp8_dot_product_attention among the fields without a flag, "
-            "arguments.py@d98e8a64:2333, and Primus's Megatron backend drops keys that parser lacks, "
-            "argument_builder.py@fd1eeabb:152-154); set model.fp8_dot_product_attention in a Megatron-Bridge "
-            "recipe, or set workload.fp8_dot_product_attention: false to export"
-        )
+    reason = export_refusal(spec, primus=primus)
+    if reason:
+        raise SpecError(reason)
     layout = spec.pipeline.layout is not None and c.pp > 1
     out: dict[str, Any] = {
         "tensor_model_parallel_size": c.tp,

@@ -145,3 +145,22 @@ def test_pareto_lines_say_which_figures_are_estimates(tmp_path):
         assert (
             f"tok/s/GPU (measured), {t.estimated_peak_memory_gib:.1f} GiB estimated  {t.config_key}" in line
         )
+
+
+def test_suggested_export_is_one_the_study_can_write() -> None:
+    """The run summary suggests the Primus overlay, else Megatron-LM arguments (TE's fused grouped MLP: the
+    Megatron-LM that Primus pins lacks it), else the axes as env (FP8 attention: no framework argument sets it),
+    as space.megatron_args.export_refusal decides for every export."""
+    from primus_optuna.record.summary import suggested_export
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import FLAGSHIP
+
+    base = StudySpec.from_yaml(FLAGSHIP).to_dict()
+    nvidia = {**base, "cluster": {**base["cluster"], "gpu": "b200"}}
+
+    def spec(**workload):
+        return StudySpec.from_dict({**nvidia, "workload": {**nvidia["workload"], **workload}})
+
+    assert suggested_export(StudySpec.from_dict(base)) == "primus"
+    assert suggested_export(spec(te_op_fuser=True)) == "megatron"
+    assert suggested_export(spec(fp8_recipe="mxfp8", fp8_dot_product_attention=True)) == "env"
