@@ -32,6 +32,7 @@ def main() -> None:
     print(f"{'study':<30} {'legal':>6} {'fit':>6} {'first s':>8} {'median s':>9} {'sims':>5}")
     for path in sorted((ROOT / "studies").glob("*.yaml")):
         pipeline._normalised.cache_clear()
+        pipeline.chunk_mix.cache_clear()
         pipeline._shape.cache_clear()  # per-process tables of schedule shapes: cold too
         times = []
         result = None

@@ -27,6 +27,7 @@ def main() -> None:
     print(f"{'study':<30} {'legal':>6} {'fit':>6}  cold cpu/wall s   warm cpu/wall s")
     for path in args.studies:
         pipeline._normalised.cache_clear()
+        pipeline.chunk_mix.cache_clear()
         pipeline._shape.cache_clear()  # per-process tables of schedule shapes: cold too
         runs = []
         result = None

@@ -205,3 +205,28 @@ def even_fallback(model: ModelSpec, pp: int, vpp: int, schedule: str, ceil: bool
         last = pp * v - 1
         out.append(StageMix(layers - moe, moe, 0, 0 in held, last in held, len(held)))
     return out
+
+
+def chunk_counts(
+    model: ModelSpec, pipeline: PipelineSpec, pp: int, vpp: int, schedule: str
+) -> tuple[tuple[float, float, float], ...]:
+    """Per model chunk (virtual stage, model order) the work the step-time model times apart: (layers of the
+    model's own kind: MoE layers, or every layer of a dense model, MTP layers included; the dense layers of an
+    MoE model; output layers: the model's and one per MTP layer, on the chunk holding the loss). A split the
+    layout does not allow: each stage's :func:`even_fallback` mix (rounded up) spread evenly over its chunks."""
+    v = 2 if schedule == "zbv" else vpp
+    heads = 1.0 + (model.mtp_num_layers or 0)
+    chunks, _ = chunks_or_reason(model, pipeline, pp, v)
+    if chunks is not None:
+        if model.is_moe:
+            return tuple((c.moe + c.mtp, c.dense, heads * c.loss) for c in chunks)
+        return tuple((c.decoder + c.mtp, 0, heads * c.loss) for c in chunks)
+    out: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * (pp * v)
+    for held, mx in zip(
+        stage_chunks(pp, v, schedule), even_fallback(model, pp, vpp, schedule, ceil=True), strict=True
+    ):
+        n = len(held)
+        main, dense = (mx.moe / n, mx.dense / n) if model.is_moe else (mx.decoder / n, 0.0)
+        for k in held:
+            out[k] = (main, dense, heads if k == pp * v - 1 else 0.0)
+    return tuple(out)

@@ -20,9 +20,13 @@ schedules' activation-memory limits:
 - ZB-V: two chunks placed in a V (stage ``s`` holds chunks ``s`` and ``2p−1−s``, so the turn at the last stage
   needs no transfer), ``2p`` chunk-micro-batches per stage (1F1B's peak, Qi et al. 2024 §4).
 
-The result is the step time; the *bubble* is the step time minus the busiest stage's work. Simulations are
-memoised on the schedule, ``p``, ``v``, a capped ``m`` (the bubble no longer changes once the pipeline has
-reached its steady state, checked in the tests) and the pass durations normalised and rounded to 1/50.
+Chunks may hold different work (:class:`ChunkMix`: a pipeline layout's dense-first layers, a light chunk
+holding MTP and the loss, an ``account_for_*_in_pipeline_split`` stage with one layer fewer): each chunk's
+passes last as long as the layers and output layers it holds (:func:`mixed_pipeline_timing`), and the busiest
+stage is the one with the most work. The result is the step time; the *bubble* is the step time minus the
+busiest stage's work. Simulations are memoised on the schedule, ``p``, ``v``, the chunks' mix, a capped ``m``
+(the bubble no longer changes once the pipeline has reached its steady state, checked in the tests) and the
+pass durations normalised and rounded to 1/50 of the mean chunk's work.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class PipelineTiming:
     """blocking sends of the busiest stage per micro-batch"""
     transfers: float = 0.0
     """asynchronous transfers (interleaved) on the critical path, taken out of ``bubble``"""
+    stage: int = 0
+    """the busiest stage (the one whose work ``busy`` is)"""
 
 
 def n_virtual(schedule: str, pp: int, vpp: int) -> int:
@@ -291,15 +297,43 @@ def simulate(
     b_last: float = 0.0,
     w_last: float = 0.0,
 ) -> tuple[float, list[float], list[int]]:
-    """Run the schedule; per-chunk durations ``f, b, w`` (``w`` is fused into B unless the schedule is
-    zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
+    """Run the schedule with every chunk alike; per-chunk durations ``f, b, w`` (``w`` is fused into B unless
+    the schedule is zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
 
-    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
+    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch); :data:`CRITICAL` holds
+    the critical path's coefficients of (f, b, w, c, f_last, b_last, w_last). Same decisions, same
+    floating-point operations in the same order as the straightforward simulations kept in
+    ``tests/physics/pipeline_reference.py`` (tested equal): the fixed order (1F1B, interleaved) and the greedy
+    event simulation (zero-bubble). :func:`simulate_chunks` takes a duration per chunk.
+    """
+    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    nv = n_virtual(schedule, pp, v)
+    fs, bs, ws = [f] * nv, [b] * nv, [w] * nv
+    fs[-1], bs[-1], ws[-1] = f + f_last, b + b_last, w + w_last
+    makespan, busy, sends, (cf, cb, cw, cc) = simulate_chunks(schedule, pp, vpp, m, fs, bs, ws, c)
+    CRITICAL[0] = (sum(cf), sum(cb), sum(cw), cc, cf[-1], cb[-1], cw[-1])
+    return makespan, busy, sends
+
+
+def simulate_chunks(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    fs: list[float],
+    bs: list[float],
+    ws: list[float],
+    c: float,
+) -> tuple[float, list[float], list[int], tuple[list[int], list[int], list[int], int]]:
+    """Run the schedule; per chunk (virtual stage, model order) its pass durations ``fs, bs, ws`` (``ws`` is
+    fused into B unless the schedule is zero-bubble), send cost ``c``.
+
+    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch, critical path): the
+    critical path as the number of its F, B and W passes of each chunk (a B pass counts as a W pass too when W
+    is fused into B) and of the sends or transfers it waits for.
 
     Passes are numbered flat: forward ``F(k, i)`` is ``k·m + i``, backward ``B(k, i)`` is ``nv·m + k·m + i``
-    (one table of finish times for both). Same decisions, same floating-point operations in the same order as
-    the straightforward simulations kept in ``tests/physics/pipeline_reference.py`` (tested equal): the fixed
-    order (1F1B, interleaved) and the greedy event simulation (zero-bubble).
+    (one table of finish times for both).
     """
     zb = schedule in ("zb1p", "zbv")
     zbv = schedule == "zbv"
@@ -314,7 +348,7 @@ def simulate(
     dur_f, dur_b, dur_w = [0.0] * nv, [0.0] * nv, [0.0] * nv
     sends = [0] * pp
     for k in range(nv):
-        fk, bk, wk = (f + f_last, b + b_last, w + w_last) if k == last else (f, b, w)
+        fk, bk, wk = fs[k], bs[k], ws[k]
         if not zb:
             bk, wk = bk + wk, 0.0
         if not asynchronous and k < last and st[k + 1] != st[k]:
@@ -330,8 +364,8 @@ def simulate(
     delay_of = _per_pass(delay_f, delay_b, m)
     dur_of = _per_pass(dur_f, dur_b, m)
     if not zb:  # 1F1B, interleaved: Megatron's fixed order
-        makespan, busy, CRITICAL[0] = _static(sh, pp, dur_of, delay_of, asynchronous)
-        return makespan, busy, sends
+        makespan, busy, path = _static(sh, pp, dur_of, delay_of, asynchronous)
+        return makespan, busy, sends, path
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
     # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
@@ -600,30 +634,25 @@ def simulate(
             waiting = still
     if any(remaining):
         raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
-    # coefficients of (f, b, w, c, f_last, b_last, w_last) along the critical path
-    coef = [0] * 7
+    # the critical path: its passes per chunk and kind, and the sends / transfers it waits for
+    cf, cb, cw = [0] * nv, [0] * nv, [0] * nv
+    cc = 0
     op = end_op
     while op >= 0:
         kind, k, pred, dly = recs[op]
-        is_last = k == last
-        coef[3] += dly
+        cc += dly
         if kind == 0:
-            coef[0] += 1
-            coef[4] += is_last
-            coef[3] += not asynchronous and k < last and st[k + 1] != st[k]
+            cf[k] += 1
+            cc += not asynchronous and k < last and st[k + 1] != st[k]
         elif kind == 1:
-            coef[1] += 1
-            coef[5] += is_last
-            coef[3] += not asynchronous and k > 0 and st[k - 1] != st[k]
+            cb[k] += 1
+            cc += not asynchronous and k > 0 and st[k - 1] != st[k]
             if not zb:
-                coef[2] += 1
-                coef[6] += is_last
+                cw[k] += 1
         else:
-            coef[2] += 1
-            coef[6] += is_last
+            cw[k] += 1
         op = pred
-    CRITICAL[0] = tuple(coef)
-    return makespan, busy, sends
+    return makespan, busy, sends, (cf, cb, cw, cc)
 
 
 def _per_pass(per_chunk_f: list[float], per_chunk_b: list[float], m: int) -> list[float]:
@@ -642,8 +671,8 @@ def _static(
     """1F1B or interleaved: the passes in the shape's fixed order (:func:`static_sequences`), each starting
     at ``max(its stage's previous end, its input's finish + transfer delay)``.
 
-    Returns (makespan, busy time per stage, critical-path coefficients of (f, b, w, c, f_last, b_last,
-    w_last)). The critical path follows each pass's binding predecessor (its input when that arrives strictly
+    Returns (makespan, busy time per stage, the critical path as in :func:`simulate_chunks`: W fused into
+    B). The critical path follows each pass's binding predecessor (its input when that arrives strictly
     after the stage is free, else the stage's previous pass) back from the first pass to end last. A stage's
     previous end is its previous pass's finish (``sh.steps``); busy time is each stage's durations added in its
     order (the same floating-point sums as adding them while simulating)."""
@@ -664,40 +693,152 @@ def _static(
     busy = [reduce(add, map(dur_of.__getitem__, seq), 0.0) for seq in sh.seqs]
     makespan = max(fin)
     last, chunk_of, st, dep_slot = sh.last, sh.chunk_of, sh.st, sh.dep_slot
-    coef = [0] * 7
+    nv = sh.nv
+    cf, cb = [0] * nv, [0] * nv
+    cc = 0
     op = fin.index(makespan)
     while op >= 0:
         k = chunk_of[op]
-        is_last = k == last
         # an asynchronous transfer binds when the input does (a transfer crosses stages: the input is never
         # the stage's previous pass then)
-        coef[3] += pred[op] == dep_slot[op] and delay_of[op] > 0
+        cc += pred[op] == dep_slot[op] and delay_of[op] > 0
         if op < nvm:
-            coef[0] += 1
-            coef[4] += is_last
-            coef[3] += not asynchronous and k < last and st[k + 1] != st[k]
+            cf[k] += 1
+            cc += not asynchronous and k < last and st[k + 1] != st[k]
         else:
-            coef[1] += 1
-            coef[5] += is_last
-            coef[3] += not asynchronous and k > 0 and st[k - 1] != st[k]
-            coef[2] += 1
-            coef[6] += is_last
+            cb[k] += 1
+            cc += not asynchronous and k > 0 and st[k - 1] != st[k]
         op = pred[op]
-    return makespan, busy, tuple(coef)
+    return makespan, busy, (cf, cb, list(cb), cc)
 
 
 CRITICAL: list[tuple[int, ...]] = [()]
-"""critical-path coefficients of the last :func:`simulate` call (read by :func:`_normalised`)"""
+"""critical-path coefficients of (f, b, w, c, f_last, b_last, w_last) of the last :func:`simulate` call"""
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkMix:
+    """What each model chunk of one pipeline holds, as counts of a few *kinds* of work (a kind of decoder layer,
+    the output layer): chunk ``k``'s forward lasts ``Σ_j counts[k][j]·f[j]`` (:func:`mixed_pipeline_timing`).
+    Built by :func:`chunk_mix` (one object per distinct mix: simulations are memoised on it)."""
+
+    schedule: str
+    pp: int
+    vpp: int
+    counts: tuple[tuple[float, ...], ...]
+    """per chunk (virtual stage, model order), per kind"""
+    stage_counts: tuple[tuple[float, ...], ...]
+    """per physical stage, per kind: its chunks' counts added"""
+    stage_sends: tuple[int, ...]
+    """per physical stage, its blocking sends per micro-batch (none in the interleaved schedule)"""
+    mean: tuple[float, ...]
+    """per kind, the mean count per chunk (the quantisation unit is the mean chunk's work)"""
+    res: tuple[float, ...]
+    """per kind, the quantisation grid: a kind's duration is simulated on 1/res of the unit, so that a chunk
+    holding its largest count of it is within 1/(2·_RES) of the unit"""
+
+
+@lru_cache(maxsize=1024)
+def chunk_mix(schedule: str, pp: int, vpp: int, counts: tuple[tuple[float, ...], ...]) -> ChunkMix:
+    """The :class:`ChunkMix` of ``counts`` (per chunk, per kind) under ``schedule`` on ``pp`` stages."""
+    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    nv = n_virtual(schedule, pp, v)
+    if len(counts) != nv:
+        raise ValueError(f"{len(counts)} chunk counts for {nv} chunks ({schedule}, pp={pp}, vpp={v})")
+    kinds = len(counts[0])
+    st = [stage_of(schedule, pp, k) for k in range(nv)]
+    stage_counts = [[0.0] * kinds for _ in range(pp)]
+    sends = [0] * pp
+    blocking = schedule != "interleaved"
+    for k, row in enumerate(counts):
+        for j in range(kinds):
+            stage_counts[st[k]][j] += row[j]
+        if blocking and pp > 1:
+            sends[st[k]] += (k < nv - 1 and st[k + 1] != st[k]) + (k > 0 and st[k - 1] != st[k])
+    mean = tuple(sum(row[j] for row in counts) / nv for j in range(kinds))
+    res = tuple(_RES * max(1.0, max(row[j] for row in counts)) for j in range(kinds))
+    return ChunkMix(schedule, pp, v, counts, tuple(tuple(r) for r in stage_counts), tuple(sends), mean, res)
+
+
+def quantised_chunks(
+    mix: ChunkMix, qf: tuple[int, ...], qb: tuple[int, ...], qw: tuple[int, ...]
+) -> tuple[list[float], list[float], list[float]]:
+    """Per chunk its (F, B, W) durations in units of the mean chunk's work from the quantised per-kind ones."""
+    kinds = range(len(mix.res))
+    out = []
+    for q in (qf, qb, qw):
+        r = [q[j] / mix.res[j] for j in kinds]
+        out.append([sum(n[j] * r[j] for j in kinds) for n in mix.counts])
+    return out[0], out[1], out[2]
 
 
 @lru_cache(maxsize=65536)
 def _normalised(
-    schedule: str, pp: int, vpp: int, m: int, f: int, b: int, w: int, c: int, fl: int, bl: int, wl: int
-) -> tuple[tuple[int, ...], int]:
-    r = _RES
-    span, busy, sends = simulate(schedule, pp, vpp, m, f / r, b / r, w / r, c / r, fl / r, bl / r, wl / r)
-    s = max(range(pp), key=lambda i: busy[i])
-    return CRITICAL[0], sends[s]
+    mix: ChunkMix, m: int, qf: tuple[int, ...], qb: tuple[int, ...], qw: tuple[int, ...], qc: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    """The critical path of ``mix`` at quantised durations, as counts per kind of F, B and W work and of
+    sends: (cf, cb, cw, cc)."""
+    kinds = range(len(mix.res))
+    fs, bs, ws = quantised_chunks(mix, qf, qb, qw)
+    _, _, _, (cf, cb, cw, cc) = simulate_chunks(mix.schedule, mix.pp, mix.vpp, m, fs, bs, ws, qc / _RES)
+    counts = mix.counts
+
+    def per_kind(per_chunk: list[int]) -> tuple[int, ...]:
+        return tuple(sum(x * counts[k][j] for k, x in enumerate(per_chunk) if x) for j in kinds)
+
+    return per_kind(cf), per_kind(cb), per_kind(cw), cc
+
+
+def mixed_pipeline_timing(
+    mix: ChunkMix,
+    m: int,
+    f: tuple[float, ...],
+    b: tuple[float, ...],
+    w: tuple[float, ...],
+    c: float,
+) -> PipelineTiming:
+    """Step time of the pipeline part for chunks holding different work, from a memoised simulation.
+
+    ``f, b, w``: per kind of :class:`ChunkMix`, the pass durations of one unit and micro-batch (seconds; ``w``
+    is fused into B unless the schedule is zero-bubble); ``c``: one send. The simulation runs on durations
+    quantised to a grid of the mean chunk's work and at most ``M_CAP_PER_STAGE·p`` micro-batches; its critical
+    path is re-evaluated with the exact durations (so the result is monotone in them), and the bubble beyond the
+    busiest stage's work stays as simulated for more micro-batches (steady state). The busiest stage is the one
+    with the most work per micro-batch (its chunks and blocking sends)."""
+    kinds = range(len(f))
+    unit_k = [f[j] + b[j] + w[j] for j in kinds]
+    pp = mix.pp
+    work = [
+        sum(n[j] * unit_k[j] for j in kinds) + sends * c
+        for n, sends in zip(mix.stage_counts, mix.stage_sends, strict=True)
+    ]
+    s = max(range(pp), key=work.__getitem__)
+    per_mb = work[s]
+    if pp == 1:
+        return PipelineTiming(m * per_mb, m * per_mb, 0.0, 0)
+    unit = sum(mix.mean[j] * unit_k[j] for j in kinds) + 2 * c
+    if unit <= 0:
+        return PipelineTiming(0.0, 0.0, 0.0, 0, stage=s)
+    ms = min(m, M_CAP_PER_STAGE * pp)
+    res = mix.res
+    cf, cb, cw, cc = _normalised(
+        mix,
+        ms,
+        tuple(int(round(f[j] / unit * res[j])) for j in kinds),
+        tuple(int(round(b[j] / unit * res[j])) for j in kinds),
+        tuple(int(round(w[j] / unit * res[j])) for j in kinds),
+        int(round(c / unit * _RES)),
+    )
+    span = 0.0
+    for j in kinds:
+        span += cf[j] * f[j] + cb[j] * b[j] + cw[j] * w[j]
+    span += cc * c
+    bubble = max(0.0, span - ms * per_mb)
+    transfers = 0.0
+    if mix.schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
+        transfers = min(bubble, cc * c)
+    busy = m * per_mb
+    return PipelineTiming(busy + bubble, busy, bubble - transfers, mix.stage_sends[s], transfers, stage=s)
 
 
 def pipeline_timing(
@@ -713,50 +854,15 @@ def pipeline_timing(
     b_last: float = 0.0,
     w_last: float = 0.0,
 ) -> PipelineTiming:
-    """Step time of the pipeline part, from a memoised simulation.
-
-    ``f, b, w``: per-chunk pass durations of one micro-batch (seconds); ``c``: one blocking send;
-    ``*_last``: extra durations of the chunk holding the output layer. With ``pp = 1`` it is ``m`` passes.
-    """
-    if schedule != "zbv" and schedule != "interleaved":
-        vpp = 1
-    if schedule == "zbv":
-        vpp = 2
-    nv = n_virtual(schedule, pp, vpp)
-    if pp == 1:
-        busy = m * (nv * (f + b + w) + f_last + b_last + w_last)
-        return PipelineTiming(busy, busy, 0.0, 0)
-    unit = f + b + w + 2 * c
-    if unit <= 0:
-        return PipelineTiming(0.0, 0.0, 0.0, 0)
-    ms = min(m, M_CAP_PER_STAGE * pp)
-    r = _RES
-    # durations quantised to 1/_RES of the unit (the simulation's cache key)
-    coef, sends = _normalised(
-        schedule,
-        pp,
-        vpp,
-        ms,
-        int(round(f / unit * r)),
-        int(round(b / unit * r)),
-        int(round(w / unit * r)),
-        int(round(c / unit * r)),
-        int(round(f_last / unit * r)),
-        int(round(b_last / unit * r)),
-        int(round(w_last / unit * r)),
+    """:func:`mixed_pipeline_timing` with every chunk alike: ``f, b, w`` per chunk and micro-batch, ``c`` one
+    blocking send, ``*_last`` the extra durations of the chunk holding the output layer. With ``pp = 1`` it is
+    ``m`` passes."""
+    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    nv = n_virtual(schedule, pp, v)
+    counts = ((1.0, 0.0),) * (nv - 1) + ((1.0, 1.0),)
+    return mixed_pipeline_timing(
+        chunk_mix(schedule, pp, v, counts), m, (f, f_last), (b, b_last), (w, w_last), c
     )
-    # the simulated critical path re-evaluated with the exact durations (so the result is monotone in them);
-    # the bubble beyond the busiest stage's work stays as simulated for more micro-batches (steady state)
-    a0, a1, a2, a3, a4, a5, a6 = coef
-    span = 0 + a0 * f + a1 * b + a2 * w + a3 * c + a4 * f_last + a5 * b_last + a6 * w_last
-    # the busiest stage's exact work: its chunks (one of them may hold the output layer) plus its sends
-    per_mb = (nv // pp) * (f + b + w) + f_last + b_last + w_last + sends * c
-    bubble = max(0.0, span - ms * per_mb)
-    busy = m * per_mb
-    transfers = 0.0
-    if schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
-        transfers = min(bubble, a3 * c)
-    return PipelineTiming(busy + bubble, busy, bubble - transfers, sends, transfers)
 
 
 def bubble_fraction(

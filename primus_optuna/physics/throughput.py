@@ -67,8 +67,8 @@ from .flops import (
 )
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
-from .layer_mix import StageMix, even_fallback, rank_layer_params, stage_mixes
-from .pipeline import pipeline_timing
+from .layer_mix import StageMix, chunk_counts, even_fallback, rank_layer_params, stage_mixes
+from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing
 from .shapes import embedding_params, output_params
 from .spec_cache import per_spec
 
@@ -259,7 +259,7 @@ class _Context:
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
-        self.busiest: dict[tuple[Any, ...], tuple[_Layer, StageMix]] = {}
+        self.counts: dict[tuple[int, int, str], tuple[tuple[float, float, float], ...]] = {}
         self.params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
@@ -573,6 +573,14 @@ class _Context:
             self.mixes[key] = mx
         return mx
 
+    def chunk_counts(self, pp: int, vpp: int, schedule: str) -> tuple[tuple[float, float, float], ...]:
+        """Per chunk its (model-kind + MTP, dense, output) layers (:func:`.layer_mix.chunk_counts`)."""
+        key = (pp, vpp, schedule)
+        r = self.counts.get(key)
+        if r is None:
+            r = self.counts[key] = chunk_counts(self.model, self.spec.pipeline, pp, vpp, schedule)
+        return r
+
     def stage_params(self, tp: int, pp: int, ep: int, mx: StageMix) -> tuple[float, float]:
         """(dense, expert) parameters on one rank of a stage holding ``mx``."""
         key = (tp, pp, ep, mx)
@@ -673,10 +681,10 @@ def estimate_throughput(
     """Step time, tokens/s/GPU, MFU and the exposed-time breakdown of ``config`` under ``spec``.
 
     The config should be legal (:meth:`Space.check`); ``dp``/``num_microbatches`` are derived when missing.
-    Stages hold the layers the study's pipeline layout gives them (dense, MoE and MTP layers timed by kind);
-    the pipeline is simulated with every chunk as long as the busiest stage's average chunk (the stage that
-    sets the steady state; lighter stages only shorten the bubble, which this overestimates). A split the
-    layout does not allow is estimated with ``ceil(L / (pp·v))`` layers per chunk.
+    Each model chunk holds the layers the study's pipeline layout gives it (MoE, dense and MTP layers and the
+    output layers, timed by kind), and the pipeline is simulated with each chunk's own durations
+    (:func:`.pipeline.mixed_pipeline_timing`); the breakdown is the busiest stage's. A split the layout does not
+    allow is estimated with ``ceil(L / (pp·v))`` layers per chunk.
     """
     return _estimate(_context(spec), config, calibration)
 
@@ -706,39 +714,49 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     lo = ctx.layouts.get(lkey)
     if lo is None:
         lo = ctx.layouts[lkey] = _layout_terms(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
-    lay, mx = lo.lay, lo.mx
+    kinds = lo.kinds
     recompute = "none" if zb else config.recompute
 
-    # one layer, one micro-batch: passes
-    lin = lo.lin  # lay.attn_lin + lay.mlp_lin
-    ep_f, ep_b = lay.ep_f, lay.ep_b
-    if is_moe and getattr(config, "ep_overlap", False):
-        # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
-        # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
-        # vice versa, never more than that compute, and the hidden part still costs the interference fraction
-        comp_f = lin + lay.core_f + lay.other_f
-        comp_b = 2 * lin + lay.core_b + 2 * lay.other_f
-        steady = max(0, m - (pp if pp > 1 else 1)) / m
-        keep = 1.0 - k.overlap_interference
-        ep_f -= steady * keep * min(ep_f, comp_b)
-        ep_b -= steady * keep * min(ep_b, comp_f)
-    # lin + core_f + other_f + host_f + tp_f + cp_f + ep_f (the sum up to cp_f is memoised per layout)
-    f_layer = lo.f_base + ep_f
-    # uneven layouts: every chunk timed as the busiest stage's average chunk (the stage that decides the
-    # steady state); MTP layers add their own output layer and loss to the last chunk
-    n_stage = lo.n_stage  # mx.decoder + mx.mtp
-    per_chunk = lo.per_chunk  # n_stage / mx.chunks
+    # one layer of each kind, one micro-batch: passes
+    ep_overlap = is_moe and getattr(config, "ep_overlap", False)
+    steady = max(0, m - (pp if pp > 1 else 1)) / m
+    keep = 1.0 - k.overlap_interference
     rkey = (lkey, recompute)
-    rec = ctx.recs.get(rkey)
-    if rec is None:
-        rec = recompute_seconds(ctx, lay, recompute, tp, cp, mbs, per_chunk or 1.0)
-        rec += _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, mx)
-        ctx.recs[rkey] = rec
-    tp_b = lay.tp_b_zb if zb else lay.tp_b
-    # lin + core_b + 2·other_f + host_b + tp_b + cp_b + ep_b + rec (memoised up to cp_b)
-    b_layer = (lo.b_base_zb if zb else lo.b_base) + ep_b + rec
-    w_layer = lin
-    lf, lb, lw = lo.logits  # the output layer's (F, B, W), once more per MTP layer
+    recs = ctx.recs.get(rkey)
+    if recs is None:
+        recs = ctx.recs[rkey] = tuple(
+            recompute_seconds(ctx, x.lay, recompute, tp, cp, mbs, lo.per_chunk)
+            + _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, x.moe)
+            for x in kinds
+        )
+    f_pass: list[float] = []
+    b_pass: list[float] = []
+    w_pass: list[float] = []
+    ep_exposed: list[float] = []
+    for x, rec in zip(kinds, recs, strict=True):
+        lay = x.lay
+        ep_f, ep_b = lay.ep_f, lay.ep_b
+        if ep_overlap and x.moe:
+            # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
+            # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
+            # vice versa, never more than that compute, and the hidden part still costs the interference
+            # fraction
+            comp_f = x.lin + lay.core_f + lay.other_f
+            comp_b = 2 * x.lin + lay.core_b + 2 * lay.other_f
+            ep_f -= steady * keep * min(ep_f, comp_b)
+            ep_b -= steady * keep * min(ep_b, comp_f)
+        # f: lin + core_f + other_f + host_f + tp_f + cp_f + ep_f; b: lin + core_b + 2·other_f + host_b + tp_b
+        # + cp_b + ep_b + recompute; w: lin (the sums up to cp are memoised per layout)
+        f_pass.append(x.f_base + ep_f)
+        b_pass.append((x.b_base_zb if zb else x.b_base) + ep_b + rec)
+        w_pass.append(x.lin)
+        ep_exposed.append(ep_f + ep_b)
+    lf, lb, lw = (
+        lo.logits
+    )  # one output layer (and loss); the chunk holding the loss has one per MTP layer too
+    f_pass.append(lf)
+    b_pass.append(lb)
+    w_pass.append(lw)
 
     # pipeline
     ckey = (tp, cp, mbs, pp, dp)
@@ -746,41 +764,28 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     if c is None:
         msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
         c = ctx.p2p[ckey] = ctx.topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
-    if zb:
-        timing = pipeline_timing(
-            schedule, pp, vpp, m, per_chunk * f_layer, per_chunk * b_layer, per_chunk * w_layer, c, lf, lb, lw
-        )
-    else:
-        timing = pipeline_timing(
-            schedule,
-            pp,
-            vpp,
-            m,
-            per_chunk * f_layer,
-            per_chunk * (b_layer + w_layer),
-            0.0,
-            c,
-            lf,
-            lb + lw,
-            0.0,
-        )
+    timing = mixed_pipeline_timing(lo.mix, m, tuple(f_pass), tuple(b_pass), tuple(w_pass), c)
+    s = timing.stage
+    counts = lo.mix.stage_counts[s]  # the busiest stage: its layers of each kind, then its output layers
 
-    # data parallelism (per step, after the pipeline) and the optimizer
-    dkey = (lkey, dp)
+    # data parallelism (per step, after the pipeline) and the optimizer, of the busiest stage
+    dkey = (lkey, dp, s)
     dpt = ctx.dp_terms.get(dkey)
     if dpt is None:
+        mx = lo.mixes[s]
         dense, expert = ctx.stage_params(tp, pp, ep, mx)
         rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
         optimizer = local * ctx.opt_bytes / ctx.hbm + 30 * ctx.kernel_s
         dpt = ctx.dp_terms[dkey] = (dense, expert, rs, ag, optimizer)
     dense, expert, rs, ag, optimizer = dpt
-    bwd_window = n_stage * (b_layer + w_layer)
-    fwd_window = n_stage * f_layer
+    bwd_window = fwd_window = 0.0
+    for j in range(len(kinds)):
+        bwd_window += counts[j] * (b_pass[j] + w_pass[j])
+        fwd_window += counts[j] * f_pass[j]
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
     if ctx.overlap_grad_reduce and not zb:
         # hidden under the last micro-batch's backward / first forward, less the interference fraction
-        keep = 1.0 - k.overlap_interference
         dp_exposed = rs - keep * min((1 - k.dp_tail) * rs, bwd_window)
         dp_exposed += ag - keep * min((1 - k.dp_tail) * ag, fwd_window)
     else:  # Megatron's default: the reduce after the last backward, the gather before the first forward
@@ -793,18 +798,27 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         # ``megatron/model/distributed.py@488f8c02``:174)
         grad_add = m * (dense + expert) * (ACT + 2 * ctx.grad_bytes) / ctx.hbm
 
-    # breakdown of the busiest stage: m micro-batches of its layers + output layer, sends, bubble
-    # (keys in the order of BREAKDOWN_TERMS)
-    nm = m * n_stage
+    # breakdown of the busiest stage: m micro-batches of its layers and output layers, sends, bubble (keys in
+    # the order of BREAKDOWN_TERMS)
+    attention = mlp = other = rec_t = tp_t = cp_t = ep_t = 0.0
+    for j, x in enumerate(kinds):
+        n = m * counts[j]
+        attention += n * x.attention  # 3·attn_lin + core_f + core_b
+        mlp += n * 3 * x.lay.mlp_lin
+        other += n * x.other  # 3·other_f + host_f + host_b
+        rec_t += n * recs[j]
+        tp_t += n * (x.lay.tp_f + (x.lay.tp_b_zb if zb else x.lay.tp_b))
+        cp_t += n * x.cp  # cp_f + cp_b
+        ep_t += n * ep_exposed[j]
     bd = {
-        "compute_attention": nm * lo.attention,  # nm · (3·attn_lin + core_f + core_b)
-        "compute_mlp": nm * 3 * lay.mlp_lin,
-        "compute_other": nm * lo.other + m * lo.logits_sum + grad_add,  # other: 3·other_f + host_f + host_b
-        "recompute": nm * rec,
+        "compute_attention": attention,
+        "compute_mlp": mlp,
+        "compute_other": other + m * counts[-1] * lo.logits_sum + grad_add,
+        "recompute": rec_t,
         "pipeline_bubble": timing.bubble,
-        "tp_comm": nm * (lay.tp_f + tp_b),
-        "cp_comm": nm * lo.cp,  # cp_f + cp_b
-        "ep_comm": nm * (ep_f + ep_b),
+        "tp_comm": tp_t,
+        "cp_comm": cp_t,
+        "ep_comm": ep_t,
         "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
         "dp_comm": dp_exposed,
         "optimizer": optimizer,
@@ -821,54 +835,76 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
 
 
 @dataclass(frozen=True, slots=True)
-class _LayoutTerms:
-    """What :func:`estimate_throughput` needs of one layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher),
-    each sum written in the order the estimate adds it (so the floats are the same)."""
+class _KindTerms:
+    """What :func:`estimate_throughput` needs of one kind of layer (the model's own, or an MoE model's dense
+    layers) in one layout, each sum written in the order the estimate adds it."""
 
     lay: _Layer
-    mx: StageMix
-    lin: float
-    f_base: float
-    b_base: float
-    b_base_zb: float
-    n_stage: int
+    moe: bool
+    lin: float  # attn_lin + mlp_lin
+    f_base: float  # lin + core_f + other_f + host_f + tp_f + cp_f
+    b_base: float  # lin + core_b + 2·other_f + host_b + tp_b + cp_b
+    b_base_zb: float  # the same with tp_b_zb
+    attention: float  # 3·attn_lin + core_f + core_b
+    other: float  # 3·other_f + host_f + host_b
+    cp: float  # cp_f + cp_b
+
+
+@dataclass(frozen=True, slots=True)
+class _LayoutTerms:
+    """What :func:`estimate_throughput` needs of one layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)."""
+
+    kinds: tuple[_KindTerms, ...]
+    """the kinds of layer the chunks hold, in the order of ``mix``'s kinds (the output layer last)"""
+    mix: ChunkMix
+    mixes: list[StageMix]
     per_chunk: float
+    """decoder + MTP layers per chunk, averaged over the chunks (``full:N`` recomputes N of them)"""
     logits: tuple[float, float, float]
     logits_sum: float
-    attention: float
-    other: float
-    cp: float
 
 
-def _layout_terms(
-    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
-) -> _LayoutTerms:
-    lay, mx = _busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
+def _kind_terms(lay: _Layer, moe: bool) -> _KindTerms:
     lin = lay.attn_lin + lay.mlp_lin
-    n_stage = mx.decoder + mx.mtp
-    lf, lb, lw = (x * (1 + (ctx.model.mtp_num_layers or 0)) for x in ctx.logits_times(tp, cp, mbs))
-    return _LayoutTerms(
+    return _KindTerms(
         lay=lay,
-        mx=mx,
+        moe=moe,
         lin=lin,
         f_base=lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f,
         b_base=lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b,
         b_base_zb=lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b_zb + lay.cp_b,
-        n_stage=n_stage,
-        per_chunk=n_stage / mx.chunks,
-        logits=(lf, lb, lw),
-        logits_sum=lf + lb + lw,
         attention=3 * lay.attn_lin + lay.core_f + lay.core_b,
         other=3 * lay.other_f + lay.host_f + lay.host_b,
         cp=lay.cp_f + lay.cp_b,
     )
 
 
+def _layout_terms(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> _LayoutTerms:
+    counts = ctx.chunk_counts(pp, vpp, schedule)
+    kinds = [_kind_terms(ctx.layer(tp, cp, ep, mbs, dispatcher, True), ctx.is_moe)]
+    if ctx.mixed_kinds:
+        kinds.append(_kind_terms(ctx.layer(tp, cp, ep, mbs, dispatcher, False), False))
+    else:
+        counts = tuple((main, heads) for main, _, heads in counts)
+    lf, lb, lw = ctx.logits_times(tp, cp, mbs)
+    return _LayoutTerms(
+        kinds=tuple(kinds),
+        mix=chunk_mix(schedule, pp, vpp, counts),
+        mixes=ctx.mix(pp, vpp, schedule),
+        per_chunk=sum(sum(row[:-1]) for row in counts) / len(counts),
+        logits=(lf, lb, lw),
+        logits_sum=lf + lb + lw,
+    )
+
+
 def _mla_shared_recompute_seconds(
-    ctx: _Context, recompute: str, tp: int, cp: int, mbs: int, mx: StageMix
+    ctx: _Context, recompute: str, tp: int, cp: int, mbs: int, moe: bool
 ) -> float:
-    """Per layer of the stage ``mx``: the forward re-run by the ``mla_up_proj`` (MLA's up-projection GEMMs)
-    and ``shared_experts`` (the shared experts' GEMMs and activation, on the stage's MoE layers) modules."""
+    """Per layer of a kind (``moe``: the MoE layers): the forward re-run by the ``mla_up_proj`` (MLA's
+    up-projection GEMMs) and ``shared_experts`` (the shared experts' GEMMs and activation, MoE layers only)
+    modules."""
     r = parse_recompute(recompute)
     if r.granularity != "selective":
         return 0.0
@@ -877,50 +913,11 @@ def _mla_shared_recompute_seconds(
     rec = 0.0
     if r.has("mla_up_proj") and md.multi_latent_attention:
         rec += sum(ctx.gemm(g) for g in mla_up_gemms(md, tokens, tp))
-    n = mx.decoder + mx.mtp
-    if r.has("shared_experts") and md.shared_expert_ffn and n:
+    if r.has("shared_experts") and md.shared_expert_ffn and moe and md.is_moe:
         shared = layer_gemms(md, ctx.seq, mbs, tp, cp, 1, moe=True).shared
         act = 3 * tokens * md.shared_expert_ffn / tp * ACT / ctx.hbm + ctx.kernel_s
-        rec += (sum(ctx.gemm(g) for g in shared) + act) * (mx.moe + mx.mtp) / n
+        rec += sum(ctx.gemm(g) for g in shared) + act
     return rec
-
-
-def _blend(a: _Layer, b: _Layer, x: float) -> _Layer:
-    """``x·a + (1−x)·b`` field by field (the average layer of a stage mixing two kinds)."""
-    return _Layer(*(x * p + (1.0 - x) * q for p, q in zip(_fields(a), _fields(b), strict=True)))
-
-
-def _fields(lay: _Layer) -> tuple[float, ...]:
-    return tuple(getattr(lay, f) for f in _Layer.__dataclass_fields__)
-
-
-def _busiest_stage(
-    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
-) -> tuple[_Layer, StageMix]:
-    """The average layer and the layer mix of the stage with the most work (dense and MoE layers weighted by
-    their forward time, the output layer included). Memoised per layout."""
-    key = (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
-    hit = ctx.busiest.get(key)
-    if hit is None:
-        hit = ctx.busiest[key] = _find_busiest_stage(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
-    return hit
-
-
-def _find_busiest_stage(
-    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
-) -> tuple[_Layer, StageMix]:
-    lay_m = ctx.layer(tp, cp, ep, mbs, dispatcher, True)
-    mixes = ctx.mix(pp, vpp, schedule)
-    if not ctx.mixed_kinds:
-        return lay_m, max(mixes, key=lambda s: (s.decoder + s.mtp, s.loss))
-    lay_d = ctx.layer(tp, cp, ep, mbs, dispatcher, False)
-    t_m, t_d = sum(_fields(lay_m)), sum(_fields(lay_d))
-    lf = ctx.logits_times(tp, cp, mbs)[0]
-    mx = max(mixes, key=lambda s: (s.moe + s.mtp) * t_m + s.dense * t_d + (lf if s.loss else 0.0))
-    n = mx.decoder + mx.mtp
-    if n == 0 or mx.dense == 0:
-        return lay_m, mx
-    return _blend(lay_m, lay_d, (mx.moe + mx.mtp) / n), mx
 
 
 # --- presentation (for the ``estimate`` command) ------------------------------------------------------------

@@ -31,9 +31,11 @@ def simulate_reference(
     f_last: float = 0.0,
     b_last: float = 0.0,
     w_last: float = 0.0,
+    per_chunk: tuple[list[float], list[float], list[float]] | None = None,
 ) -> tuple[float, list[float], list[int]]:
     """Run the schedule; per-chunk durations ``f, b, w`` (``w`` is fused into B unless the schedule is
-    zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
+    zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer; ``per_chunk``: each
+    chunk's own (F, B, W) durations instead.
 
     Returns (makespan, busy time per stage, blocking sends per stage and micro-batch).
     """
@@ -47,6 +49,8 @@ def simulate_reference(
     sends = [0] * pp
     for k in range(nv):
         fk, bk, wk = (f + f_last, b + b_last, w + w_last) if k == last else (f, b, w)
+        if per_chunk is not None:
+            fk, bk, wk = per_chunk[0][k], per_chunk[1][k], per_chunk[2][k]
         if not zb:
             bk, wk = bk + wk, 0.0
         if not asynchronous and k < last and st[k + 1] != st[k]:
@@ -270,11 +274,13 @@ def static_reference(
     f_last: float = 0.0,
     b_last: float = 0.0,
     w_last: float = 0.0,
+    per_chunk: tuple[list[float], list[float], list[float]] | None = None,
 ) -> tuple[float, list[float], list[int], tuple[int, ...]]:
     """1F1B / interleaved in Megatron's fixed per-stage order, written straightforwardly: each stage's list
     of (kind, chunk, micro-batch) from Megatron's warm-up count and schedule table, then rounds over the
     stages running every head whose input is done, until all have run. Returns (makespan, busy per stage,
-    sends per stage and micro-batch, critical-path coefficients of (f, b, w, c, f_last, b_last, w_last))."""
+    sends per stage and micro-batch, critical-path coefficients of (f, b, w, c, f_last, b_last, w_last));
+    ``per_chunk``: each chunk's own (F, B, W) durations instead of ``f, b, w`` and the last chunk's extras."""
     interleaved = schedule == "interleaved"
     v = vpp if interleaved else 1
     nv = pp * v
@@ -284,6 +290,8 @@ def static_reference(
     for k in range(nv):
         s = k % pp
         fk, bk = (f + f_last, (b + b_last) + (w + w_last)) if k == last else (f, b + w)
+        if per_chunk is not None:
+            fk, bk = per_chunk[0][k], per_chunk[1][k] + per_chunk[2][k]
         if not interleaved and pp > 1 and k < last:
             fk += c
             sends[s] += 1

@@ -141,3 +141,24 @@ def test_new_studies_have_a_legal_published_baseline_and_a_plan(name: str) -> No
     # both published recipes fit under the study's margin (DeepSeek-V3's with the recipe's bf16 Adam moments:
     # see the study file) and are ranked
     assert result.baseline_rank is not None
+
+
+def test_each_stage_is_timed_with_its_own_layers() -> None:
+    """The stage holding MTP and the loss is timed with its own layers: a layout that gives the loss chunk one
+    layer (the recipe's) runs faster than one that gives it four with the same 61 layers, and the breakdown is
+    the busiest stage's (four-layer chunks: its MoE layers, no output layer)."""
+    from primus_optuna.physics.throughput import _context
+
+    light = _study("deepseek-v3", {"layout": "Et*4|(t*4|)*14tmL"}, nodes=16)
+    heavy = _study("deepseek-v3", {"layout": "Et*4|t|(t*4|)*13t*4mL"}, nodes=16)
+    cfg = Space(light).make(tp=1, pp=16, ep=8, recompute="full").derive(light.world, 1024)
+    a, b = estimate_throughput(light, cfg), estimate_throughput(heavy, cfg)
+    assert a.step_time_s < b.step_time_s
+    ctx = _context(light)
+    moe = ctx.layer(1, 1, 8, 1, cfg.moe_dispatcher, True)
+    m = cfg.num_microbatches
+    # a middle stage: 4 MoE layers, 3 GEMM passes each; no output layer's cross entropy in compute_other
+    assert a.breakdown_s["compute_mlp"] == pytest.approx(m * 4 * 3 * moe.mlp_lin)
+    assert a.breakdown_s["compute_other"] == pytest.approx(
+        m * 4 * (3 * moe.other_f + moe.host_f + moe.host_b)
+    )

@@ -5,8 +5,11 @@ import pytest
 from primus_optuna.physics.pipeline import (
     M_CAP_PER_STAGE,
     bubble_fraction,
+    chunk_mix,
+    mixed_pipeline_timing,
     pipeline_timing,
     simulate,
+    simulate_chunks,
     stage_of,
 )
 
@@ -106,3 +109,68 @@ def test_heavier_last_stage_sets_the_pace() -> None:
     base = pipeline_timing("1f1b", 4, 1, 32, 1.0, 2.0, 0.0, 0.0)
     heavy = pipeline_timing("1f1b", 4, 1, 32, 1.0, 2.0, 0.0, 0.0, f_last=0.5, b_last=0.5)
     assert heavy.step >= base.step + 32 * 1.0 - 1e-9
+
+
+def _chunk_durations(counts: tuple, per_kind: tuple) -> list[float]:
+    return [sum(n * d for n, d in zip(row, per_kind, strict=True)) for row in counts]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pp", "v"),
+    [("1f1b", 4, 1), ("interleaved", 4, 2), ("zb1p", 4, 1), ("zbv", 4, 2), ("1f1b", 8, 1)],
+)
+def test_mixed_timing_matches_the_exact_simulation_of_uneven_chunks(schedule: str, pp: int, v: int) -> None:
+    """Chunks of different work (a dense-first chunk, a light chunk holding the loss): the memoised timing is
+    the exact per-chunk simulation within the 1/50 quantisation, for the simulated and for longer pipelines."""
+    nv = pp * v
+    # kinds: an MoE layer, a dense layer, the output layer; chunk 0: 3 dense + 1 MoE, the last: 1 MoE + head
+    counts = ((1.0, 3.0, 0.0),) + ((4.0, 0.0, 0.0),) * (nv - 2) + ((1.0, 0.0, 2.0),)
+    f, b, w, c = (0.31, 0.17, 0.45), (0.52, 0.29, 0.61), (0.2, 0.1, 0.3), 0.03
+    zb = schedule in ("zb1p", "zbv")
+    mix = chunk_mix(schedule, pp, v, counts)
+    for m in (3 * pp, 8 * pp):
+        got = mixed_pipeline_timing(mix, m, f, b, w, c)
+        exact, busy, _, _ = simulate_chunks(
+            schedule,
+            pp,
+            v,
+            m,
+            _chunk_durations(counts, f),
+            _chunk_durations(counts, b),
+            _chunk_durations(counts, w),
+            c,
+        )
+        assert got.step == pytest.approx(exact, rel=0.01 if zb else 0.005), m
+        assert got.busy == pytest.approx(max(busy))
+        assert busy[got.stage] == pytest.approx(max(busy))
+
+
+def test_the_stage_with_most_work_sets_the_pace_not_the_one_holding_the_loss() -> None:
+    """A last stage of one layer and the output layer is lighter than the middle stages' four layers: the
+    steady state is the middle stages', and the step is not the four-layer chunk plus the output layer that
+    timing every chunk as the busiest one's would give."""
+    pp, m = 8, 64
+    layer, head = (1.0, 2.0, 0.0), (1.5, 3.0, 0.0)  # f, b, w per layer / per output layer
+    counts = ((4.0, 0.0),) * (pp - 1) + ((1.0, 1.0),)
+    t = mixed_pipeline_timing(
+        chunk_mix("1f1b", pp, 1, counts), m, (layer[0], head[0]), (layer[1], head[1]), (0.0, 0.0), 0.0
+    )
+    assert t.stage < pp - 1
+    assert t.busy == pytest.approx(m * 4 * 3.0)
+    padded = pipeline_timing("1f1b", pp, 1, m, 4 * layer[0], 4 * layer[1], 0.0, 0.0, head[0], head[1])
+    assert t.step < padded.step - m * 3.0
+
+
+def test_uniform_pipeline_timing_is_the_mixed_one_with_alike_chunks() -> None:
+    nv = 4 * 3
+    counts = ((1.0, 0.0),) * (nv - 1) + ((1.0, 1.0),)
+    a = pipeline_timing("interleaved", 4, 3, 24, 0.5, 1.1, 0.0, 0.02, 0.3, 0.4)
+    b = mixed_pipeline_timing(
+        chunk_mix("interleaved", 4, 3, counts), 24, (0.5, 0.3), (1.1, 0.4), (0.0, 0.0), 0.02
+    )
+    assert a == b
+
+
+def test_chunk_mix_refuses_counts_that_do_not_match_the_chunks() -> None:
+    with pytest.raises(ValueError, match="3 chunk counts for 8 chunks"):
+        chunk_mix("interleaved", 4, 2, ((1.0,),) * 3)

@@ -45,10 +45,10 @@ def _cases(seed: int, n: int) -> list[tuple]:
     return out
 
 
-def _reference(*args: object) -> tuple:
+def _reference(*args: object, **kwargs: object) -> tuple:
     if args[0] in ("1f1b", "interleaved"):
-        return static_reference(*args)
-    return simulate_reference(*args)
+        return static_reference(*args, **kwargs)
+    return simulate_reference(*args, **kwargs)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -84,3 +84,24 @@ def test_fixed_order_and_greedy_agree_at_uniform_stages() -> None:
     ):
         args = (sch, pp, vpp, m, 0.3, 0.6, 0.0, 0.02)
         assert pipeline.simulate(*args)[0] == pytest.approx(simulate_reference(*args)[0], rel=1e-12), args
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_simulate_chunks_equals_reference_with_a_duration_per_chunk(seed: int) -> None:
+    """Chunks of different durations (uneven layouts): the same makespan, busy times and sends as the
+    reference given those durations, and the critical path it reports adds up to the makespan."""
+    rng = random.Random(seed)
+    for args in _cases(seed + 10, 60):
+        sch, pp, vpp, m, *_ = args
+        c = args[7]
+        v = 2 if sch == "zbv" else (vpp if sch == "interleaved" else 1)
+        nv = pp * v
+        zb = sch in ("zb1p", "zbv")
+        fs = [rng.randint(1, 30) / 50 for _ in range(nv)]
+        bs = [rng.randint(1, 30) / 50 for _ in range(nv)]
+        ws = [rng.randint(1, 30) / 50 if zb else 0.0 for _ in range(nv)]
+        makespan, busy, sends, (cf, cb, cw, cc) = pipeline.simulate_chunks(sch, pp, vpp, m, fs, bs, ws, c)
+        ref = _reference(*args[:8], per_chunk=(fs, bs, ws))
+        assert (makespan, busy, sends) == tuple(ref[:3]), args
+        path = sum(n * d for n, d in zip(cf + cb + cw, fs + bs + ws, strict=True)) + cc * c
+        assert path == pytest.approx(makespan), args
