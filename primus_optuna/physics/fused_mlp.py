@@ -13,7 +13,11 @@ from .calibration import gpu_family
 class FusedGroupedMLP:
     """What ``workload.te_op_fuser`` (Transformer Engine's fused grouped MLP) changes in an MoE layer's expert
     MLP; the rest of it (grouped-GEMM FLOPs at the family's grouped rate, activation traffic, FP8 casts) is
-    priced as without it."""
+    priced as without it. TE's kernel does apply the GLU and quantise FC2's input in FC1's epilogue
+    (``grouped_mlp.py@d0067d0d``:1550-1551, 1626-1644), but pricing that (no activation pass, no FC2 input
+    cast) made the published fused-MLP rows 4-6 points faster than measured (held-back MoE MAE 9.3% -> 10.3%,
+    10.1% after a refit; 2026-12-05): the fused path costs something the model lacks, which the unfused
+    traffic stands in for."""
 
     expert_fixed_cost: float
     """fraction kept of the family's fixed cost per local expert and grouped GEMM (``grouped_expert_us``)"""
