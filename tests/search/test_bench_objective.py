@@ -142,3 +142,18 @@ def test_bench_script_runs_end_to_end(capsys):
     for name in bench.SAMPLERS:
         assert f"\n  {name} " in out
     assert "true optimum's rank" in out and "goal (primus median" in out
+
+
+def test_ahead_at_the_optimum_means_a_worst_seed_no_lower():
+    """Both medians at the true optimum: the sampler is ahead when its worst seed is not below the other's
+    (a strict median comparison could never be met there)."""
+
+    def report(primus: list[float], other: list[float]):
+        rows = [bench.RunResult("s", "primus", i, {30: v}, None) for i, v in enumerate(primus)]
+        rows += [bench.RunResult("s", "top-k", i, {30: v}, None) for i, v in enumerate(other)]
+        return bench.StudyReport("s", rows, 0, 0, "", 1, 1, [1], [1.0], 0.0)
+
+    assert bench.goals(report([1.0, 1.0, 1.0], [1.0, 1.0, 0.8]), [30], ["primus", "top-k"])[0]
+    ok, text = bench.goals(report([1.0, 1.0, 0.95], [1.0, 1.0, 1.0]), [30], ["primus", "top-k"])
+    assert not ok and "not ahead of top-k" in text
+    assert not bench.goals(report([0.97, 0.97, 0.97], [0.97, 0.98, 0.99]), [30], ["primus", "top-k"])[0]
