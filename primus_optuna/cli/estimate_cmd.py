@@ -51,7 +51,12 @@ def estimate_document(spec: StudySpec, space: Space, config: TrainingConfig) -> 
             for st, mx in zip(doc["memory"]["stages"], mixes, strict=True):
                 st["layers"] = _layers_label(mx)
     if not reasons:
-        doc["throughput"] = throughput_section(estimate_throughput(spec, config))
+        est = estimate_throughput(spec, config)
+        doc["throughput"] = throughput_section(est)
+        if mem is not None and len(est.stage_work_s) == len(mem.stages):
+            for st, work in zip(doc["memory"]["stages"], est.stage_work_s, strict=True):
+                st["work_s"] = work
+            doc["memory"]["pace_stage"] = est.busiest_stage
     return doc
 
 
@@ -86,12 +91,19 @@ def _memory_table(mem: dict[str, Any]) -> list[str]:
     if mem.get("recompute"):
         title += f", activations with recompute={mem['recompute']}"
     labelled = any("layers" in st for st in mem["stages"])
+    timed = len(mem["stages"]) > 1 and all("work_s" in st for st in mem["stages"])
+    if timed:  # the step time's per-stage pipeline work: the stage with the most sets the pace
+        head += f" {'work s':>9}"
     lines = [title + ":", head + ("  layers" if labelled else "")]
     for st in mem["stages"]:
-        mark = " <- peak" if st["stage"] == mem["peak_stage"] else ""
+        marks = ["peak"] if st["stage"] == mem["peak_stage"] else []
+        if timed and st["stage"] == mem.get("pace_stage"):
+            marks.append("pace")
+        mark = f" <- {', '.join(marks)}" if marks else ""
         cells = " ".join(f"{st['breakdown'][k]:>9.2f}" for k in BREAKDOWN_KEYS)
+        work = f" {st['work_s']:>9.2f}" if timed else ""
         layers = f"  {st['layers']}" if "layers" in st else ""
-        lines.append(f"{st['stage']:>5} {cells} {st['total_gib']:>9.2f}{layers}{mark}")
+        lines.append(f"{st['stage']:>5} {cells} {st['total_gib']:>9.2f}{work}{layers}{mark}")
     verdict = "fits" if mem["fits"] else "DOES NOT FIT"
     lines.append(
         f"peak {mem['peak_gib']:.1f} GiB on stage {mem['peak_stage']}; usable {mem['usable_gib']:.1f} of "
@@ -149,6 +161,11 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
     if "memory" in doc:
         for line in _memory_table(doc["memory"]):
             click.echo(line)
+        if "pace_stage" in doc["memory"] and len(doc["memory"]["stages"]) > 1:
+            click.echo(
+                f"work s: each stage's pipeline work per step (compute and blocking sends); stage "
+                f"{doc['memory']['pace_stage']} has the most and sets the pace"
+            )
     else:
         click.echo("memory: not estimated (the configuration's sizes do not divide)")
     if doc["legal"]:

@@ -56,6 +56,8 @@ class PipelineTiming:
     """asynchronous transfers (interleaved) on the critical path, taken out of ``bubble``"""
     stage: int = 0
     """the busiest stage (the one whose work ``busy`` is)"""
+    stage_work: tuple[float, ...] = ()
+    """per stage, its work per micro-batch (its chunks' passes and blocking sends)"""
 
 
 def n_virtual(schedule: str, pp: int, vpp: int) -> int:
@@ -815,10 +817,10 @@ def mixed_pipeline_timing(
     s = max(range(pp), key=work.__getitem__)
     per_mb = work[s]
     if pp == 1:
-        return PipelineTiming(m * per_mb, m * per_mb, 0.0, 0)
+        return PipelineTiming(m * per_mb, m * per_mb, 0.0, 0, stage_work=(per_mb,))
     unit = sum(mix.mean[j] * unit_k[j] for j in kinds) + 2 * c
     if unit <= 0:
-        return PipelineTiming(0.0, 0.0, 0.0, 0, stage=s)
+        return PipelineTiming(0.0, 0.0, 0.0, 0, stage=s, stage_work=tuple(work))
     ms = min(m, M_CAP_PER_STAGE * pp)
     res = mix.res
     cf, cb, cw, cc = _normalised(
@@ -838,7 +840,15 @@ def mixed_pipeline_timing(
     if mix.schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
         transfers = min(bubble, cc * c)
     busy = m * per_mb
-    return PipelineTiming(busy + bubble, busy, bubble - transfers, mix.stage_sends[s], transfers, stage=s)
+    return PipelineTiming(
+        busy + bubble,
+        busy,
+        bubble - transfers,
+        mix.stage_sends[s],
+        transfers,
+        stage=s,
+        stage_work=tuple(work),
+    )
 
 
 def pipeline_timing(

@@ -160,6 +160,11 @@ class ThroughputEstimate:
     """model FLOPs (no recompute) / (step time · world · dense peak of the workload's precision)"""
     breakdown_s: dict[str, float]
     """exposed seconds per step, keys :data:`~primus_optuna.physics.calibration.BREAKDOWN_TERMS`"""
+    stage_work_s: tuple[float, ...] = ()
+    """per pipeline stage, its work in the pipeline per step (its layers' and output layers' passes for every
+    micro-batch, and its blocking sends; uncalibrated): a layout is balanced when these are alike"""
+    busiest_stage: int = 0
+    """the stage with the most work, whose terms ``breakdown_s`` holds"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,6 +172,8 @@ class ThroughputEstimate:
             "step_time_s": self.step_time_s,
             "mfu": self.mfu,
             "breakdown_s": dict(self.breakdown_s),
+            "stage_work_s": list(self.stage_work_s),
+            "busiest_stage": self.busiest_stage,
         }
 
 
@@ -831,7 +838,7 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         bd = {t: bd[t] for t in BREAKDOWN_TERMS}
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
-    return ThroughputEstimate(step, tps, mfu, bd)
+    return ThroughputEstimate(step, tps, mfu, bd, tuple(m * w for w in timing.stage_work), s)
 
 
 @dataclass(frozen=True, slots=True)

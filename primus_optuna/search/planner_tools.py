@@ -145,8 +145,9 @@ class PlannerTools:
         return self._run("check", {"config": config}, run)
 
     def estimate(self, config: dict[str, Any]) -> str:
-        """Peak memory per pipeline stage vs the usable memory, step time and its three largest terms, the
-        model's tokens/s/GPU and the expectation corrected by this study's measurements."""
+        """Peak memory per pipeline stage vs the usable memory, step time and its three largest terms, each
+        stage's pipeline work (the one with the most sets the pace), the model's tokens/s/GPU and the expectation
+        corrected by this study's measurements."""
 
         def run() -> dict[str, Any]:
             c = self.space.canonical(self._config(config))
@@ -166,6 +167,8 @@ class PlannerTools:
                 "top_terms_s": {k: round(v, 4) for k, v in terms},
                 "model_tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 1),
             }
+            if len(est.stage_work_s) > 1:
+                out["pipeline_work_s_per_stage"] = [round(w, 3) for w in est.stage_work_s]
             if not fits:
                 out["why_not"] = attrs.get("prune_reason")
             expected = self._expected(c)

@@ -23,10 +23,19 @@ def test_json_document_matches_the_library() -> None:
     assert doc["legal"] is True and doc["reasons"] == []
     assert doc["config"]["tp"] == 2 and doc["config"]["dp"] == 4
     m = doc["memory"]
-    assert set(m) == {"peak_gib", "usable_gib", "capacity_gib", "fits", "peak_stage", "recompute", "stages"}
+    assert set(m) == {
+        "peak_gib",
+        "usable_gib",
+        "capacity_gib",
+        "fits",
+        "peak_stage",
+        "recompute",
+        "stages",
+        "pace_stage",
+    }
     assert m["recompute"] == "full"
     assert len(m["stages"]) == 8
-    assert set(m["stages"][0]) == {"stage", "total_gib", "breakdown", "layers"}
+    assert set(m["stages"][0]) == {"stage", "total_gib", "breakdown", "layers", "work_s"}
     # the stage's layers: embedding, MoE layers, loss (Mixtral: 56 MoE layers over 8 stages)
     assert [s["layers"] for s in m["stages"]] == ["E+7moe"] + ["7moe"] * 6 + ["7moe+L"]
     assert tuple(m["stages"][0]["breakdown"]) == BREAKDOWN_KEYS
@@ -80,7 +89,14 @@ def test_estimate_includes_the_step_time_breakdown() -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     thr = doc["throughput"]
-    assert set(thr) == {"tokens_per_s_per_gpu", "step_time_s", "mfu", "breakdown_s"}
+    assert set(thr) == {
+        "tokens_per_s_per_gpu",
+        "step_time_s",
+        "mfu",
+        "breakdown_s",
+        "stage_work_s",
+        "busiest_stage",
+    }
     spec = StudySpec.from_yaml(FLAGSHIP)
     direct = estimate_throughput(spec, Space(spec).baseline)
     assert thr["tokens_per_s_per_gpu"] == pytest.approx(direct.tokens_per_s_per_gpu)
@@ -104,3 +120,27 @@ def test_explain_comm_prints_nccl_style_bus_bandwidths() -> None:
     rows = json.loads(out)["communication"]
     assert {r["nodes"] for r in rows} == {1, 2, 4, 8, 16, 32, 64}
     assert all(0 < r["bus_gbs"] <= 400 for r in rows if r["nodes"] > 1)
+
+
+def test_each_stage_shows_its_pipeline_work_and_the_one_that_sets_the_pace() -> None:
+    """DeepSeek-V3's layout (E+3 dense+5 MoE | 8 MoE ×6 | 5 MoE+MTP+loss): the work column says which stage sets
+    the steady state (a middle one), the light first and last stages less; the JSON carries the same per-stage
+    work as the library's estimate, and the stage setting the pace is the one with the most."""
+    from primus_optuna.physics.throughput import estimate_throughput
+    from tests.conftest import STUDIES
+
+    study = STUDIES / "deepseek-v3-mi355x-fp8.yaml"
+    result = CliRunner().invoke(cli, ["estimate", str(study), "--json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.output)
+    spec = StudySpec.from_yaml(study)
+    est = estimate_throughput(spec, Space(spec).baseline)
+    work = [s["work_s"] for s in doc["memory"]["stages"]]
+    assert work == pytest.approx(list(est.stage_work_s)) and doc["throughput"][
+        "stage_work_s"
+    ] == pytest.approx(work)
+    pace = doc["memory"]["pace_stage"]
+    assert pace == est.busiest_stage == doc["throughput"]["busiest_stage"] and work[pace] == max(work)
+    assert work[0] < work[pace] and work[-1] < work[pace]
+    text = CliRunner().invoke(cli, ["estimate", str(study)]).output
+    assert "work s" in text and text.count("pace") == 2  # the marked stage and the line that explains it

@@ -81,6 +81,11 @@ def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_lega
     assert no["fits"] is False and no["why_not"].startswith("memory: ")
     assert yes["fits"] is True and yes["peak_gib_per_stage"] and yes["top_terms_s"]
     assert yes["usable_gib"] > max(yes["peak_gib_per_stage"])
+    # each pipeline stage's work beside its memory (none without a pipeline)
+    for est in (no, yes):
+        stages = len(est["peak_gib_per_stage"])
+        assert len(est.get("pipeline_work_s_per_stage", [0.0] * stages)) == stages
+        assert ("pipeline_work_s_per_stage" in est) == (stages > 1)
     assert "tp=3 breaks the head count" in second["inputs"]["situation"]  # notes carried to the next call
     assert "tp=3 breaks the head count" in json.loads(second["tool_calls"][0]["result"])[0]
     books = llm_accounting(study)
