@@ -71,7 +71,7 @@ def time_error(est: float, measured: float, scale: float = 1.0) -> float:
     return measured / (scale * est) - 1
 
 
-PEAKS = (0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80)
+PEAKS = (0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90)
 """linear-GEMM peak fractions scanned"""
 GROUPED = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """grouped-GEMM multipliers scanned"""
