@@ -32,6 +32,7 @@ pass durations normalised and rounded to 1/50 of the mean chunk's work.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from operator import add
@@ -56,8 +57,16 @@ class PipelineTiming:
     """asynchronous transfers (interleaved) on the critical path, taken out of ``bubble``"""
     stage: int = 0
     """the busiest stage (the one whose work ``busy`` is)"""
-    stage_work: tuple[float, ...] = ()
-    """per stage, its work per micro-batch (its chunks' passes and blocking sends)"""
+    class_work: tuple[float, ...] = ()
+    """per class of alike stages (:attr:`ChunkMix.classes`), a stage's work per micro-batch (its chunks' passes
+    and blocking sends)"""
+    stage_class: tuple[int, ...] = ()
+    """per stage, its class"""
+
+    @property
+    def stage_work(self) -> tuple[float, ...]:
+        """Per stage, its work per micro-batch."""
+        return tuple([self.class_work[i] for i in self.stage_class])
 
 
 def n_virtual(schedule: str, pp: int, vpp: int) -> int:
@@ -738,6 +747,12 @@ class ChunkMix:
     res: tuple[float, ...]
     """per kind, the quantisation grid: a kind's duration is simulated on 1/res of the unit, so that a chunk
     holding its largest count of it is within 1/(2·_RES) of the unit"""
+    classes: tuple[tuple[tuple[float, ...], int], ...]
+    """the distinct (stage counts, sends) of the stages (most stages of a pipeline are alike)"""
+    stage_class: tuple[int, ...]
+    """per stage, its index in ``classes``"""
+    class_stage: tuple[int, ...]
+    """per class, its first stage"""
 
 
 @lru_cache(maxsize=1024)
@@ -759,7 +774,21 @@ def chunk_mix(schedule: str, pp: int, vpp: int, counts: tuple[tuple[float, ...],
             sends[st[k]] += (k < nv - 1 and st[k + 1] != st[k]) + (k > 0 and st[k - 1] != st[k])
     mean = tuple(sum(row[j] for row in counts) / nv for j in range(kinds))
     res = tuple(_RES * max(1.0, max(row[j] for row in counts)) for j in range(kinds))
-    return ChunkMix(schedule, pp, v, counts, tuple(tuple(r) for r in stage_counts), tuple(sends), mean, res)
+    per_stage = [(tuple(r), n) for r, n in zip(stage_counts, sends, strict=True)]
+    classes = list(dict.fromkeys(per_stage))
+    return ChunkMix(
+        schedule,
+        pp,
+        v,
+        counts,
+        tuple(r for r, _ in per_stage),
+        tuple(sends),
+        mean,
+        res,
+        tuple(classes),
+        tuple(classes.index(x) for x in per_stage),
+        tuple(per_stage.index(x) for x in classes),
+    )
 
 
 def quantised_chunks(
@@ -794,47 +823,54 @@ def _normalised(
 def mixed_pipeline_timing(
     mix: ChunkMix,
     m: int,
-    f: tuple[float, ...],
-    b: tuple[float, ...],
-    w: tuple[float, ...],
+    f: Sequence[float],
+    b: Sequence[float],
+    w: Sequence[float],
     c: float,
 ) -> PipelineTiming:
     """Step time of the pipeline part for chunks holding different work, from a memoised simulation.
 
     ``f, b, w``: per kind of :class:`ChunkMix`, the pass durations of one unit and micro-batch (seconds; ``w``
-    is fused into B unless the schedule is zero-bubble); ``c``: one send. The simulation runs on durations
-    quantised to a grid of the mean chunk's work and at most ``M_CAP_PER_STAGE·p`` micro-batches; its critical
-    path is re-evaluated with the exact durations (so the result is monotone in them), and the bubble beyond the
-    busiest stage's work stays as simulated for more micro-batches (steady state). The busiest stage is the one
-    with the most work per micro-batch (its chunks and blocking sends)."""
-    kinds = range(len(f))
-    unit_k = [f[j] + b[j] + w[j] for j in kinds]
-    pp = mix.pp
-    work = [
-        sum(n[j] * unit_k[j] for j in kinds) + sends * c
-        for n, sends in zip(mix.stage_counts, mix.stage_sends, strict=True)
-    ]
-    s = max(range(pp), key=work.__getitem__)
-    per_mb = work[s]
-    if pp == 1:
-        return PipelineTiming(m * per_mb, m * per_mb, 0.0, 0, stage_work=(per_mb,))
-    unit = sum(mix.mean[j] * unit_k[j] for j in kinds) + 2 * c
+    is run inside B unless the schedule is zero-bubble: pass it added to ``b`` and zero there, so that alike
+    configurations share simulations); ``c``: one send. The simulation runs on durations quantised to a grid of
+    the mean chunk's work and at most ``M_CAP_PER_STAGE·p`` micro-batches; its critical path is re-evaluated
+    with the exact durations (so the result is monotone in them), and the bubble beyond the busiest stage's
+    work stays as simulated for more micro-batches (steady state). The busiest stage is the one with the most
+    work per micro-batch (its chunks and blocking sends)."""
+    kr = range(len(f))
+    unit_k = [f[j] + b[j] + w[j] for j in kr]
+    work_c = []
+    per_mb, ci = -1.0, 0
+    for i, (n, sends) in enumerate(mix.classes):
+        x = sends * c
+        for j in kr:
+            x += n[j] * unit_k[j]
+        work_c.append(x)
+        if x > per_mb:
+            per_mb, ci = x, i
+    s = mix.class_stage[ci]
+    if mix.pp == 1:
+        return PipelineTiming(m * per_mb, m * per_mb, 0.0, 0, 0.0, s, tuple(work_c), mix.stage_class)
+    unit = 2 * c
+    mean = mix.mean
+    for j in kr:
+        unit += mean[j] * unit_k[j]
     if unit <= 0:
-        return PipelineTiming(0.0, 0.0, 0.0, 0, stage=s, stage_work=tuple(work))
-    ms = min(m, M_CAP_PER_STAGE * pp)
+        return PipelineTiming(0.0, 0.0, 0.0, 0, 0.0, s, tuple(work_c), mix.stage_class)
+    ms = min(m, M_CAP_PER_STAGE * mix.pp)
     res = mix.res
+    inv = 1.0 / unit
     cf, cb, cw, cc = _normalised(
         mix,
         ms,
-        tuple(int(round(f[j] / unit * res[j])) for j in kinds),
-        tuple(int(round(b[j] / unit * res[j])) for j in kinds),
-        tuple(int(round(w[j] / unit * res[j])) for j in kinds),
-        int(round(c / unit * _RES)),
+        tuple([round(f[j] * res[j] * inv) for j in kr]),
+        tuple([round(b[j] * res[j] * inv) for j in kr]),
+        tuple([round(w[j] * res[j] * inv) for j in kr]),
+        round(c * _RES * inv),
     )
-    span = 0.0
-    for j in kinds:
+    span = cc * c
+    for j in kr:
         span += cf[j] * f[j] + cb[j] * b[j] + cw[j] * w[j]
-    span += cc * c
     bubble = max(0.0, span - ms * per_mb)
     transfers = 0.0
     if mix.schedule == "interleaved":  # asynchronous sends: what of them the critical path waits for
@@ -846,8 +882,9 @@ def mixed_pipeline_timing(
         bubble - transfers,
         mix.stage_sends[s],
         transfers,
-        stage=s,
-        stage_work=tuple(work),
+        s,
+        tuple(work_c),
+        mix.stage_class,
     )
 
 
@@ -870,6 +907,8 @@ def pipeline_timing(
     v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
     nv = n_virtual(schedule, pp, v)
     counts = ((1.0, 0.0),) * (nv - 1) + ((1.0, 1.0),)
+    if schedule not in ("zb1p", "zbv"):  # W inside B
+        b, b_last, w, w_last = b + w, b_last + w_last, 0.0, 0.0
     return mixed_pipeline_timing(
         chunk_mix(schedule, pp, v, counts), m, (f, f_last), (b, b_last), (w, w_last), c
     )

@@ -160,11 +160,18 @@ class ThroughputEstimate:
     """model FLOPs (no recompute) / (step time · world · dense peak of the workload's precision)"""
     breakdown_s: dict[str, float]
     """exposed seconds per step, keys :data:`~primus_optuna.physics.calibration.BREAKDOWN_TERMS`"""
-    stage_work_s: tuple[float, ...] = ()
-    """per pipeline stage, its work in the pipeline per step (its layers' and output layers' passes for every
-    micro-batch, and its blocking sends; uncalibrated): a layout is balanced when these are alike"""
     busiest_stage: int = 0
     """the stage with the most work, whose terms ``breakdown_s`` holds"""
+    class_work_s: tuple[float, ...] = ()
+    stage_class: tuple[int, ...] = ()
+    """per class of alike stages its work in the pipeline per step, and each stage's class
+    (:attr:`stage_work_s`)"""
+
+    @property
+    def stage_work_s(self) -> tuple[float, ...]:
+        """Per pipeline stage, its work in the pipeline per step (its layers' and output layers' passes for
+        every micro-batch, and its blocking sends; uncalibrated): a layout is balanced when these are alike."""
+        return tuple([self.class_work_s[i] for i in self.stage_class])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,7 +273,7 @@ class _Context:
         self.layers: dict[tuple[int, int, int, int, str], _Layer] = {}
         self.logits: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self.mixes: dict[tuple[int, int, str], list[StageMix]] = {}
-        self.counts: dict[tuple[int, int, str], tuple[tuple[float, float, float], ...]] = {}
+        self.pipelines: dict[tuple[int, int, str], tuple[ChunkMix, float]] = {}
         self.params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
@@ -580,12 +587,17 @@ class _Context:
             self.mixes[key] = mx
         return mx
 
-    def chunk_counts(self, pp: int, vpp: int, schedule: str) -> tuple[tuple[float, float, float], ...]:
-        """Per chunk its (model-kind + MTP, dense, output) layers (:func:`.layer_mix.chunk_counts`)."""
+    def pipeline(self, pp: int, vpp: int, schedule: str) -> tuple[ChunkMix, float]:
+        """The chunks' mix of kinds (:func:`.layer_mix.chunk_counts`: the model's own layers, an MoE model's dense
+        layers if it has any, output layers) and the decoder + MTP layers per chunk, averaged over the chunks."""
         key = (pp, vpp, schedule)
-        r = self.counts.get(key)
+        r = self.pipelines.get(key)
         if r is None:
-            r = self.counts[key] = chunk_counts(self.model, self.spec.pipeline, pp, vpp, schedule)
+            counts = chunk_counts(self.model, self.spec.pipeline, pp, vpp, schedule)
+            if not self.mixed_kinds:
+                counts = tuple((main, heads) for main, _, heads in counts)
+            per_chunk = sum(sum(row[:-1]) for row in counts) / len(counts)
+            r = self.pipelines[key] = (chunk_mix(schedule, pp, vpp, counts), per_chunk)
         return r
 
     def stage_params(self, tp: int, pp: int, ep: int, mx: StageMix) -> tuple[float, float]:
@@ -721,49 +733,41 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     lo = ctx.layouts.get(lkey)
     if lo is None:
         lo = ctx.layouts[lkey] = _layout_terms(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
-    kinds = lo.kinds
     recompute = "none" if zb else config.recompute
-
-    # one layer of each kind, one micro-batch: passes
-    ep_overlap = is_moe and getattr(config, "ep_overlap", False)
-    steady = max(0, m - (pp if pp > 1 else 1)) / m
     keep = 1.0 - k.overlap_interference
+
+    # one layer of each kind (the model's own, an MoE model's dense layers), then the output layer, one
+    # micro-batch: F, B (with what the recompute value re-runs) and W passes
     rkey = (lkey, recompute)
     recs = ctx.recs.get(rkey)
     if recs is None:
         recs = ctx.recs[rkey] = tuple(
             recompute_seconds(ctx, x.lay, recompute, tp, cp, mbs, lo.per_chunk)
             + _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, x.moe)
-            for x in kinds
+            for x in lo.kinds
         )
-    f_pass: list[float] = []
-    b_pass: list[float] = []
-    w_pass: list[float] = []
-    ep_exposed: list[float] = []
-    for x, rec in zip(kinds, recs, strict=True):
+    f_pass = list(lo.f_pass)
+    b_pass = list(lo.b_pass_zb if zb else lo.b_pass)
+    for j, rec in enumerate(recs):
+        b_pass[j] += rec
+    ep_step = 0.0  # exposed dispatch/combine of one MoE layer and micro-batch
+    if is_moe:  # the model's own kind (the first) holds the MoE layers
+        x = lo.kinds[0]
         lay = x.lay
         ep_f, ep_b = lay.ep_f, lay.ep_b
-        if ep_overlap and x.moe:
+        if getattr(config, "ep_overlap", False):
             # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
             # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
             # vice versa, never more than that compute, and the hidden part still costs the interference
             # fraction
+            steady = max(0, m - (pp if pp > 1 else 1)) / m
             comp_f = x.lin + lay.core_f + lay.other_f
             comp_b = 2 * x.lin + lay.core_b + 2 * lay.other_f
             ep_f -= steady * keep * min(ep_f, comp_b)
             ep_b -= steady * keep * min(ep_b, comp_f)
-        # f: lin + core_f + other_f + host_f + tp_f + cp_f + ep_f; b: lin + core_b + 2·other_f + host_b + tp_b
-        # + cp_b + ep_b + recompute; w: lin (the sums up to cp are memoised per layout)
-        f_pass.append(x.f_base + ep_f)
-        b_pass.append((x.b_base_zb if zb else x.b_base) + ep_b + rec)
-        w_pass.append(x.lin)
-        ep_exposed.append(ep_f + ep_b)
-    lf, lb, lw = (
-        lo.logits
-    )  # one output layer (and loss); the chunk holding the loss has one per MTP layer too
-    f_pass.append(lf)
-    b_pass.append(lb)
-    w_pass.append(lw)
+        f_pass[0] += ep_f
+        b_pass[0] += ep_b
+        ep_step = ep_f + ep_b
 
     # pipeline
     ckey = (tp, cp, mbs, pp, dp)
@@ -771,12 +775,13 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     if c is None:
         msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
         c = ctx.p2p[ckey] = ctx.topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
-    timing = mixed_pipeline_timing(lo.mix, m, tuple(f_pass), tuple(b_pass), tuple(w_pass), c)
+    timing = mixed_pipeline_timing(lo.mix, m, f_pass, b_pass, lo.w_pass if zb else lo.no_w, c)
     s = timing.stage
-    counts = lo.mix.stage_counts[s]  # the busiest stage: its layers of each kind, then its output layers
+    klass = lo.mix.stage_class[s]
+    counts = lo.mix.classes[klass][0]  # the busiest stage's layers of each kind, then its output layers
 
     # data parallelism (per step, after the pipeline) and the optimizer, of the busiest stage
-    dkey = (lkey, dp, s)
+    dkey = (lkey, dp, klass)
     dpt = ctx.dp_terms.get(dkey)
     if dpt is None:
         mx = lo.mixes[s]
@@ -785,14 +790,15 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         optimizer = local * ctx.opt_bytes / ctx.hbm + 30 * ctx.kernel_s
         dpt = ctx.dp_terms[dkey] = (dense, expert, rs, ag, optimizer)
     dense, expert, rs, ag, optimizer = dpt
-    bwd_window = fwd_window = 0.0
-    for j in range(len(kinds)):
-        bwd_window += counts[j] * (b_pass[j] + w_pass[j])
-        fwd_window += counts[j] * f_pass[j]
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
     if ctx.overlap_grad_reduce and not zb:
-        # hidden under the last micro-batch's backward / first forward, less the interference fraction
+        # hidden under the last micro-batch's backward / first forward (the stage's layers), less the
+        # interference fraction
+        bwd_window = fwd_window = 0.0
+        for j in range(len(lo.kinds)):  # (W inside B: not zero-bubble)
+            bwd_window += counts[j] * b_pass[j]
+            fwd_window += counts[j] * f_pass[j]
         dp_exposed = rs - keep * min((1 - k.dp_tail) * rs, bwd_window)
         dp_exposed += ag - keep * min((1 - k.dp_tail) * ag, fwd_window)
     else:  # Megatron's default: the reduce after the last backward, the gather before the first forward
@@ -807,25 +813,19 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
 
     # breakdown of the busiest stage: m micro-batches of its layers and output layers, sends, bubble (keys in
     # the order of BREAKDOWN_TERMS)
-    attention = mlp = other = rec_t = tp_t = cp_t = ep_t = 0.0
-    for j, x in enumerate(kinds):
-        n = m * counts[j]
-        attention += n * x.attention  # 3·attn_lin + core_f + core_b
-        mlp += n * 3 * x.lay.mlp_lin
-        other += n * x.other  # 3·other_f + host_f + host_b
-        rec_t += n * recs[j]
-        tp_t += n * (x.lay.tp_f + (x.lay.tp_b_zb if zb else x.lay.tp_b))
-        cp_t += n * x.cp  # cp_f + cp_b
-        ep_t += n * ep_exposed[j]
+    attention, mlp, other, tp_t, cp_t = lo.stage_terms(klass, zb)
+    rec_t = 0.0
+    for j, rec in enumerate(recs):
+        rec_t += counts[j] * rec
     bd = {
-        "compute_attention": attention,
-        "compute_mlp": mlp,
-        "compute_other": other + m * counts[-1] * lo.logits_sum + grad_add,
-        "recompute": rec_t,
+        "compute_attention": m * attention,
+        "compute_mlp": m * mlp,
+        "compute_other": m * other + grad_add,
+        "recompute": m * rec_t,
         "pipeline_bubble": timing.bubble,
-        "tp_comm": tp_t,
-        "cp_comm": cp_t,
-        "ep_comm": ep_t,
+        "tp_comm": m * tp_t,
+        "cp_comm": m * cp_t,
+        "ep_comm": m * counts[0] * ep_step,
         "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
         "dp_comm": dp_exposed,
         "optimizer": optimizer,
@@ -838,71 +838,88 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         bd = {t: bd[t] for t in BREAKDOWN_TERMS}
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
-    return ThroughputEstimate(step, tps, mfu, bd, tuple(m * w for w in timing.stage_work), s)
+    return ThroughputEstimate(
+        step, tps, mfu, bd, s, tuple([m * w for w in timing.class_work]), timing.stage_class
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _KindTerms:
-    """What :func:`estimate_throughput` needs of one kind of layer (the model's own, or an MoE model's dense
-    layers) in one layout, each sum written in the order the estimate adds it."""
+    """One kind of layer (the model's own, or an MoE model's dense layers) in one layout."""
 
     lay: _Layer
     moe: bool
     lin: float  # attn_lin + mlp_lin
-    f_base: float  # lin + core_f + other_f + host_f + tp_f + cp_f
-    b_base: float  # lin + core_b + 2·other_f + host_b + tp_b + cp_b
-    b_base_zb: float  # the same with tp_b_zb
-    attention: float  # 3·attn_lin + core_f + core_b
-    other: float  # 3·other_f + host_f + host_b
-    cp: float  # cp_f + cp_b
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _LayoutTerms:
-    """What :func:`estimate_throughput` needs of one layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)."""
+    """What :func:`estimate_throughput` needs of one layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher):
+    per kind of layer (in the order of ``mix``'s kinds) and then the output layer, its passes before the
+    configuration's recompute and expert-parallel exposure."""
 
     kinds: tuple[_KindTerms, ...]
-    """the kinds of layer the chunks hold, in the order of ``mix``'s kinds (the output layer last)"""
     mix: ChunkMix
     mixes: list[StageMix]
     per_chunk: float
     """decoder + MTP layers per chunk, averaged over the chunks (``full:N`` recomputes N of them)"""
-    logits: tuple[float, float, float]
+    f_pass: tuple[float, ...]
+    """lin + core_f + other_f + host_f + tp_f + cp_f per kind, then the output layer's F"""
+    b_pass: tuple[float, ...]
+    """lin + core_b + 2·other_f + host_b + tp_b + cp_b per kind, then the output layer's B, and W inside B
+    (1F1B, interleaved)"""
+    b_pass_zb: tuple[float, ...]
+    """the same with tp_b_zb and without W (zero-bubble: the weight gradient deferred)"""
+    w_pass: tuple[float, ...]
+    """lin per kind, then the output layer's W (zero-bubble)"""
+    no_w: tuple[float, ...]
+    """zeros (W inside B)"""
     logits_sum: float
+    _stage: dict[tuple[int, bool], tuple[float, float, float, float, float]]
 
-
-def _kind_terms(lay: _Layer, moe: bool) -> _KindTerms:
-    lin = lay.attn_lin + lay.mlp_lin
-    return _KindTerms(
-        lay=lay,
-        moe=moe,
-        lin=lin,
-        f_base=lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f,
-        b_base=lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b + lay.cp_b,
-        b_base_zb=lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.tp_b_zb + lay.cp_b,
-        attention=3 * lay.attn_lin + lay.core_f + lay.core_b,
-        other=3 * lay.other_f + lay.host_f + lay.host_b,
-        cp=lay.cp_f + lay.cp_b,
-    )
+    def stage_terms(self, klass: int, zb: bool) -> tuple[float, float, float, float, float]:
+        """Per micro-batch, the compute_attention, compute_mlp, compute_other (output layers included),
+        tp_comm and cp_comm of a stage of ``mix.classes[klass]``."""
+        key = (klass, zb)
+        r = self._stage.get(key)
+        if r is None:
+            counts = self.mix.classes[klass][0]
+            attention = mlp = other = tp_t = cp_t = 0.0
+            for n, x in zip(counts, self.kinds, strict=False):
+                lay = x.lay
+                attention += n * (3 * lay.attn_lin + lay.core_f + lay.core_b)
+                mlp += n * 3 * lay.mlp_lin
+                other += n * (3 * lay.other_f + lay.host_f + lay.host_b)
+                tp_t += n * (lay.tp_f + (lay.tp_b_zb if zb else lay.tp_b))
+                cp_t += n * (lay.cp_f + lay.cp_b)
+            other += counts[-1] * self.logits_sum
+            r = self._stage[key] = (attention, mlp, other, tp_t, cp_t)
+        return r
 
 
 def _layout_terms(
     ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
 ) -> _LayoutTerms:
-    counts = ctx.chunk_counts(pp, vpp, schedule)
-    kinds = [_kind_terms(ctx.layer(tp, cp, ep, mbs, dispatcher, True), ctx.is_moe)]
+    mix, per_chunk = ctx.pipeline(pp, vpp, schedule)
+    lays = [(ctx.layer(tp, cp, ep, mbs, dispatcher, True), ctx.is_moe)]
     if ctx.mixed_kinds:
-        kinds.append(_kind_terms(ctx.layer(tp, cp, ep, mbs, dispatcher, False), False))
-    else:
-        counts = tuple((main, heads) for main, _, heads in counts)
+        lays.append((ctx.layer(tp, cp, ep, mbs, dispatcher, False), False))
+    kinds = tuple(_KindTerms(lay, moe, lay.attn_lin + lay.mlp_lin) for lay, moe in lays)
     lf, lb, lw = ctx.logits_times(tp, cp, mbs)
+    f = [x.lin + x.lay.core_f + x.lay.other_f + x.lay.host_f + x.lay.tp_f + x.lay.cp_f for x in kinds]
+    b = [x.lin + x.lay.core_b + 2 * x.lay.other_f + x.lay.host_b + x.lay.cp_b for x in kinds]
     return _LayoutTerms(
-        kinds=tuple(kinds),
-        mix=chunk_mix(schedule, pp, vpp, counts),
+        kinds=kinds,
+        mix=mix,
         mixes=ctx.mix(pp, vpp, schedule),
-        per_chunk=sum(sum(row[:-1]) for row in counts) / len(counts),
-        logits=(lf, lb, lw),
+        per_chunk=per_chunk,
+        f_pass=(*f, lf),
+        b_pass=(*(y + x.lay.tp_b + x.lin for y, x in zip(b, kinds, strict=True)), lb + lw),
+        b_pass_zb=(*(y + x.lay.tp_b_zb for y, x in zip(b, kinds, strict=True)), lb),
+        w_pass=(*(x.lin for x in kinds), lw),
+        no_w=(0.0,) * (len(kinds) + 1),
         logits_sum=lf + lb + lw,
+        _stage={},
     )
 
 

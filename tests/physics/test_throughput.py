@@ -52,7 +52,14 @@ def test_breakdown_sums_to_step_and_tokens_formula() -> None:
 def test_to_dict_and_presentation() -> None:
     est = estimate_throughput(FLAG, FLAG_SPACE.baseline)
     d = throughput_section(est)
-    assert list(d) == ["tokens_per_s_per_gpu", "step_time_s", "mfu", "breakdown_s"]
+    assert list(d) == [
+        "tokens_per_s_per_gpu",
+        "step_time_s",
+        "mfu",
+        "breakdown_s",
+        "stage_work_s",
+        "busiest_stage",
+    ]
     assert d == est.to_dict()
     text = format_throughput(est)
     assert "tokens/s/GPU" in text and "compute_mlp" in text
