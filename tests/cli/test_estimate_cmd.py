@@ -89,16 +89,9 @@ def test_estimate_includes_the_step_time_breakdown() -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     thr = doc["throughput"]
-    assert set(thr) == {
-        "tokens_per_s_per_gpu",
-        "step_time_s",
-        "mfu",
-        "breakdown_s",
-        "stage_work_s",
-        "busiest_stage",
-    }
     spec = StudySpec.from_yaml(FLAGSHIP)
     direct = estimate_throughput(spec, Space(spec).baseline)
+    assert list(thr) == list(direct.to_dict())  # the library's section (tests/physics/test_throughput.py)
     assert thr["tokens_per_s_per_gpu"] == pytest.approx(direct.tokens_per_s_per_gpu)
     assert sum(thr["breakdown_s"].values()) == pytest.approx(thr["step_time_s"], rel=1e-6)
     text = runner.invoke(cli, ["estimate", str(FLAGSHIP)]).output
