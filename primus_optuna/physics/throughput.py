@@ -238,6 +238,8 @@ class _Context:
         # FP8 linear GEMMs: the family's measured FP8/BF16 speed-up at the same shape, never slower than BF16
         self.lin_peak = self.bf16_peak * (max(1.0, self.k.fp8_gemm_speedup) if self.fp8 else 1.0)
         self.lin_bytes = 1 if self.fp8 else ACT
+        # the output layer in MXFP8 (workload.fp8_output_proj; the spec refuses it outside FP8 + MXFP8)
+        self.fp8_output_proj = self.fp8 and w.fp8_output_proj
         # FP8 cast of a GEMM input per element: read bf16, write fp8; current (per-tensor) scaling first reads
         # the tensor once more for its amax (CURRENT_SCALING_AMAX_BYTES)
         self.cast_bytes = ACT + 1 + (CURRENT_SCALING_AMAX_BYTES if w.fp8_recipe == "tensorwise" else 0)
@@ -554,12 +556,20 @@ class _Context:
         return lay
 
     def logits_times(self, tp: int, cp: int, mbs: int) -> tuple[float, float, float]:
-        """(F, B, W) of the output layer + cross entropy on the last stage (bf16 GEMM)."""
+        """(F, B, W) of the output layer + cross entropy on the last stage (BF16 GEMMs; MXFP8 with
+        ``workload.fp8_output_proj``)."""
         key = (tp, cp, mbs)
         r = self.logits.get(key)
         if r is None:
             g = logits_gemm(self.model, self.seq, mbs, tp, cp)
-            t = self.gemm(g, linear=False)
+            t = self.gemm(g, linear=self.fp8_output_proj)
+            cast_f = cast_b = 0.0
+            if self.fp8_output_proj:
+                # TE's Linear under the MXFP8 recipe (TELMHeadColumnParallelLinear): forward casts its input,
+                # backward the logits' gradient, row-wise for dgrad and column-wise for wgrad (read BF16, write
+                # two FP8 copies), each a memory-bound kernel
+                cast_f = g.m * g.k * self.cast_bytes / self.hbm + self.kernel_s
+                cast_b = g.m * g.n * (self.cast_bytes + 1) / self.hbm + self.kernel_s
             ce = g.m * g.n * (ACT + 4 + 4) / self.hbm + 4 * self.kernel_s  # vocab-parallel cross entropy
             # sequence parallelism: the final norm output is all-gathered before the output layer, and its
             # input gradient reduce-scattered in backward; without it the input gradient is all-reduced in
@@ -572,7 +582,7 @@ class _Context:
                 sp_f, sp_b = 0.0, ar - (1.0 - self.k.overlap_interference) * min(ar, t)
             else:
                 sp_f = sp_b = 0.0
-            r = self.logits[key] = (t + ce + sp_f, t + ce + sp_b, t)
+            r = self.logits[key] = (t + ce + sp_f + cast_f, t + ce + sp_b + cast_b, t)
         return r
 
     def mix(self, pp: int, vpp: int, schedule: str) -> list[StageMix]:

@@ -196,9 +196,9 @@ def space_hash(spec: StudySpec) -> str:
 
 def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
     """The workload as :func:`space_hash` sees it: the precision-aware optimizer's fields,
-    ``sequence_parallel``, ``te_op_fuser`` and ``fp8_dot_product_attention`` enter only when they differ from
-    their defaults, so study files written before they existed keep their hash (fp32 everywhere, sequence
-    parallelism, no TE op fuser, BF16 attention then, as now)."""
+    ``sequence_parallel``, ``te_op_fuser``, ``fp8_dot_product_attention`` and ``fp8_output_proj`` enter only
+    when they differ from their defaults, so study files written before they existed keep their hash (fp32
+    everywhere, sequence parallelism, no TE op fuser, BF16 attention and output layer then, as now)."""
     return _without_defaults(workload, HASHED_WHEN_CHANGED, WorkloadSpec)
 
 

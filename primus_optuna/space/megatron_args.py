@@ -92,6 +92,14 @@ def export_refusal(spec: StudySpec, *, primus: bool) -> str | None:
             "Megatron-LM that Primus pins, d3528a21, has no use_transformer_engine_op_fuser); export Megatron-LM "
             "arguments for an NVIDIA study (not zero bubble), or set workload.te_op_fuser: false"
         )
+    if w.fp8_output_proj and primus:
+        # absent from the Megatron-LM that Primus pins (no fp8_output_proj in transformer_config.py@d3528a21;
+        # upstream transformer_config.py@d98e8a64:635)
+        return (
+            "workload.fp8_output_proj: a Primus export cannot express --fp8-output-proj (the Megatron-LM that "
+            "Primus pins, d3528a21, has no fp8_output_proj); export Megatron-LM arguments for an NVIDIA study "
+            "(not zero bubble), or set workload.fp8_output_proj: false"
+        )
     if w.fp8_dot_product_attention:
         return (
             "workload.fp8_dot_product_attention: no Megatron-LM or Primus argument sets it (Megatron-LM's parser "
@@ -213,6 +221,8 @@ def _precision_overrides(spec: StudySpec) -> dict[str, Any]:
     # (arguments.py@d98e8a64:1213-1217); Megatron-Bridge calls the same switch grad_reduce_in_fp32=False
     out["grad_reduce_in_bf16"] = not w.grad_reduce_in_fp32
     out["fp8_param_gather"] = fp8 and w.fp8_param_gather
+    if fp8 and w.fp8_output_proj:  # written only when on: the Megatron-LM Primus pins has no such argument
+        out["fp8_output_proj"] = True
     if fp8 and w.fp8_param_gather and w.fp8_recipe == "mxfp8":
         # MXFP8 parameters all-gather through the gradient buffer; without it Megatron keeps a separate
         # buffer ("significant amount additional GPU memory", optimizer_config.py@d98e8a64:416-424)

@@ -322,6 +322,9 @@ def workload_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
         out["fp8_recipe"] = str(args["fp8_recipe"]).strip().lower()
     if out.get("precision") == "fp8" and _truthy(args.get("fp8_param_gather", False)):
         out["fp8_param_gather"] = True
+    # --fp8-output-proj (upstream Megatron-LM only: transformer_config.py@d98e8a64:635)
+    if out.get("precision") == "fp8" and _truthy(args.get("fp8_output_proj", False)):
+        out["fp8_output_proj"] = True
     # Megatron-Core's precision-aware optimizer (megatron/training/arguments.py); its dtypes are legal only with
     # it (OptimizerConfig.__post_init__), so they are read only when it is on
     if _truthy(args.get("use_precision_aware_optimizer", False)):

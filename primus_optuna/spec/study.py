@@ -201,6 +201,15 @@ class WorkloadSpec(_Strict):
     command line has no flag for it (``arguments.py@d98e8a64``:2333) and Primus's Megatron backend drops keys
     Megatron's parser lacks (``argument_builder.py@fd1eeabb``:152-154), so exports refuse it. FP8 precision, not
     the blockwise recipe (which ignores it)."""
+    fp8_output_proj: bool = False
+    """The output layer (LM head) in MXFP8 (Megatron-Core ``TransformerConfig.fp8_output_proj``,
+    ``transformer_config.py@d98e8a64``:635, which builds it as ``TELMHeadColumnParallelLinear`` under the FP8
+    context, ``extensions/transformer_engine.py@d98e8a64``:1785-1900; Megatron-LM's ``--fp8-output-proj`` is
+    generated from that field, ``arguments.py@d98e8a64``:2279-2374 do not exclude it): its three GEMMs at the FP8
+    rate, its input and its logits' gradient cast to MXFP8. Megatron requires FP8 and the MXFP8 recipe
+    (``transformer_config.py@d98e8a64``:1569-1575). Megatron-Bridge's 26.06 recipes set it. Not in the Megatron-LM
+    that Primus pins (d3528a21): Primus exports refuse it. Memory is estimated as without it (the BF16 input
+    copy, one hidden-wide tensor per micro-batch on the last stage, where TE keeps an FP8 one)."""
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = "delayed"
     """Transformer Engine FP8 recipe (Megatron ``--fp8-recipe``, default delayed scaling). Under delayed
     scaling Megatron rejects the ``moe_act`` and ``layernorm`` recompute modules."""
@@ -229,6 +238,12 @@ class WorkloadSpec(_Strict):
             raise ValueError(
                 "fp8_dot_product_attention runs TE's fused attention kernel and flash_attention is false; set "
                 "flash_attention: true or remove fp8_dot_product_attention"
+            )
+        if self.fp8_output_proj and (self.precision != "fp8" or self.fp8_recipe != "mxfp8"):
+            # Megatron: transformer_config.py@d98e8a64:1569-1575
+            raise ValueError(
+                "fp8_output_proj needs precision fp8 with fp8_recipe mxfp8 (Megatron raises otherwise); set "
+                "both or remove fp8_output_proj"
             )
         if self.fp8_dot_product_attention and self.fp8_recipe == "blockwise":
             # Megatron builds Float8BlockScaling without fp8_dpa (fp8_utils.py@d98e8a64:782-785)
@@ -268,6 +283,7 @@ HASHED_WHEN_CHANGED = (
     "sequence_parallel",
     "te_op_fuser",
     "fp8_dot_product_attention",
+    "fp8_output_proj",
 )
 """workload fields that enter the space hash only when they differ from their default (study files written
 before they existed keep their hash)"""

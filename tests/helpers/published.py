@@ -10,7 +10,8 @@ rows' recompute modules to ``selective:<modules>`` (``[] (none)``: none). Estima
 sliding windows, attention sinks and linear biases (the catalog entry), the MoE dispatch sync-free under a
 full-iteration CUDA graph (a captured graph cannot wait on the host for token counts), and the experts as TE's
 fused grouped MLP where the row names the "cutedsl fused grouped MLP" (``workload.te_op_fuser``), FP8 attention
-where it names "fp8 dot-product attention" (``workload.fp8_dot_product_attention``); DeepSeek-V3
+where it names "fp8 dot-product attention" (``workload.fp8_dot_product_attention``), the MXFP8 output layer
+where it names ``fp8_output_proj=True`` (``workload.fp8_output_proj``); DeepSeek-V3
 with its pipeline layout (:func:`row_layout`), precision-aware optimizer and ``overlap_grad_reduce=False``
 where the row states them; the embedding and loss counted in the pipeline split where the row says
 ``account_for_embedding/loss_in_pipeline_split=True``. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for
@@ -62,6 +63,8 @@ NVL_DOMAIN = {"GB200": 64, "GB300": 64}
 """GPUs of one NVLink domain in the Grace-Blackwell rows (NVL72 racks run with 64 of their GPUs per domain)."""
 FP8_ATTENTION = "fp8 dot-product attention"
 """How the 26.06 Bridge rows state ``fp8_dot_product_attention=True`` (``workload.fp8_dot_product_attention``)."""
+FP8_OUTPUT_PROJ = "fp8_output_proj=True"
+"""How the 26.06 Bridge rows state ``fp8_output_proj=True`` (``workload.fp8_output_proj``)."""
 FUSED_GROUPED_MLP = "cutedsl fused grouped MLP"
 """How the 26.06 Bridge recipes state TE's fused grouped MLP in ``other_memory_flags``
 (``workload.te_op_fuser``)."""
@@ -170,6 +173,8 @@ def load_published() -> list[Published]:
                 workload["fp8_param_gather"] = "fp8_param_gather=True" in flags
                 # the recipe's fp8_dot_product_attention (workload.fp8_dot_product_attention)
                 workload["fp8_dot_product_attention"] = FP8_ATTENTION in flags
+                # the MXFP8 output layer (workload.fp8_output_proj)
+                workload["fp8_output_proj"] = FP8_OUTPUT_PROJ in flags
             if "overlap_grad_reduce=False" in flags:
                 workload["overlap_grad_reduce"] = False
             if PRECISION_AWARE.search(flags):

@@ -280,6 +280,28 @@ def test_te_op_fuser_export_builds_a_transformer_config(megatron_cpu) -> None:
         assert cfg.moe_use_grouped_tensor is True
 
 
+def test_fp8_output_proj_export_builds_a_transformer_config(megatron_cpu) -> None:
+    """An exported ``workload.fp8_output_proj`` reaches TransformerConfig's ``fp8_output_proj`` (Megatron-LM
+    transformer_config.py@d98e8a64:635), which accepts it with FP8 and the MXFP8 recipe (:1569-1575). Skipped
+    where the installed megatron-core predates the field (0.16.1 has none): the dict-to-config translation
+    above would silently drop the key."""
+    from megatron.core.transformer import TransformerConfig
+
+    if "fp8_output_proj" not in {f.name for f in dataclasses.fields(TransformerConfig)}:
+        pytest.skip(
+            f"megatron-core {megatron.__version__} has no TransformerConfig.fp8_output_proj (added upstream "
+            "after core_v0.16.1; Megatron-LM d98e8a64 has it)"
+        )
+    data = StudySpec.from_yaml(STUDIES / "mixtral-8x22b-mi355x-fp8.yaml").to_dict()
+    data["cluster"] = {**data["cluster"], "gpu": "b200"}
+    data["workload"] = {**data["workload"], "fp8_recipe": "mxfp8", "fp8_output_proj": True}
+    spec = StudySpec.from_dict(data)
+    from primus_optuna.space import Space
+
+    values = json.loads(export_config(spec, Space(spec).baseline, "json"))["megatron"]
+    assert transformer_config(_args(spec, values)).fp8_output_proj is True
+
+
 def test_a2a_context_parallel_export_builds_megatron_cores_objects(megatron_cpu) -> None:
     """GPT-OSS with cp = 2 (a2a, ModelSpec.cp_comm_type) builds a TransformerConfig carrying cp_comm_type 'a2a'
     and a context-parallel group of 2 on the fake process group; the study's own 30-trial run need not reach a

@@ -645,3 +645,29 @@ def test_fp8_attention_backward_of_a_sliding_window_prices_the_whole_triangle() 
     kern = _Context(h_off).kernel_s
     _, hbwd = FAMILIES["hopper"].fp8_attention.rates("tensorwise")
     assert (hb.core_b - kern) == pytest.approx((ha.core_b - kern) / hbwd, rel=1e-9)
+
+
+def test_fp8_output_proj_runs_the_output_layer_at_the_fp8_rate_with_its_casts() -> None:
+    """workload.fp8_output_proj (TELMHeadColumnParallelLinear under MXFP8, extensions/transformer_engine.py
+    @d98e8a64:1785-1900): the output layer's three GEMMs at the family's FP8 rate (the curve's linear peak), plus
+    a cast of its input in forward and of the logits' gradient (row-wise and column-wise copies) in backward;
+    the decoder layers are untouched, and the step of a vocabulary-heavy model (GPT-OSS, 201k) gets shorter."""
+    from primus_optuna.physics.flops import logits_gemm
+    from primus_optuna.physics.throughput import _Context
+
+    off, on = _fp8_attention("studies/gpt-oss-120b-h100-bf16.yaml", "gb200")
+    on = StudySpec.from_dict(
+        {**off.to_dict(), "workload": {**off.to_dict()["workload"], "fp8_output_proj": True}}
+    )
+    a, b = _Context(off), _Context(on)
+    (fa, ba, wa), (fb, bb, wb) = a.logits_times(1, 1, 4), b.logits_times(1, 1, 4)
+    g = logits_gemm(off.model, off.workload.seq_length, 4, 1, 1)
+    assert wb == pytest.approx(b.gemm(g, linear=True)) and wa == pytest.approx(a.gemm(g, linear=False))
+    assert wb < wa / 1.3  # the family's FP8/BF16 GEMM speed-up (1.57 on Blackwell), at this shape
+    cast_f = g.m * g.k * b.cast_bytes / b.hbm + b.kernel_s
+    cast_b = g.m * g.n * (b.cast_bytes + 1) / b.hbm + b.kernel_s
+    assert fa - wa == pytest.approx(fb - wb - cast_f, rel=1e-9)
+    assert ba - wa == pytest.approx(bb - wb - cast_b, rel=1e-9)
+    assert a.layer(1, 1, 8, 4, "deepep") == b.layer(1, 1, 8, 4, "deepep")
+    c = Space(on).make(tp=1, pp=1, ep=8, mbs=4, moe_dispatcher="deepep").derive(on.world, 1024)
+    assert estimate_throughput(on, c).step_time_s < estimate_throughput(off, c).step_time_s

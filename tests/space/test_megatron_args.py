@@ -294,3 +294,24 @@ def test_fp8_dot_product_attention_refuses_every_framework_export() -> None:
     assert "PRIMUS_TP" in export_config(on, c, "env")
     off = _fuser_spec(fp8_recipe="mxfp8")
     assert "fp8_dot_product_attention" not in export_config(off, c, "primus")
+
+
+def test_fp8_output_proj_is_exported_as_megatrons_flag_refused_by_primus_and_read_back() -> None:
+    """workload.fp8_output_proj = --fp8-output-proj (megatron/training/arguments.py@d98e8a64:2279-2374 generates
+    it from transformer_config.py@d98e8a64:635); off, nothing is written. The Megatron-LM that Primus pins
+    (d3528a21) has no fp8_output_proj: a Primus export raises naming the field. The exported arguments read back
+    as the workload."""
+    from primus_optuna.spec.primus_import import workload_from_megatron
+
+    on, off = _fuser_spec(fp8_recipe="mxfp8", fp8_output_proj=True), _fuser_spec(fp8_recipe="mxfp8")
+    c = Space(on).baseline
+    assert "--fp8-output-proj" in megatron_args(on, c)
+    assert megatron_overrides(on, c)["fp8_output_proj"] is True
+    assert "--fp8-output-proj" not in megatron_args(off, c)
+    assert "fp8_output_proj" not in megatron_overrides(off, c)
+    for export in (lambda: export_config(on, c, "primus"), lambda: megatron_overrides(on, c, primus=True)):
+        with pytest.raises(SpecError) as e:
+            export()
+        assert "workload.fp8_output_proj" in str(e.value) and "d3528a21" in str(e.value)
+    assert workload_from_megatron(megatron_overrides(on, c))["fp8_output_proj"] is True
+    assert "fp8_output_proj" not in workload_from_megatron(megatron_overrides(off, c))

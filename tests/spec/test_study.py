@@ -391,3 +391,20 @@ def test_fp8_dot_product_attention_enters_the_space_hash_only_when_on():
     base = StudySpec.from_dict(_fp8_moe())
     assert space_hash(base) == space_hash(StudySpec.from_dict(_fp8_moe(fp8_dot_product_attention=False)))
     assert space_hash(StudySpec.from_dict(_fp8_moe(fp8_dot_product_attention=True))) != space_hash(base)
+
+
+def test_fp8_output_proj_defaults_off_needs_mxfp8_and_enters_the_hash_only_when_on():
+    """workload.fp8_output_proj (Megatron-Core TransformerConfig.fp8_output_proj): accepted under FP8 with the
+    MXFP8 recipe, refused otherwise naming the field and the fix (Megatron raises:
+    transformer_config.py@d98e8a64:1569-1575); study files without it keep their space hash."""
+    from primus_optuna.search.state import space_hash
+
+    base = StudySpec.from_dict(_fp8_moe())
+    assert base.workload.fp8_output_proj is False
+    assert StudySpec.from_dict(_fp8_moe(fp8_output_proj=True)).workload.fp8_output_proj is True
+    for change in ({"precision": "bf16", "fp8_recipe": "delayed"}, {"fp8_recipe": "tensorwise"}):
+        with pytest.raises(SpecError) as e:
+            StudySpec.from_dict(_fp8_moe(fp8_output_proj=True, **change))
+        assert "fp8_output_proj needs precision fp8 with fp8_recipe mxfp8" in str(e.value)
+    assert space_hash(base) == space_hash(StudySpec.from_dict(_fp8_moe(fp8_output_proj=False)))
+    assert space_hash(StudySpec.from_dict(_fp8_moe(fp8_output_proj=True))) != space_hash(base)
