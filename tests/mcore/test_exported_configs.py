@@ -254,27 +254,33 @@ def test_every_exported_configuration_builds_megatron_cores_objects(exported, me
     assert not failures, f"{len(failures)} of {len(exported)} exports refused:\n" + "\n".join(failures[:20])
 
 
+def _upstream_field_export(field: str, **workload: Any) -> Any:
+    """The TransformerConfig built from the flagship's export on B200 with ``workload`` set; skipped where the
+    installed megatron-core predates ``field`` (0.16.1, core_v0.16.1 = 55ac7082, lacks the upstream-only ones):
+    the dict-to-config translation above would silently drop the key, which is no check at all."""
+    from megatron.core.transformer import TransformerConfig
+
+    from primus_optuna.space import Space
+
+    if field not in {f.name for f in dataclasses.fields(TransformerConfig)}:
+        pytest.skip(
+            f"megatron-core {megatron.__version__} has no TransformerConfig.{field} (added upstream after "
+            "core_v0.16.1; Megatron-LM d98e8a64 has it)"
+        )
+    data = StudySpec.from_yaml(STUDIES / "mixtral-8x22b-mi355x-fp8.yaml").to_dict()
+    data["cluster"] = {**data["cluster"], "gpu": "b200"}
+    data["workload"] = {**data["workload"], **workload}
+    spec = StudySpec.from_dict(data)
+    values = json.loads(export_config(spec, Space(spec).baseline, "json"))["megatron"]
+    return transformer_config(_args(spec, values))
+
+
 def test_te_op_fuser_export_builds_a_transformer_config(megatron_cpu) -> None:
     """An exported ``workload.te_op_fuser`` reaches TransformerConfig's ``use_transformer_engine_op_fuser``
     (Megatron-LM transformer_config.py@d98e8a64:525-527), which with grouped GEMMs turns on the grouped-tensor
     experts (transformer_config.py@d98e8a64:1410-1411). Skipped where the installed megatron-core predates the
-    field (0.16.1, core_v0.16.1 = 55ac7082, has none): the dict-to-config translation above would silently
-    drop the key, which is no check at all."""
-    from megatron.core.transformer import TransformerConfig
-
-    if "use_transformer_engine_op_fuser" not in {f.name for f in dataclasses.fields(TransformerConfig)}:
-        pytest.skip(
-            f"megatron-core {megatron.__version__} has no TransformerConfig.use_transformer_engine_op_fuser "
-            "(added upstream after core_v0.16.1; Megatron-LM d98e8a64 has it)"
-        )
-    data = StudySpec.from_yaml(STUDIES / "mixtral-8x22b-mi355x-fp8.yaml").to_dict()
-    data["cluster"] = {**data["cluster"], "gpu": "b200"}
-    data["workload"] = {**data["workload"], "te_op_fuser": True}
-    spec = StudySpec.from_dict(data)
-    from primus_optuna.space import Space
-
-    values = json.loads(export_config(spec, Space(spec).baseline, "json"))["megatron"]
-    cfg = transformer_config(_args(spec, values))
+    field (:func:`_upstream_field_export`)."""
+    cfg = _upstream_field_export("use_transformer_engine_op_fuser", te_op_fuser=True)
     assert cfg.use_transformer_engine_op_fuser is True
     if hasattr(cfg, "moe_use_grouped_tensor"):  # the grouped-tensor experts came with the field upstream
         assert cfg.moe_use_grouped_tensor is True
@@ -283,23 +289,9 @@ def test_te_op_fuser_export_builds_a_transformer_config(megatron_cpu) -> None:
 def test_fp8_output_proj_export_builds_a_transformer_config(megatron_cpu) -> None:
     """An exported ``workload.fp8_output_proj`` reaches TransformerConfig's ``fp8_output_proj`` (Megatron-LM
     transformer_config.py@d98e8a64:635), which accepts it with FP8 and the MXFP8 recipe (:1569-1575). Skipped
-    where the installed megatron-core predates the field (0.16.1 has none): the dict-to-config translation
-    above would silently drop the key."""
-    from megatron.core.transformer import TransformerConfig
-
-    if "fp8_output_proj" not in {f.name for f in dataclasses.fields(TransformerConfig)}:
-        pytest.skip(
-            f"megatron-core {megatron.__version__} has no TransformerConfig.fp8_output_proj (added upstream "
-            "after core_v0.16.1; Megatron-LM d98e8a64 has it)"
-        )
-    data = StudySpec.from_yaml(STUDIES / "mixtral-8x22b-mi355x-fp8.yaml").to_dict()
-    data["cluster"] = {**data["cluster"], "gpu": "b200"}
-    data["workload"] = {**data["workload"], "fp8_recipe": "mxfp8", "fp8_output_proj": True}
-    spec = StudySpec.from_dict(data)
-    from primus_optuna.space import Space
-
-    values = json.loads(export_config(spec, Space(spec).baseline, "json"))["megatron"]
-    assert transformer_config(_args(spec, values)).fp8_output_proj is True
+    where the installed megatron-core predates the field (:func:`_upstream_field_export`)."""
+    cfg = _upstream_field_export("fp8_output_proj", fp8_recipe="mxfp8", fp8_output_proj=True)
+    assert cfg.fp8_output_proj is True
 
 
 def test_a2a_context_parallel_export_builds_megatron_cores_objects(megatron_cpu) -> None:
