@@ -104,8 +104,9 @@ def check_sims(paths: list[str]) -> bool:
         pipeline._normalised = memo
     bad = greedy_differs = 0
     t_ref = t_new = 0.0
-    for mix, m, qf, qb, qw, qc in sorted(keys, key=lambda k: (id(k[0]), k[1:])):
-        durations = pipeline.quantised_chunks(mix, qf, qb, qw)
+    for mix, key in sorted(keys, key=lambda k: (id(k[0]), k[1])):
+        m, qc = key[0], key[1]
+        durations = pipeline.quantised_chunks(mix, key[2::3], key[3::3], key[4::3])
         c = qc / pipeline._RES
         args = (mix.schedule, mix.pp, mix.vpp, m, 0.0, 0.0, 0.0, c)
         t0 = time.process_time()

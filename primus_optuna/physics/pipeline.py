@@ -36,15 +36,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from operator import add
+from typing import NamedTuple
 
 M_CAP_PER_STAGE = 3
 """simulate at most ``3·p`` micro-batches (a multiple of p): the bubble is constant beyond (tested)"""
 _RES = 50.0
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineTiming:
-    """Times of one step's pipeline part (same unit as the inputs)."""
+class PipelineTiming(NamedTuple):
+    """Times of one step's pipeline part (same unit as the inputs; a named tuple: one is built per estimate)."""
 
     step: float
     busy: float
@@ -747,6 +747,10 @@ class ChunkMix:
     res: tuple[float, ...]
     """per kind, the quantisation grid: a kind's duration is simulated on 1/res of the unit, so that a chunk
     holding its largest count of it is within 1/(2·_RES) of the unit"""
+    rows: tuple[tuple[float, ...], ...]
+    """the distinct chunk counts (most chunks are alike)"""
+    row_of: tuple[int, ...]
+    """per chunk, its index in ``rows``"""
     classes: tuple[tuple[tuple[float, ...], int], ...]
     """the distinct (stage counts, sends) of the stages (most stages of a pipeline are alike)"""
     stage_class: tuple[int, ...]
@@ -776,6 +780,7 @@ def chunk_mix(schedule: str, pp: int, vpp: int, counts: tuple[tuple[float, ...],
     res = tuple(_RES * max(1.0, max(row[j] for row in counts)) for j in range(kinds))
     per_stage = [(tuple(r), n) for r, n in zip(stage_counts, sends, strict=True)]
     classes = list(dict.fromkeys(per_stage))
+    rows = list(dict.fromkeys(counts))
     return ChunkMix(
         schedule,
         pp,
@@ -785,6 +790,8 @@ def chunk_mix(schedule: str, pp: int, vpp: int, counts: tuple[tuple[float, ...],
         tuple(sends),
         mean,
         res,
+        tuple(rows),
+        tuple(rows.index(r) for r in counts),
         tuple(classes),
         tuple(classes.index(x) for x in per_stage),
         tuple(per_stage.index(x) for x in classes),
@@ -799,23 +806,30 @@ def quantised_chunks(
     out = []
     for q in (qf, qb, qw):
         r = [q[j] / mix.res[j] for j in kinds]
-        out.append([sum(n[j] * r[j] for j in kinds) for n in mix.counts])
+        per_row = [sum(n[j] * r[j] for j in kinds) for n in mix.rows]
+        out.append([per_row[i] for i in mix.row_of])
     return out[0], out[1], out[2]
 
 
 @lru_cache(maxsize=65536)
 def _normalised(
-    mix: ChunkMix, m: int, qf: tuple[int, ...], qb: tuple[int, ...], qw: tuple[int, ...], qc: int
+    mix: ChunkMix, key: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
-    """The critical path of ``mix`` at quantised durations, as counts per kind of F, B and W work and of
-    sends: (cf, cb, cw, cc)."""
+    """The critical path of ``mix`` at quantised durations (``key``: micro-batches, the send, then each kind's
+    F, B and W on the grid of :attr:`ChunkMix.res`), as counts per kind of F, B and W work and of sends:
+    (cf, cb, cw, cc)."""
     kinds = range(len(mix.res))
-    fs, bs, ws = quantised_chunks(mix, qf, qb, qw)
+    m, qc = key[0], key[1]
+    fs, bs, ws = quantised_chunks(mix, key[2::3], key[3::3], key[4::3])
     _, _, _, (cf, cb, cw, cc) = simulate_chunks(mix.schedule, mix.pp, mix.vpp, m, fs, bs, ws, qc / _RES)
-    counts = mix.counts
+    rows, row_of = mix.rows, mix.row_of
 
     def per_kind(per_chunk: list[int]) -> tuple[int, ...]:
-        return tuple(sum(x * counts[k][j] for k, x in enumerate(per_chunk) if x) for j in kinds)
+        per_row = [0] * len(rows)
+        for k, x in enumerate(per_chunk):
+            if x:
+                per_row[row_of[k]] += x
+        return tuple(sum(x * row[j] for x, row in zip(per_row, rows, strict=True)) for j in kinds)
 
     return per_kind(cf), per_kind(cb), per_kind(cw), cc
 
@@ -840,15 +854,13 @@ def mixed_pipeline_timing(
     kr = range(len(f))
     unit_k = [f[j] + b[j] + w[j] for j in kr]
     work_c = []
-    per_mb, ci = -1.0, 0
-    for i, (n, sends) in enumerate(mix.classes):
+    for n, sends in mix.classes:
         x = sends * c
         for j in kr:
             x += n[j] * unit_k[j]
         work_c.append(x)
-        if x > per_mb:
-            per_mb, ci = x, i
-    s = mix.class_stage[ci]
+    per_mb = max(work_c)
+    s = mix.class_stage[work_c.index(per_mb)]
     if mix.pp == 1:
         return PipelineTiming(m * per_mb, m * per_mb, 0.0, 0, 0.0, s, tuple(work_c), mix.stage_class)
     unit = 2 * c
@@ -860,14 +872,11 @@ def mixed_pipeline_timing(
     ms = min(m, M_CAP_PER_STAGE * mix.pp)
     res = mix.res
     inv = 1.0 / unit
-    cf, cb, cw, cc = _normalised(
-        mix,
-        ms,
-        tuple([round(f[j] * res[j] * inv) for j in kr]),
-        tuple([round(b[j] * res[j] * inv) for j in kr]),
-        tuple([round(w[j] * res[j] * inv) for j in kr]),
-        round(c * _RES * inv),
-    )
+    key = [ms, round(c * _RES * inv)]  # the simulation's key: m, then the send and each kind's F, B, W
+    for j in kr:
+        g = res[j] * inv
+        key += (round(f[j] * g), round(b[j] * g), round(w[j] * g))
+    cf, cb, cw, cc = _normalised(mix, tuple(key))
     span = cc * c
     for j in kr:
         span += cf[j] * f[j] + cb[j] * b[j] + cw[j] * w[j]

@@ -162,16 +162,18 @@ class ThroughputEstimate:
     """exposed seconds per step, keys :data:`~primus_optuna.physics.calibration.BREAKDOWN_TERMS`"""
     busiest_stage: int = 0
     """the stage with the most work, whose terms ``breakdown_s`` holds"""
-    class_work_s: tuple[float, ...] = ()
+    microbatches: int = 1
+    class_work: tuple[float, ...] = ()
     stage_class: tuple[int, ...] = ()
-    """per class of alike stages its work in the pipeline per step, and each stage's class
+    """micro-batches per step, per class of alike stages its work per micro-batch, and each stage's class
     (:attr:`stage_work_s`)"""
 
     @property
     def stage_work_s(self) -> tuple[float, ...]:
         """Per pipeline stage, its work in the pipeline per step (its layers' and output layers' passes for
         every micro-batch, and its blocking sends; uncalibrated): a layout is balanced when these are alike."""
-        return tuple([self.class_work_s[i] for i in self.stage_class])
+        m = self.microbatches
+        return tuple([m * self.class_work[i] for i in self.stage_class])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -281,9 +283,10 @@ class _Context:
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
         # memo tables of estimate_throughput: per layout, per (layout, recompute), per p2p message, per (layout, dp)
         self.layouts: dict[tuple[Any, ...], _LayoutTerms] = {}
-        self.recs: dict[tuple[Any, ...], float] = {}
+        self.shapes: dict[tuple[Any, ...], _ShapeTerms] = {}
+        self.recs: dict[tuple[Any, ...], tuple[tuple[float, ...], tuple[float, ...]]] = {}
         self.p2p: dict[tuple[int, ...], float] = {}
-        self.dp_terms: dict[tuple[Any, ...], tuple[float, float, float, float, float]] = {}
+        self.stage_terms: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.gaf = w.gradient_accumulation_fusion
         self.is_moe = m.is_moe
         self.overlap_grad_reduce = w.overlap_grad_reduce
@@ -745,24 +748,27 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         lo = ctx.layouts[lkey] = _layout_terms(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
     recompute = "none" if zb else config.recompute
     keep = 1.0 - k.overlap_interference
+    sh = lo.shape
 
     # one layer of each kind (the model's own, an MoE model's dense layers), then the output layer, one
     # micro-batch: F, B (with what the recompute value re-runs) and W passes
     rkey = (lkey, recompute)
-    recs = ctx.recs.get(rkey)
-    if recs is None:
-        recs = ctx.recs[rkey] = tuple(
+    hit = ctx.recs.get(rkey)
+    if hit is None:
+        recs = tuple(
             recompute_seconds(ctx, x.lay, recompute, tp, cp, mbs, lo.per_chunk)
             + _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, x.moe)
-            for x in lo.kinds
+            for x in sh.kinds
         )
-    f_pass = list(lo.f_pass)
-    b_pass = list(lo.b_pass_zb if zb else lo.b_pass)
-    for j, rec in enumerate(recs):
-        b_pass[j] += rec
+        # the B passes with what the recompute value re-runs (the output layer re-runs nothing)
+        base = sh.b_pass_zb if zb else sh.b_pass
+        hit = ctx.recs[rkey] = (recs, (*(b + r for b, r in zip(base, recs, strict=False)), base[-1]))
+    recs, b_rec = hit
+    f_pass = list(sh.f_pass)
+    b_pass = list(b_rec)
     ep_step = 0.0  # exposed dispatch/combine of one MoE layer and micro-batch
     if is_moe:  # the model's own kind (the first) holds the MoE layers
-        x = lo.kinds[0]
+        x = sh.kinds[0]
         lay = x.lay
         ep_f, ep_b = lay.ep_f, lay.ep_b
         if getattr(config, "ep_overlap", False):
@@ -785,28 +791,23 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     if c is None:
         msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
         c = ctx.p2p[ckey] = ctx.topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
-    timing = mixed_pipeline_timing(lo.mix, m, f_pass, b_pass, lo.w_pass if zb else lo.no_w, c)
+    timing = mixed_pipeline_timing(lo.mix, m, f_pass, b_pass, sh.w_pass if zb else sh.no_w, c)
     s = timing.stage
     klass = lo.mix.stage_class[s]
-    counts = lo.mix.classes[klass][0]  # the busiest stage's layers of each kind, then its output layers
-
-    # data parallelism (per step, after the pipeline) and the optimizer, of the busiest stage
-    dkey = (lkey, dp, klass)
-    dpt = ctx.dp_terms.get(dkey)
-    if dpt is None:
-        mx = lo.mixes[s]
-        dense, expert = ctx.stage_params(tp, pp, ep, mx)
-        rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
-        optimizer = local * ctx.opt_bytes / ctx.hbm + 30 * ctx.kernel_s
-        dpt = ctx.dp_terms[dkey] = (dense, expert, rs, ag, optimizer)
-    dense, expert, rs, ag, optimizer = dpt
+    # the busiest stage: its layers of each kind (then its output layers), its data-parallel collectives and
+    # optimizer step (after the pipeline), and its compute terms per micro-batch
+    skey = (lkey, dp, klass)
+    st = ctx.stage_terms.get(skey)
+    if st is None:
+        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, s, klass, dp, zb)
+    counts, dense, expert, rs, ag, optimizer, attention, mlp, other, tp_t, cp_t = st
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
     if ctx.overlap_grad_reduce and not zb:
         # hidden under the last micro-batch's backward / first forward (the stage's layers), less the
         # interference fraction
         bwd_window = fwd_window = 0.0
-        for j in range(len(lo.kinds)):  # (W inside B: not zero-bubble)
+        for j in range(len(sh.kinds)):  # (W inside B: not zero-bubble)
             bwd_window += counts[j] * b_pass[j]
             fwd_window += counts[j] * f_pass[j]
         dp_exposed = rs - keep * min((1 - k.dp_tail) * rs, bwd_window)
@@ -823,7 +824,6 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
 
     # breakdown of the busiest stage: m micro-batches of its layers and output layers, sends, bubble (keys in
     # the order of BREAKDOWN_TERMS)
-    attention, mlp, other, tp_t, cp_t = lo.stage_terms(klass, zb)
     rec_t = 0.0
     for j, rec in enumerate(recs):
         rec_t += counts[j] * rec
@@ -848,14 +848,34 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         bd = {t: bd[t] for t in BREAKDOWN_TERMS}
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
-    return ThroughputEstimate(
-        step, tps, mfu, bd, s, tuple([m * w for w in timing.class_work]), timing.stage_class
-    )
+    return ThroughputEstimate(step, tps, mfu, bd, s, m, timing.class_work, timing.stage_class)
+
+
+def _stage_terms(ctx: _Context, lo: _LayoutTerms, s: int, klass: int, dp: int, zb: bool) -> tuple[Any, ...]:
+    """Of stage ``s`` (class ``klass``) of a layout: its counts of each kind, (dense, expert) parameters,
+    gradient reduce and parameter gather, optimizer step, and per micro-batch its compute_attention,
+    compute_mlp, compute_other (output layers included), tp_comm and cp_comm."""
+    counts = lo.mix.classes[klass][0]
+    mx = lo.mixes[s]
+    tp, pp, ep, cp = lo.parallel
+    dense, expert = ctx.stage_params(tp, pp, ep, mx)
+    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
+    optimizer = local * ctx.opt_bytes / ctx.hbm + 30 * ctx.kernel_s
+    attention = mlp = other = tp_t = cp_t = 0.0
+    for n, x in zip(counts, lo.shape.kinds, strict=False):
+        lay = x.lay
+        attention += n * (3 * lay.attn_lin + lay.core_f + lay.core_b)
+        mlp += n * 3 * lay.mlp_lin
+        other += n * (3 * lay.other_f + lay.host_f + lay.host_b)
+        tp_t += n * (lay.tp_f + (lay.tp_b_zb if zb else lay.tp_b))
+        cp_t += n * (lay.cp_f + lay.cp_b)
+    other += counts[-1] * lo.shape.logits_sum
+    return (counts, dense, expert, rs, ag, optimizer, attention, mlp, other, tp_t, cp_t)
 
 
 @dataclass(frozen=True, slots=True)
 class _KindTerms:
-    """One kind of layer (the model's own, or an MoE model's dense layers) in one layout."""
+    """One kind of layer (the model's own, or an MoE model's dense layers) at one per-GPU shape."""
 
     lay: _Layer
     moe: bool
@@ -863,16 +883,12 @@ class _KindTerms:
 
 
 @dataclass(slots=True)
-class _LayoutTerms:
-    """What :func:`estimate_throughput` needs of one layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher):
-    per kind of layer (in the order of ``mix``'s kinds) and then the output layer, its passes before the
-    configuration's recompute and expert-parallel exposure."""
+class _ShapeTerms:
+    """What :func:`estimate_throughput` needs of one per-GPU shape (tp, cp, ep, mbs, dispatcher), whatever the
+    pipeline: per kind of layer and then the output layer, its passes before the configuration's recompute and
+    expert-parallel exposure."""
 
     kinds: tuple[_KindTerms, ...]
-    mix: ChunkMix
-    mixes: list[StageMix]
-    per_chunk: float
-    """decoder + MTP layers per chunk, averaged over the chunks (``full:N`` recomputes N of them)"""
     f_pass: tuple[float, ...]
     """lin + core_f + other_f + host_f + tp_f + cp_f per kind, then the output layer's F"""
     b_pass: tuple[float, ...]
@@ -885,52 +901,55 @@ class _LayoutTerms:
     no_w: tuple[float, ...]
     """zeros (W inside B)"""
     logits_sum: float
-    _stage: dict[tuple[int, bool], tuple[float, float, float, float, float]]
-
-    def stage_terms(self, klass: int, zb: bool) -> tuple[float, float, float, float, float]:
-        """Per micro-batch, the compute_attention, compute_mlp, compute_other (output layers included),
-        tp_comm and cp_comm of a stage of ``mix.classes[klass]``."""
-        key = (klass, zb)
-        r = self._stage.get(key)
-        if r is None:
-            counts = self.mix.classes[klass][0]
-            attention = mlp = other = tp_t = cp_t = 0.0
-            for n, x in zip(counts, self.kinds, strict=False):
-                lay = x.lay
-                attention += n * (3 * lay.attn_lin + lay.core_f + lay.core_b)
-                mlp += n * 3 * lay.mlp_lin
-                other += n * (3 * lay.other_f + lay.host_f + lay.host_b)
-                tp_t += n * (lay.tp_f + (lay.tp_b_zb if zb else lay.tp_b))
-                cp_t += n * (lay.cp_f + lay.cp_b)
-            other += counts[-1] * self.logits_sum
-            r = self._stage[key] = (attention, mlp, other, tp_t, cp_t)
-        return r
 
 
-def _layout_terms(
-    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
-) -> _LayoutTerms:
-    mix, per_chunk = ctx.pipeline(pp, vpp, schedule)
+@dataclass(frozen=True, slots=True)
+class _LayoutTerms:
+    """One layout (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher): its shape's terms and its pipeline."""
+
+    shape: _ShapeTerms
+    mix: ChunkMix
+    mixes: list[StageMix]
+    per_chunk: float
+    """decoder + MTP layers per chunk, averaged over the chunks (``full:N`` recomputes N of them)"""
+    parallel: tuple[int, int, int, int]
+    """(tp, pp, ep, cp)"""
+
+
+def _shape_terms(ctx: _Context, tp: int, cp: int, ep: int, mbs: int, dispatcher: str) -> _ShapeTerms:
     lays = [(ctx.layer(tp, cp, ep, mbs, dispatcher, True), ctx.is_moe)]
     if ctx.mixed_kinds:
         lays.append((ctx.layer(tp, cp, ep, mbs, dispatcher, False), False))
     kinds = tuple(_KindTerms(lay, moe, lay.attn_lin + lay.mlp_lin) for lay, moe in lays)
     lf, lb, lw = ctx.logits_times(tp, cp, mbs)
-    f = [x.lin + x.lay.core_f + x.lay.other_f + x.lay.host_f + x.lay.tp_f + x.lay.cp_f for x in kinds]
-    b = [x.lin + x.lay.core_b + 2 * x.lay.other_f + x.lay.host_b + x.lay.cp_b for x in kinds]
-    return _LayoutTerms(
+    f, b, b_zb, w = [], [], [], []
+    for x in kinds:
+        lay = x.lay
+        f.append(x.lin + lay.core_f + lay.other_f + lay.host_f + lay.tp_f + lay.cp_f)
+        back = x.lin + lay.core_b + 2 * lay.other_f + lay.host_b + lay.cp_b
+        b.append(back + lay.tp_b + x.lin)
+        b_zb.append(back + lay.tp_b_zb)
+        w.append(x.lin)
+    return _ShapeTerms(
         kinds=kinds,
-        mix=mix,
-        mixes=ctx.mix(pp, vpp, schedule),
-        per_chunk=per_chunk,
         f_pass=(*f, lf),
-        b_pass=(*(y + x.lay.tp_b + x.lin for y, x in zip(b, kinds, strict=True)), lb + lw),
-        b_pass_zb=(*(y + x.lay.tp_b_zb for y, x in zip(b, kinds, strict=True)), lb),
-        w_pass=(*(x.lin for x in kinds), lw),
+        b_pass=(*b, lb + lw),
+        b_pass_zb=(*b_zb, lb),
+        w_pass=(*w, lw),
         no_w=(0.0,) * (len(kinds) + 1),
         logits_sum=lf + lb + lw,
-        _stage={},
     )
+
+
+def _layout_terms(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, mbs: int, vpp: int, schedule: str, dispatcher: str
+) -> _LayoutTerms:
+    key = (tp, cp, ep, mbs, dispatcher)
+    shape = ctx.shapes.get(key)
+    if shape is None:
+        shape = ctx.shapes[key] = _shape_terms(ctx, tp, cp, ep, mbs, dispatcher)
+    mix, per_chunk = ctx.pipeline(pp, vpp, schedule)
+    return _LayoutTerms(shape, mix, ctx.mix(pp, vpp, schedule), per_chunk, (tp, pp, ep, cp))
 
 
 def _mla_shared_recompute_seconds(
