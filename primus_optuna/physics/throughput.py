@@ -882,7 +882,7 @@ class _KindTerms:
     lin: float  # attn_lin + mlp_lin
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _ShapeTerms:
     """What :func:`estimate_throughput` needs of one per-GPU shape (tp, cp, ep, mbs, dispatcher), whatever the
     pipeline: per kind of layer and then the output layer, its passes before the configuration's recompute and
