@@ -314,7 +314,7 @@ class ProfileRunner:
         prof = self.profile_layer(shape, config.recompute, self._cache_path(context))
         est = estimate_throughput(spec, config)
         b = dict(est.breakdown_s)
-        layers_per_stage = _busiest_stage_layers(spec, config)
+        layers_per_stage = _stage_layers(spec, config, est.busiest_stage)
         measured = prof["layer_s"] * layers_per_stage * config.num_microbatches
         analytical = sum(b.get(k, 0.0) for k in LAYER_TERMS)
         ratio = measured / analytical if analytical > 0 else 1.0
@@ -347,12 +347,14 @@ class ProfileRunner:
         )
 
 
-def _busiest_stage_layers(spec: StudySpec, config: TrainingConfig) -> float:
-    """Layers (decoder + MTP) of the stage holding the most, under the study's pipeline layout (the even
-    split ``num_layers / pp`` when the layout does not apply)."""
+def _stage_layers(spec: StudySpec, config: TrainingConfig, stage: int) -> float:
+    """Layers (decoder + MTP) of pipeline stage ``stage`` (the estimate's busiest, whose compute terms the
+    breakdown holds) under the study's pipeline layout (the even split ``num_layers / pp`` when the layout does
+    not apply)."""
     schedule = config.pp_schedule if config.pp > 1 else "1f1b"
     vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
     mixes = stage_mixes(spec.model, spec.pipeline, config.pp, vpp, schedule)
     if not mixes:
         return spec.model.num_layers / config.pp
-    return float(max(mx.decoder + mx.mtp for mx in mixes))
+    mx = mixes[stage]
+    return float(mx.decoder + mx.mtp)

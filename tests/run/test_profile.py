@@ -134,3 +134,20 @@ def test_refuses_cpu_timings_for_a_gpu_study_unless_asked(tmp_path: Path, monkey
     # a study of a CPU "GPU" (vendor other) is profiled on the CPU without a warning
     tiny = ProfileRunner(_tiny())
     assert not tiny.cpu_for_gpu
+
+
+def test_the_profiled_layers_are_the_busiest_stages_of_the_estimate() -> None:
+    """The projection replaces the compute terms of the stage the estimate's breakdown holds (its busiest,
+    ThroughputEstimate.busiest_stage): with DeepSeek-V3's layout that is a middle stage of eight MoE layers, not
+    the light last one (five, MTP and the loss) nor the dense-first one."""
+    from primus_optuna.physics.throughput import estimate_throughput
+    from primus_optuna.run.profile import _stage_layers
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import STUDIES
+
+    spec = StudySpec.from_yaml(STUDIES / "deepseek-v3-mi355x-fp8.yaml")
+    config = Space(spec).baseline
+    est = estimate_throughput(spec, config)
+    assert 0 < est.busiest_stage < config.pp - 1
+    assert _stage_layers(spec, config, est.busiest_stage) == 8
+    assert _stage_layers(spec, config, config.pp - 1) == 6  # 5 MoE + MTP
