@@ -162,3 +162,21 @@ def test_each_stage_is_timed_with_its_own_layers() -> None:
     assert a.breakdown_s["compute_other"] == pytest.approx(
         m * 4 * (3 * moe.other_f + moe.host_f + moe.host_b)
     )
+
+
+def test_a_split_the_layout_does_not_allow_is_estimated_with_layers_rounded_up() -> None:
+    """DeepSeek-V3's 61 layers over pp = 8 without a layout is illegal (Space.check says why), yet the estimate
+    still prices it, as Megatron's uneven split at its busiest: ceil(61 / 8) = 8 layers per stage, the dense
+    share spread over the stages (layer_mix.chunk_counts from even_fallback); the step is no shorter than that
+    of a legal layout holding 8 layers on its busiest stage."""
+    from primus_optuna.physics.layer_mix import chunk_counts
+
+    spec = _study("deepseek-v3", nodes=16)
+    config = Space(spec).make(tp=1, pp=8, ep=8, recompute="full").derive(spec.world, 1024)
+    assert Space(spec).check(config)
+    counts = chunk_counts(spec.model, spec.pipeline, 8, 1, "1f1b")
+    assert len(counts) == 8 and all(main + dense == 8 for main, dense, _ in counts)
+    assert [heads for *_, heads in counts] == [0.0] * 7 + [2.0]  # the output layer and MTP's, on the last
+    laid = _study("deepseek-v3", {"layout": "Et*8|(t*8|)*6t*5mL"}, nodes=16)
+    est, legal = estimate_throughput(spec, config), estimate_throughput(laid, config)
+    assert est.tokens_per_s_per_gpu > 0 and est.step_time_s >= 0.98 * legal.step_time_s
