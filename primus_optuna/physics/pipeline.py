@@ -738,8 +738,6 @@ class ChunkMix:
     vpp: int
     counts: tuple[tuple[float, ...], ...]
     """per chunk (virtual stage, model order), per kind"""
-    stage_counts: tuple[tuple[float, ...], ...]
-    """per physical stage, per kind: its chunks' counts added"""
     stage_sends: tuple[int, ...]
     """per physical stage, its blocking sends per micro-batch (none in the interleaved schedule)"""
     mean: tuple[float, ...]
@@ -752,7 +750,8 @@ class ChunkMix:
     row_of: tuple[int, ...]
     """per chunk, its index in ``rows``"""
     classes: tuple[tuple[tuple[float, ...], int], ...]
-    """the distinct (stage counts, sends) of the stages (most stages of a pipeline are alike)"""
+    """the distinct (counts per kind of a stage's chunks added, blocking sends per micro-batch) of the stages
+    (most stages of a pipeline are alike)"""
     stage_class: tuple[int, ...]
     """per stage, its index in ``classes``"""
     class_stage: tuple[int, ...]
@@ -786,7 +785,6 @@ def chunk_mix(schedule: str, pp: int, vpp: int, counts: tuple[tuple[float, ...],
         pp,
         v,
         counts,
-        tuple(r for r, _ in per_stage),
         tuple(sends),
         mean,
         res,
