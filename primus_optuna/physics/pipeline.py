@@ -311,8 +311,7 @@ def simulate(
     """Run the schedule with every chunk alike; per-chunk durations ``f, b, w`` (``w`` is fused into B unless
     the schedule is zero-bubble), send cost ``c``, extra durations of the chunk holding the output layer.
 
-    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch); :data:`CRITICAL` holds
-    the critical path's coefficients of (f, b, w, c, f_last, b_last, w_last). Same decisions, same
+    Returns (makespan, busy time per stage, blocking sends per stage and micro-batch). Same decisions, same
     floating-point operations in the same order as the straightforward simulations kept in
     ``tests/physics/pipeline_reference.py`` (tested equal): the fixed order (1F1B, interleaved) and the greedy
     event simulation (zero-bubble). :func:`simulate_chunks` takes a duration per chunk.
@@ -321,8 +320,7 @@ def simulate(
     nv = n_virtual(schedule, pp, v)
     fs, bs, ws = [f] * nv, [b] * nv, [w] * nv
     fs[-1], bs[-1], ws[-1] = f + f_last, b + b_last, w + w_last
-    makespan, busy, sends, (cf, cb, cw, cc) = simulate_chunks(schedule, pp, vpp, m, fs, bs, ws, c)
-    CRITICAL[0] = (sum(cf), sum(cb), sum(cw), cc, cf[-1], cb[-1], cw[-1])
+    makespan, busy, sends, _ = simulate_chunks(schedule, pp, vpp, m, fs, bs, ws, c)
     return makespan, busy, sends
 
 
@@ -721,10 +719,6 @@ def _static(
             cc += not asynchronous and k > 0 and st[k - 1] != st[k]
         op = pred[op]
     return makespan, busy, (cf, cb, list(cb), cc)
-
-
-CRITICAL: list[tuple[int, ...]] = [()]
-"""critical-path coefficients of (f, b, w, c, f_last, b_last, w_last) of the last :func:`simulate` call"""
 
 
 @dataclass(frozen=True, eq=False)
