@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..spec.hardware import GPUSpec
@@ -341,19 +341,35 @@ _BY_NAME = {
 }
 
 
-def gpu_family(gpu: GPUSpec) -> str:
-    """The family whose constants apply to ``gpu`` (by catalog name, else by vendor)."""
+def _catalog_family(gpu: GPUSpec) -> str | None:
     name = gpu.name.lower()
     if name in _BY_NAME:
         return _BY_NAME[name]
     for key, fam in _BY_NAME.items():
         if name.startswith(key):
             return fam
-    return "cdna3" if gpu.vendor == "amd" else "hopper"
+    return None
+
+
+def gpu_family(gpu: GPUSpec) -> str:
+    """The family whose constants apply to ``gpu`` (by catalog name, else by vendor)."""
+    return _catalog_family(gpu) or ("cdna3" if gpu.vendor == "amd" else "hopper")
 
 
 def family_constants(gpu: GPUSpec) -> FamilyConstants:
-    return FAMILIES[gpu_family(gpu)]
+    """The constants of ``gpu``'s family. A GPU outside the catalog (a study's own ``cluster.gpu``) borrows its
+    vendor's family but its GEMM half-work is scaled by its own BF16 peak, the rule every family without
+    small-GEMM data follows (:data:`SCALED_HALF_WORK`): a 0.1 TFLOP/s device fills at a ten-thousandth of the
+    work an H100 needs, not at the same work."""
+    fam = FAMILIES[gpu_family(gpu)]
+    if _catalog_family(gpu) is not None:
+        return fam
+    gemm = replace(
+        fam.gemm,
+        half_size=_half(gpu.bf16_tflops),
+        fitted_to=f"{fam.gemm.fitted_to}; half-work scaled to this GPU's {gpu.bf16_tflops:g} TFLOP/s peak",
+    )
+    return replace(fam, gemm=gemm)
 
 
 # --- calibration from measured trials ----------------------------------------------------------------------

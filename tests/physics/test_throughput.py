@@ -197,6 +197,25 @@ def test_every_family_labels_its_source() -> None:
     assert gpu_family(GPU_CATALOG["gb300"]) == gpu_family(GPU_CATALOG["b300"]) == "blackwell_ultra"
 
 
+def test_a_gpu_outside_the_catalog_fills_at_work_scaled_by_its_own_peak() -> None:
+    # catalog GPUs keep their family's constants unchanged
+    assert family_constants(GPU_CATALOG["h100"]) is FAMILIES["hopper"]
+    # a study's own device (studies/local-gpt-cpu.yaml: one CPU core, 0.1 TFLOP/s) borrows hopper's constants but
+    # not H100's half-work: its small GEMMs are not priced at H100's 1e-3 of peak
+    spec = StudySpec.from_yaml(STUDIES / "local-gpt-cpu.yaml")
+    gpu = spec.cluster.gpu
+    fam = family_constants(gpu)
+    h100 = FAMILIES["hopper"].gemm
+    assert fam.gemm.peak_fraction == h100.peak_fraction
+    assert fam.gemm.half_size == pytest.approx(h100.half_size * gpu.bf16_tflops / 989.0)
+    fc1_work = 128 * 512 * 128  # mbs 1, seq 128, hidden 128 -> ffn 512
+    assert fam.gemm.fraction(fc1_work) > 0.5 * fam.gemm.peak_fraction
+    # the bench_runners measurement of this study (docs/benchmarks.md#runner-local) is ~1.1-1.3e4 tokens/s/GPU;
+    # before the scaling the estimate was 19 tokens/s/GPU
+    est = estimate_throughput(spec, Space(spec).baseline)
+    assert 3_000 < est.tokens_per_s_per_gpu < 40_000
+
+
 def test_identity_calibration_changes_nothing() -> None:
     c = FLAG_SPACE.baseline
     assert Calibration().is_identity

@@ -62,9 +62,14 @@ def _throughput_text(rec: StudyRecord, tokens: float | None) -> str:
         return f"{fmt_tok(tokens)} tokens/s/GPU"
     name, peak = mfu_denominator(rec)
     return (
-        f"{fmt_tok(tokens)} tokens/s/GPU ({tf:,.0f} TFLOP/s/GPU, MFU {tf / peak:.1%} of the dense {name} peak "
-        f"{peak:,.0f} TFLOP/s)"
+        f"{fmt_tok(tokens)} tokens/s/GPU ({_tflops(tf)} TFLOP/s/GPU, MFU {tf / peak:.1%} of the dense {name} peak "
+        f"{_tflops(peak)} TFLOP/s)"
     )
+
+
+def _tflops(x: float) -> str:
+    """TFLOP/s without rounding a small device's figures to 0 (``1,979``, ``0.042``)."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.3g}"
 
 
 def _peak_text(t: TrialRow) -> str:
@@ -138,7 +143,10 @@ def _setup(doc: Doc, rec: StudyRecord) -> None:
     )
     doc.table(["axis", "legal values"], [[a, ", ".join(map(str, v))] for a, v in _legal_values(rec).items()])
     doc.p("Package versions (report environment): " + ", ".join(f"{k} {v}" for k, v in versions().items()))
-    doc.p("Reproduce (the study file is written next to this report as `study.yaml`):")
+    doc.p(
+        "Reproduce in a fresh study (the study file is written next to this report as `study.yaml`; this "
+        "study's own storage and name would resume it and add trials):"
+    )
     doc.code(reproduce_command(rec))
     _warm_start(doc, rec)
 
