@@ -95,6 +95,9 @@ def test_report_sections_and_numbers(small_study, tmp_path: Path) -> None:
     assert html.count("data:image/png;base64,") >= 3 and "plots/" not in html
     # reproduce command and the study file beside it
     assert "primus-optuna run study.yaml" in md and paths["study"].is_file()
+    # in a fresh study (this one's storage and name would resume it), as many trials as this one holds
+    n = len(study.trials)
+    assert f"--storage sqlite:///reproduce.db --study-name small-reproduce --n-trials {n} " in md
 
 
 def test_report_never_contains_the_api_key(small_study, tmp_path: Path) -> None:

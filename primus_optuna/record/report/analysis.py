@@ -214,10 +214,13 @@ def versions() -> dict[str, str]:
 
 
 def reproduce_command(rec: StudyRecord, study_file: str = "study.yaml") -> str:
+    """The ``run`` command that repeats this study in a fresh one (``<name>-reproduce`` in
+    ``reproduce.db``): the same storage and name would resume this study and add trials to it. As many trials
+    as this study holds."""
     s = rec.spec.search
-    storage = rec.storage_url or f"sqlite:///{rec.study_name}.db"
+    name = f"{rec.study_name}-reproduce"
     cmd = (
-        f"primus-optuna run {study_file} --storage {storage} --study-name {rec.study_name} "
-        f"--n-trials {s.n_trials} --seed {s.seed} --runner {rec.spec.runner.kind}"
+        f"primus-optuna run {study_file} --storage sqlite:///reproduce.db --study-name {name} "
+        f"--n-trials {len(rec.trials) or s.n_trials} --seed {s.seed} --runner {rec.spec.runner.kind}"
     )
     return cmd + (f" --llm {rec.llm_model}" if rec.llm_model else " --no-llm")
