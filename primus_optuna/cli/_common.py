@@ -68,6 +68,8 @@ def skip_exit_collection() -> None:
 
 def load_study(path: str) -> tuple[StudySpec, Space]:
     spec = StudySpec.from_yaml(path)
+    for line in spec.cluster.warnings():
+        click.echo(f"warning: {line}", err=True)
     return spec, Space(spec)
 
 

@@ -485,8 +485,16 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
             "write the model's fields in the study file (model: {...}) if it is a decoder-only transformer"
         )
     missing = [
-        k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in cfg
-    ]
+        k
+        for k in (
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "vocab_size",
+            "intermediate_size",
+        )
+        if k not in cfg
+    ]  # intermediate_size: every supported family writes it; guessing 4 x hidden would be a silent error
     if missing:
         raise SpecError(
             f"model.hf_config: missing keys {missing}; is this a decoder-only transformer config.json?"
@@ -504,7 +512,7 @@ def hf_to_megatron(cfg: dict[str, Any], name: str = "hf-model") -> dict[str, Any
         "name": cfg.get("_name_or_path") or mtype or name,
         "num_layers": layers,
         "hidden_size": cfg["hidden_size"],
-        "ffn_hidden_size": cfg.get("intermediate_size") or 4 * cfg["hidden_size"],
+        "ffn_hidden_size": cfg["intermediate_size"],
         "num_attention_heads": cfg["num_attention_heads"],
         "num_query_groups": cfg.get("num_key_value_heads"),
         "kv_channels": cfg.get("head_dim"),

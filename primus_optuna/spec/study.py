@@ -142,6 +142,37 @@ class ClusterSpec(_Strict):
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    def warnings(self) -> list[str]:
+        """What is legal but probably not meant: more GPUs per node than the GPU's intra-node fabric joins
+        (the model prices every GPU of a node at its NVLink/xGMI bandwidth)."""
+        g, n = self.gpu, self.gpus_per_node
+        if g.topology == "mesh":
+            domain, what = g.intra_node_links + 1, f"a full mesh of {g.intra_node_links} links per GPU"
+        elif gpu_key(g.name) in NVLINK_DOMAIN:
+            domain, what = NVLINK_DOMAIN[gpu_key(g.name)], "its NVLink domain"
+        else:
+            return []
+        if n <= domain:
+            return []
+        return [
+            f"cluster.gpus_per_node: {n} {g.name} GPUs per node, but {what} joins at most {domain}; every GPU of a "
+            f"node is priced at intra-node bandwidth, so write the cluster as nodes of {domain} "
+            f"(e.g. nodes: {max(1, self.world // domain)}, gpus_per_node: {domain})"
+        ]
+
+
+NVLINK_DOMAIN = {
+    "a100-80gb": 8,
+    "h100": 8,
+    "h200": 8,
+    "b200": 8,
+    "b300": 8,
+    "gb200": 72,
+    "gb300": 72,
+}
+"""GPUs one NVSwitch fabric joins: an HGX/DGX board (8; NVIDIA DGX A100/H100/H200/B200/B300 user guides) or a
+GB200/GB300 NVL72 rack (72; NVIDIA GB200 NVL72 datasheet)"""
+
 
 class WorkloadSpec(_Strict):
     """``workload``: what one optimizer step processes."""
@@ -588,13 +619,15 @@ class StudySpec(_Strict):
         if not p.is_file():
             raise SpecError(f"study file {str(p)!r} not found; pass the path of a YAML study (see studies/)")
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+            data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (safe)
         except UnicodeDecodeError as exc:
             raise SpecError(
                 f"{p}: not a UTF-8 text file (byte {exc.start}: {exc.reason}); save the study file as UTF-8"
             ) from None
         except OSError as exc:
             raise SpecError(f"{p}: cannot read the study file ({exc.strerror or exc})") from None
+        except _DuplicateKey as exc:
+            raise SpecError(f"{p}: {exc}") from None
         except yaml.YAMLError as exc:
             raise SpecError(f"{p}: not valid YAML: {exc}") from None
         return cls.from_dict(data, source=str(p), base_dir=p.parent)
@@ -612,6 +645,31 @@ class StudySpec(_Strict):
         if isinstance(env, dict):
             data["runner"]["options"]["env"] = {k: (MASK if looks_secret(k) else v) for k, v in env.items()}
         return redact_data(data)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    """A study file names one key twice in the same mapping (plain YAML keeps the last silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key repeated in one mapping: ``tp: [1, 2]`` then ``tp: [4]`` is
+    a mistake to report, not a silent override."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: merged keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise _DuplicateKey(
+                    f"line {line}: key {key!r} appears twice in the same section (first on line {seen[key]}); "
+                    "keep one of them"
+                )
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def te_op_fuser_reason(spec: StudySpec) -> str | None:

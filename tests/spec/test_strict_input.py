@@ -71,3 +71,43 @@ def test_recompute_value_that_does_not_apply_is_refused_by_name():
     data["search"]["baseline"]["recompute"] = "selective:mla_up_proj"
     with pytest.raises(SpecError, match="search.baseline.recompute: 'selective:mla_up_proj' does not apply"):
         Space(StudySpec.from_dict(data))
+
+
+def test_a_key_repeated_in_one_section_is_one_error_naming_it(tmp_path):
+    text = yaml.safe_dump(small_dense_study(), sort_keys=False)
+    p = tmp_path / "s.yaml"
+    # plain YAML keeps the last value silently; a study file says which key and where
+    p.write_text(text.replace("workload:\n", "workload:\n  seq_length: 2048\n", 1))
+    with pytest.raises(
+        SpecError, match=r"key 'seq_length' appears twice in the same section \(first on line"
+    ):
+        StudySpec.from_yaml(p)
+    # the same key in different sections, and a merge key overridden, are fine
+    base = small_dense_study()
+    p.write_text(
+        "x-workload: &w "
+        + json.dumps(base["workload"])
+        + "\n"
+        + yaml.safe_dump({k: v for k, v in base.items() if k != "workload"}, sort_keys=False)
+        + f"workload:\n  <<: *w\n  seq_length: {base['workload']['seq_length'] * 2}\n"
+    )
+    with pytest.raises(SpecError, match="x-workload: unknown key"):  # the anchor's holder, not a duplicate
+        StudySpec.from_yaml(p)
+
+
+def test_hf_config_without_intermediate_size_is_one_error(tmp_path):
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    data = small_dense_study()
+    data["model"] = {"hf_config": "config.json"}
+    with pytest.raises(SpecError, match=r"missing keys \['intermediate_size'\]"):
+        StudySpec.from_dict(data, base_dir=tmp_path)
+    cfg["intermediate_size"] = 688
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert StudySpec.from_dict(data, base_dir=tmp_path).model.ffn_hidden_size == 688

@@ -408,3 +408,18 @@ def test_fp8_output_proj_defaults_off_needs_mxfp8_and_enters_the_hash_only_when_
         assert "fp8_output_proj needs precision fp8 with fp8_recipe mxfp8" in str(e.value)
     assert space_hash(base) == space_hash(StudySpec.from_dict(_fp8_moe(fp8_output_proj=False)))
     assert space_hash(StudySpec.from_dict(_fp8_moe(fp8_output_proj=True))) != space_hash(base)
+
+
+def test_more_gpus_per_node_than_the_fabric_joins_is_a_warning_not_an_error():
+    data = small_dense_study()
+    assert StudySpec.from_dict(data).cluster.warnings() == []
+    data["cluster"] = {"gpu": "h100", "nodes": 1, "gpus_per_node": 32}
+    (line,) = StudySpec.from_dict(data).cluster.warnings()
+    assert line.startswith(
+        "cluster.gpus_per_node: 32 h100 GPUs per node, but its NVLink domain joins at most 8"
+    )
+    assert "nodes: 4, gpus_per_node: 8" in line
+    data["cluster"] = {"gpu": "mi355x", "nodes": 1, "gpus_per_node": 16}
+    assert "a full mesh of 7 links per GPU joins at most 8" in StudySpec.from_dict(data).cluster.warnings()[0]
+    data["cluster"] = {"gpu": "gb200", "nodes": 1, "gpus_per_node": 72}  # one NVL72 rack
+    assert StudySpec.from_dict(data).cluster.warnings() == []
