@@ -76,6 +76,7 @@ _LAZY: dict[str, str] = {
     "NoThroughput": "run.base",
     "EarlyStopped": "run.base",
     "LogFollower": "run.follow",
+    "RepeatedLaunchFailure": "run.launch_guard",
     # record
     "open_study": "record.storage",
     "build_report": "record.report",

@@ -22,6 +22,7 @@ from .base import (
 from .command import CommandRunner
 from .factory import make_runner
 from .follow import LiveIteration, LogFollower
+from .launch_guard import RepeatedLaunchFailure
 from .logparse import ParsedLog, parse_log
 from .profile import ProfileRunner
 
@@ -37,6 +38,7 @@ __all__ = [
     "OutOfMemory",
     "ParsedLog",
     "ProfileRunner",
+    "RepeatedLaunchFailure",
     "RunContext",
     "RunFailure",
     "RunTimeout",

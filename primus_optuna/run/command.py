@@ -253,6 +253,7 @@ class CommandRunner:
         extra_fields: Sequence[str] = (),
         wrap: Sequence[Wrap] = (),
         inherit_env: bool = True,
+        preflight: Callable[[], None] | None = None,
     ) -> None:
         if not argv:
             raise SpecError("runner.options.argv: give the command to run as a list, e.g. [bash, train.sh]")
@@ -277,6 +278,13 @@ class CommandRunner:
         self.wrap = list(wrap)
         self.inherit_env = inherit_env
         self.poll_s = POLL_S
+        self._preflight = preflight
+
+    def preflight(self) -> None:
+        """Check, before the first trial, what the launch needs on this host (a preset's checkout, its launcher
+        on ``PATH``); raises :class:`SpecError` naming the option. Nothing to check for a plain command."""
+        if self._preflight is not None:
+            self._preflight()
 
     def build(self, config: TrainingConfig, context: RunContext) -> tuple[Launch, Path]:
         """Validate the configuration, run the preset hook, render argv/env (no process is started)."""

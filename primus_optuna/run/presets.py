@@ -26,6 +26,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -333,6 +334,23 @@ def megatron_env(spec: StudySpec, config: TrainingConfig) -> dict[str, str]:
     return env
 
 
+def _megatron_preflight(opts: MegatronOptions, *, local: bool) -> None:
+    """The checkout must hold ``pretrain_gpt.py`` (a shared file system under Slurm or ``hosts``, as for
+    ``primus_path``); a launch on this host needs ``torchrun`` on ``PATH``. Otherwise every trial would fail
+    to launch the same way."""
+    script = Path(opts.megatron_path).expanduser() / "pretrain_gpt.py"
+    if not script.is_file():
+        raise SpecError(
+            f"runner.options.megatron_path: {opts.megatron_path!r} has no pretrain_gpt.py; give the path of a "
+            "Megatron-LM checkout"
+        )
+    if local and shutil.which(opts.torchrun[0]) is None:
+        raise SpecError(
+            f"runner.options.torchrun: {opts.torchrun[0]!r} is not on PATH; install PyTorch in this environment "
+            "or give the launcher's full path (e.g. [/opt/venv/bin/torchrun])"
+        )
+
+
 def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
     script = str(Path(opts.megatron_path) / "pretrain_gpt.py")
 
@@ -554,6 +572,7 @@ def _build_command_runner(
             warmup_iters=mo.warmup_iters,
             kind=kind,
             wrap=[_megatron_wrap(spec, mo), *([] if under_slurm else [_nodes_wrap(spec, mo, None)])],
+            preflight=lambda: _megatron_preflight(mo, local=not under_slurm and not mo.hosts),
         )
     if kind == "local":
         lo: LocalOptions = validate_options(LocalOptions, options, kind)

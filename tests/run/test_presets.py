@@ -556,3 +556,19 @@ def test_megatron_launch_gets_the_te_op_fuser_environment(spec: StudySpec, tmp_p
     assert "--use-transformer-engine-op-fuser" not in launch.argv
     with pytest.raises(SpecError, match="workload.te_op_fuser"):
         primus_overlay(on, c)
+
+
+def test_megatron_preflight_names_a_missing_checkout_or_launcher(spec: StudySpec, tmp_path: Path) -> None:
+    one = _on(spec, 1)
+    # building never touches the file system (a checkout on the cluster); the run's pre-flight does
+    runner = build_command_runner(one, "megatron", {"megatron_path": str(tmp_path / "nowhere")})
+    with pytest.raises(SpecError, match=r"runner.options.megatron_path: .*nowhere' has no pretrain_gpt.py"):
+        runner.preflight()
+    (tmp_path / "pretrain_gpt.py").write_text("")
+    opts = {"megatron_path": str(tmp_path), "torchrun": ["no-such-torchrun-here"]}
+    with pytest.raises(SpecError, match="runner.options.torchrun: 'no-such-torchrun-here' is not on PATH"):
+        build_command_runner(one, "megatron", opts).preflight()
+    # on other hosts (ssh) or under Slurm the launcher is theirs: only the shared checkout is checked
+    many = build_command_runner(spec, "megatron", {**opts, "hosts": HOSTS})
+    many.preflight()
+    build_command_runner(one, "megatron", {**opts, "torchrun": ["sh"]}).preflight()
