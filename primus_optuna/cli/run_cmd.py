@@ -63,16 +63,27 @@ class ProgressLines:
             self.last = now
         value = f" {trial_value_text(trial)}" if trial.values else ""
         reason = trial.user_attrs.get("prune_reason") or trial.user_attrs.get("failure_reason")
-        try:
-            best = f"; best {study.best_trials[0].values[0]:.1f} (trial {study.best_trials[0].number})"
-        except (ValueError, IndexError):
-            best = ""
+        best = self._best(study)
         click.echo(
             f"[{done}/{self.n}] trial {trial.number} {trial.state.name.lower()}{value}"
             + (f" ({reason})" if reason and not value else "")
             + best,
             err=True,
         )
+
+    @staticmethod
+    def _best(study: Any) -> str:
+        """``; best X (trial N)`` by the first objective (tokens/s/GPU), also on a Pareto front, whose order
+        is not by it."""
+        try:
+            front = study.best_trials
+        except ValueError:
+            return ""
+        if not front:
+            return ""
+        sign = 1.0 if study.directions[0].name == "MAXIMIZE" else -1.0
+        top = max(front, key=lambda t: sign * t.values[0])
+        return f"; best {top.values[0]:.1f} (trial {top.number})"
 
 
 class _QuietInterrupt(logging.Filter):
@@ -253,6 +264,7 @@ def run(
     from ..run.base import RunFailure
     from ..run.factory import make_runner
     from ..run.interrupt import exit_code, raise_if_stopped
+    from ..run.launch_guard import RepeatedLaunchFailure
     from ..run.objective import make_objective, requeue_interrupted
     from ..search.early_stop import study_pruner
     from ..search.sampler import PrimusSampler
@@ -273,6 +285,9 @@ def run(
     if no_fit:  # every trial would be pruned: say so and create nothing
         raise SpecError(no_fit)
     runner = make_runner(spec, runner_kind)
+    check = getattr(runner, "preflight", None)
+    if callable(check):  # a missing checkout or launcher is one error now, not a failed launch per trial
+        check()
     if n_jobs > 1 and getattr(runner, "launches_jobs", False) and runner.kind != "slurm":
         raise SpecError(
             f"--n-jobs {n_jobs}: the {runner.kind} runner launches each trial on the study's {spec.world} GPUs, "
@@ -344,7 +359,10 @@ def run(
             f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
             f"{design.centre.key()}"
         )
+    for line in [*spec.cluster.warnings(), *space.unused_axis_values()]:
+        say(f"warning: {line}")
     first_new = len(st.trials)
+    guard = RepeatedLaunchFailure(first_trial=first_new)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
     for line in preflight_lines:
         say(line)
@@ -415,7 +433,7 @@ def run(
                 show_progress_bar=show_bar,
                 # raise_if_stopped ends the study once a trial is recorded after a signal: without it the next
                 # trial would be asked (and its sampler decision made) only to be recorded as interrupted
-                callbacks=[*([ProgressLines(n)] if lines else []), raise_if_stopped],
+                callbacks=[*([ProgressLines(n)] if lines else []), guard, raise_if_stopped],
             )
         except KeyboardInterrupt:
             if stop_signal() is None:  # raised by code, not a signal's (handle_signals raises the flag first)
@@ -436,3 +454,6 @@ def run(
     signum = stop_signal()
     if signum is not None:
         sys.exit(exit_code(signum))
+    if guard.message:
+        click.echo(f"error: {guard.message}", err=True)
+        sys.exit(1)

@@ -58,6 +58,9 @@ class Facts:
     """workload.te_op_fuser (Megatron-LM's --use-transformer-engine-op-fuser, not in Primus's pin)"""
     cp_a2a: bool = False
     """the model runs context parallelism as TE's a2a (ModelSpec.cp_comm_type: attention sinks, windows)"""
+    upstream_megatron: bool = False
+    """the study's runner launches upstream Megatron-LM (``runner.kind: megatron``, or Slurm's megatron
+    preset), which has no zero-bubble schedule"""
     model: ModelSpec | None = field(default=None, compare=False)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec, compare=False)
     memo: dict[tuple[int, int], str | None] = field(default_factory=dict, compare=False)
@@ -91,6 +94,8 @@ class Facts:
             sequence_parallel=w.sequence_parallel,
             te_op_fuser=w.te_op_fuser,
             cp_a2a=m.cp_comm_type == "a2a",
+            upstream_megatron=spec.runner.kind == "megatron"
+            or (spec.runner.kind == "slurm" and spec.runner.options.get("preset") == "megatron"),
         )
 
 
@@ -308,6 +313,18 @@ def _zb_requirements(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _zb_upstream(f: Facts, c: Any) -> str | None:
+    # the zero-bubble schedules are Primus patches: upstream Megatron-LM's parser has no zero-bubble argument
+    # (no "zero_bubble" in megatron/training/arguments.py@d98e8a64; Primus adds enable_zero_bubble,
+    # primus/backends/megatron/core/pipeline_parallel/zerobubble/README.md@fd1eeabb)
+    if c.pp_schedule in ("zb1p", "zbv") and f.upstream_megatron:
+        return (
+            f"pp_schedule={c.pp_schedule} (Primus zero bubble) does not exist in upstream Megatron-LM, which the "
+            "megatron runner launches; use runner.kind: primus, or 1f1b/interleaved"
+        )
+    return None
+
+
 def _zb_op_fuser(f: Facts, c: Any) -> str | None:
     # the zero-bubble schedules exist only in Primus, whose pinned Megatron-LM has no
     # use_transformer_engine_op_fuser (transformer_config.py@d3528a21; upstream @d98e8a64:525-527)
@@ -478,6 +495,12 @@ RULES: tuple[Rule, ...] = (
         ("pp_schedule",),
         "zero-bubble schedules need gradient accumulation fusion",
         _zb_requirements,
+    ),
+    Rule(
+        "zb_upstream",
+        ("pp_schedule",),
+        "zero-bubble schedules need Primus (not the megatron runner's upstream Megatron-LM)",
+        _zb_upstream,
     ),
     Rule(
         "zb_op_fuser",

@@ -325,6 +325,25 @@ class Space:
                 seen[a].add(getattr(c, a))
         return {a: tuple(v for v in self.candidates[a] if v in seen[a]) for a in AXES}
 
+    def unused_axis_values(self) -> list[str]:
+        """One line per value written in ``search.axes`` that no legal configuration has (it is left out of the
+        search), with a rule that rejects it next to the baseline: ``search.axes.tp: 3 is in no legal
+        configuration (tp=3 does not divide the 64 attention heads); remove it``."""
+        legal = self._legal_values
+        out = []
+        for axis, values in self.spec.search.axes.items():
+            for v in values:
+                if v in legal[axis]:
+                    continue
+                reasons = self.check(self.canonical(self.make(**{**self.baseline.to_params(), axis: v})))
+                why = next((r for r in reasons if axis in r), reasons[0] if reasons else "")
+                out.append(
+                    f"search.axes.{axis}: {v} is in no legal configuration"
+                    + (f" ({why})" if why else " (no combination with the other axes' values is legal)")
+                    + "; it is left out of the search"
+                )
+        return out
+
     def elimination_counts(self, limit: int = 500_000) -> Counter[str]:
         """How many points of the Cartesian product each rule rejects (for diagnostics)."""
         counts: Counter[str] = Counter()

@@ -387,3 +387,41 @@ def test_a_signal_while_the_study_is_opened_starts_no_trial(tmp_path, monkeypatc
     assert r.exit_code == 143, r.output
     assert "interrupted (SIGTERM); run the same command again" in r.output
     assert _trials_of(url, "small-moe") == []
+
+
+def test_progress_line_names_the_fastest_trial_of_a_pareto_front(capsys):
+    from primus_optuna.cli.run_cmd import ProgressLines
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    # a front of three; Optuna's best_trials lists them by number, not by throughput
+    for values in ([100.0, 10.0], [300.0, 30.0], [200.0, 20.0]):
+        study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, distributions=dist, values=values))
+    progress = ProgressLines(n_trials=3)
+    progress(study, study.trials[-1])
+    assert "best 300.0 (trial 1)" in capsys.readouterr().err
+
+
+def test_a_launch_that_fails_the_same_way_stops_the_run_and_a_missing_checkout_writes_nothing(tmp_path):
+    data = small_moe_study()
+    data["runner"] = {
+        "kind": "command",
+        "options": {"argv": [sys.executable, "-c", "import sys; sys.exit('train.sh: no such file')"]},
+    }
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    r = invoke("run", _write(tmp_path, data), "--storage", url, "--n-trials", 10, "--no-progress", "--no-llm")
+    assert r.exit_code == 1, r.output
+    trials = optuna.load_study(study_name="small-moe", storage=url).trials
+    assert [t.state for t in trials] == [State.FAIL] * 3  # not 10
+    assert "trials #0, #1, #2 failed to launch the same way (train.sh: no such file)" in r.output
+    # the megatron preset's checkout is checked before anything is created
+    megatron = {"megatron_path": str(tmp_path / "Megatron-LM"), "hosts": ["n0", "n1"]}
+    data["runner"] = {"kind": "megatron", "options": megatron}
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    r = invoke("run", _write(tmp_path, data), "--storage", url, "--n-trials", 2, "--no-progress", "--no-llm")
+    assert (
+        r.exit_code == 2
+        and "runner.options.megatron_path" in r.output
+        and "has no pretrain_gpt.py" in r.output
+    )
+    assert not (tmp_path / "m.db").exists()

@@ -100,3 +100,16 @@ def test_study_file_errors_exit_2_naming_the_field(tmp_path):
             r = invoke(cmd, p)
             assert r.exit_code == 2, (cmd, override, r.output)
             assert r.output.startswith("error: ") and needle in r.output, r.output
+
+
+def test_space_warns_about_a_dropped_axis_value_and_an_oversized_node(tmp_path):
+    data = small_moe_study()
+    data["search"].setdefault("axes", {})["tp"] = [1, 3]
+    data["cluster"]["gpus_per_node"] = 16
+    data["cluster"]["nodes"] = 1
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(cli, ["space", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "warning: search.axes.tp: 3 is in no legal configuration (tp=3 does not divide" in r.output
+    assert "warning: cluster.gpus_per_node: 16" in r.output

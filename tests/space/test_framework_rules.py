@@ -8,7 +8,7 @@ import pytest
 from primus_optuna import Space, StudySpec
 from tests.conftest import FLAGSHIP
 
-FRAMEWORK_RULES = ("zb_pipeline", "zb_requirements", "sync_free_tp", "zb_op_fuser")
+FRAMEWORK_RULES = ("zb_pipeline", "zb_requirements", "sync_free_tp", "zb_op_fuser", "zb_upstream")
 """The rule ids these tests cover (tests/space/test_rules.py checks every rule is covered somewhere)."""
 
 
@@ -89,3 +89,21 @@ def test_zero_bubble_cannot_run_the_te_op_fuser() -> None:
     assert all(c.pp_schedule not in ("zb1p", "zbv") for c in space.configs())
     off = _space(cluster={"gpu": "b200"})
     assert off.check(off.make(**ZB1P)) == []
+
+
+def test_zero_bubble_is_illegal_under_the_megatron_runner_only() -> None:
+    """Upstream Megatron-LM has no zero-bubble argument (megatron/training/arguments.py@d98e8a64); the megatron
+    runner launches it, so zb1p/zbv cannot run there, while Primus (and the analytical estimate) can."""
+    opts = {"megatron_path": "/opt/Megatron-LM", "hosts": [f"n{i}" for i in range(8)]}
+    for runner in (
+        {"kind": "megatron", "options": opts},
+        {"kind": "slurm", "options": {"preset": "megatron"}},
+    ):
+        space = _space(runner=runner)
+        for cfg in (ZB1P, ZBV):
+            reasons = space.check(space.make(**cfg))
+            assert any("does not exist in upstream Megatron-LM" in r for r in reasons), (runner, reasons)
+        assert not space.check(space.make(**{**ZB1P, "pp_schedule": "1f1b"}))
+    for runner in ({"kind": "analytical"}, {"kind": "primus", "options": {}}):
+        space = _space(runner=runner)
+        assert not space.check(space.make(**ZB1P)) and not space.check(space.make(**ZBV))

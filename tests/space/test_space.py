@@ -212,3 +212,17 @@ def test_baseline_values_join_the_default_candidates():
         StudySpec.from_dict({**data, "search": {**data["search"], "axes": {"recompute": ["none", "full"]}}})
     )
     assert restricted.candidates["recompute"] == ["none", "full"]
+
+
+def test_a_value_written_in_search_axes_that_no_legal_configuration_has_is_named():
+    data = small_dense_study()  # Llama 3.1 8B: 32 heads, 8 KV groups
+    data["search"]["axes"] = {"tp": [1, 2, 3], "mbs": [1, 2]}
+    space = Space(StudySpec.from_dict(data))
+    assert 3 not in space.legal_values()["tp"]
+    lines = space.unused_axis_values()
+    assert lines == [
+        "search.axes.tp: 3 is in no legal configuration (tp=3 does not divide the 32 attention heads); "
+        "it is left out of the search"
+    ]
+    data["search"]["axes"] = {"tp": [1, 2]}
+    assert Space(StudySpec.from_dict(data)).unused_axis_values() == []
