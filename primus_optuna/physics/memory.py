@@ -322,9 +322,12 @@ class _Context:
             # full:N: the first N layers of every virtual chunk keep their input only (method block); full: all
             n_rec = (min(float(r.num_layers), per_chunk) if r.num_layers else per_chunk) if r.is_full else 0.0
             chunk = n_rec * a.inp + (per_chunk - n_rec) * plain
-            # backward rebuilds one recomputed layer at a time: the heaviest kind on this stage
+            # backward rebuilds one recomputed layer at a time (the heaviest kind on this stage); the recomputed
+            # layers are the first of the chunk, so by then the backward has freed the plain layers after them:
+            # the rebuild raises the peak only by what it exceeds their activations (full: all of it)
             ones = [o for n, o in ((mx.moe, a.one_moe), (mx.dense, a.one_dense), (mx.mtp, a.one_mtp)) if n]
-            transient = max(ones, default=a.inp) - a.inp if n_rec else 0.0
+            rebuilt = max(ones, default=a.inp) - a.inp
+            transient = max(0.0, rebuilt - (per_chunk - n_rec) * plain) if n_rec else 0.0
             # pp = 1: Megatron's combined 1F1B (ep_overlap) runs micro-batch i+1's forward with i's backward
             chunks = chunks_in_flight(pp, vpp, m, schedule, i, extra) if pp > 1 else (2 if extra else 1)
             logits = a.logits * (1 + mx.mtp) if mx.loss else 0.0  # MTP layers compute their own logits
