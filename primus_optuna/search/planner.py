@@ -181,6 +181,7 @@ def require_api_key(settings: LLMSpec, api_base: str | None = None) -> None:
         return
     import litellm
 
+    litellm.suppress_debug_info = True  # else an unknown provider prints a coloured banner to stdout
     try:
         missing = litellm.validate_environment(model=settings.model, api_base=api_base).get("missing_keys")
     except Exception:  # an unknown provider string: LiteLLM itself will say so at the first call

@@ -425,3 +425,22 @@ def test_a_launch_that_fails_the_same_way_stops_the_run_and_a_missing_checkout_w
         and "has no pretrain_gpt.py" in r.output
     )
     assert not (tmp_path / "m.db").exists()
+
+
+def test_an_unknown_llm_provider_is_one_error_and_nothing_on_stdout(tmp_path):
+    study = _write(tmp_path, small_moe_study())
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    args = [
+        "run",
+        str(study),
+        "--storage",
+        f"sqlite:///{tmp_path / 'l.db'}",
+        "--llm",
+        "foo/bar",
+        "--no-progress",
+    ]
+    r = subprocess.run([*CLI_PROCESS, *args], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "LiteLLM does not know its provider" in r.stderr
+    assert r.stdout.strip() == ""  # LiteLLM's coloured "Provider List" banner went here before
+    assert not (tmp_path / "l.db").exists()
