@@ -199,5 +199,8 @@ def parse_config_string(text: str) -> dict[str, Any]:
         if key in out:
             raise SpecError(f"--config: {key} is given twice ({out[key]} and {value}); give each axis once")
         out[key] = value
-    clean = TrainingConfig.from_params(out)
+    try:
+        clean = TrainingConfig.from_params(out)
+    except SpecError as exc:
+        raise SpecError(f"--config: {exc}; separate axes with commas, e.g. --config tp=1,pp=4,mbs=2") from None
     return {k: getattr(clean, k) for k in out}

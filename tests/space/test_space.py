@@ -74,6 +74,7 @@ def test_parse_config_string():
         ("tq=1", "unknown axis"),
         ("tp=0", "positive"),
         ("recompute=some", "allowed values"),
+        ("tp=8;pp=4", r"^--config: tp must be a positive integer, got '8;pp=4'; separate axes with commas"),
     ]:
         with pytest.raises(SpecError, match=needle):
             parse_config_string(bad)
