@@ -359,7 +359,7 @@ def run(
             f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
             f"{design.centre.key()}"
         )
-    for line in [*spec.cluster.warnings(), *space.unused_axis_values()]:
+    for line in [*spec.cluster.warnings(), *space.axis_warnings()]:
         say(f"warning: {line}")
     first_new = len(st.trials)
     guard = RepeatedLaunchFailure(first_trial=first_new)

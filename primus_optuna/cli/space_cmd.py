@@ -50,7 +50,7 @@ def space(study: str, as_json: bool) -> None:
     for axis, values in summary["axes"].items():
         click.echo(f"  {axis:<15} {', '.join(str(v) for v in values)}")
     click.echo(f"legal configurations: {summary['legal_configs']} (enumerated in {elapsed * 1000:.0f} ms)")
-    for line in sp.unused_axis_values():
+    for line in sp.axis_warnings():
         click.echo(f"warning: {line}", err=True)
     base = summary["baseline"]
     click.echo(f"baseline   {sp.baseline}: {'legal' if base['legal'] else 'ILLEGAL'}")

@@ -202,5 +202,7 @@ def parse_config_string(text: str) -> dict[str, Any]:
     try:
         clean = TrainingConfig.from_params(out)
     except SpecError as exc:
-        raise SpecError(f"--config: {exc}; separate axes with commas, e.g. --config tp=1,pp=4,mbs=2") from None
+        raise SpecError(
+            f"--config: {exc}; separate axes with commas, e.g. --config tp=1,pp=4,mbs=2"
+        ) from None
     return {k: getattr(clean, k) for k in out}

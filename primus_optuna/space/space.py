@@ -325,10 +325,11 @@ class Space:
                 seen[a].add(getattr(c, a))
         return {a: tuple(v for v in self.candidates[a] if v in seen[a]) for a in AXES}
 
-    def unused_axis_values(self) -> list[str]:
+    def axis_warnings(self) -> list[str]:
         """One line per value written in ``search.axes`` that no legal configuration has (it is left out of the
         search), with a rule that rejects it next to the baseline: ``search.axes.tp: 3 is in no legal
-        configuration (tp=3 does not divide the 64 attention heads); remove it``."""
+        configuration (tp=3 does not divide the 64 attention heads); it is left out of the search``; and one
+        when an even split leaves pp=1 only (DeepSeek-V3's 61 layers without a pipeline section)."""
         legal = self._legal_values
         out = []
         for axis, values in self.spec.search.axes.items():
@@ -341,6 +342,15 @@ class Space:
                     f"search.axes.{axis}: {v} is in no legal configuration"
                     + (f" ({why})" if why else " (no combination with the other axes' values is legal)")
                     + "; it is left out of the search"
+                )
+        pp = self.candidates["pp"]
+        if "pp" not in self.spec.search.axes and self.spec.pipeline.is_default and len(pp) > 1:
+            if list(legal["pp"]) == [1]:
+                out.append(
+                    f"pp: only pp=1 is legal: no pp in {', '.join(map(str, pp[1:]))} divides the model's "
+                    f"{self.spec.model.num_layers} layers evenly; add a pipeline section "
+                    "(decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers, or a layout) to "
+                    "search pipeline parallelism"
                 )
         return out
 

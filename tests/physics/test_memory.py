@@ -363,13 +363,18 @@ def test_full_n_recomputes_the_first_n_layers_of_every_chunk() -> None:
         expect = chunks * (n * inp + (7 - n) * plain) + max(0.0, plain - inp - (7 - n) * plain)
         assert est.stages[1].breakdown["activations_gib"] == pytest.approx(expect / GIB)
     full = estimate_memory(spec, c.replace(recompute="full").derive(64, 512))
-    assert full.stages[1].breakdown["activations_gib"] == pytest.approx((chunks * 7 * inp + plain - inp) / GIB)
+    assert full.stages[1].breakdown["activations_gib"] == pytest.approx(
+        (chunks * 7 * inp + plain - inp) / GIB
+    )
     # DeepSeek-V3 on one stage (3 dense layers first): full:1 never holds more than no recompute
     data = small_moe_study()
     data["model"] = {"catalog": "deepseek-v3"}
     ds = StudySpec.from_dict(data)
     d = Space(ds).make(tp=1, pp=1, ep=8, mbs=1)
-    none, one = estimate_memory(ds, d), estimate_memory(ds, d.replace(recompute="full:1").derive(ds.world, ds.workload.global_batch_size))
+    none, one = (
+        estimate_memory(ds, d),
+        estimate_memory(ds, d.replace(recompute="full:1").derive(ds.world, ds.workload.global_batch_size)),
+    )
     assert one.stages[0].breakdown["activations_gib"] < none.stages[0].breakdown["activations_gib"]
     # EP all-to-all overlap holds one more chunk in the interleaved warm-up
     assert chunks_in_flight(4, 2, 32, "interleaved", 1, extra_chunk=True) == chunks + 1

@@ -220,10 +220,21 @@ def test_a_value_written_in_search_axes_that_no_legal_configuration_has_is_named
     data["search"]["axes"] = {"tp": [1, 2, 3], "mbs": [1, 2]}
     space = Space(StudySpec.from_dict(data))
     assert 3 not in space.legal_values()["tp"]
-    lines = space.unused_axis_values()
+    lines = space.axis_warnings()
     assert lines == [
         "search.axes.tp: 3 is in no legal configuration (tp=3 does not divide the 32 attention heads); "
         "it is left out of the search"
     ]
     data["search"]["axes"] = {"tp": [1, 2]}
-    assert Space(StudySpec.from_dict(data)).unused_axis_values() == []
+    assert Space(StudySpec.from_dict(data)).axis_warnings() == []
+
+
+def test_a_layer_count_no_pp_divides_is_named_with_the_pipeline_section_as_the_fix():
+    data = small_moe_study()
+    data["model"] = {"catalog": "deepseek-v3"}  # 61 layers
+    data.pop("pipeline", None)
+    data["search"].pop("axes", None)
+    space = Space(StudySpec.from_dict(data))
+    assert space.legal_values()["pp"] == [1]
+    (line,) = [w for w in space.axis_warnings() if w.startswith("pp:")]
+    assert "divides the model's 61 layers evenly; add a pipeline section" in line
