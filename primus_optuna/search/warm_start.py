@@ -102,6 +102,17 @@ def load_warm_start(
                 f"{source}: another GPU ({old.cluster.gpu.name}), its memory evidence is not used"
             )
         old_space = Space(old)
+        estimated = sum(
+            1
+            for t in old_study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("source", "analytical") == "analytical"
+        )
+        if estimated:
+            ws.notes.append(
+                f"{source}: {estimated} trials estimated by the analytical runner are not imported: only measured "
+                "trials calibrate this study (an estimate repeats its own model)"
+            )
         for t in old_study.get_trials(deepcopy=False):
             ua = t.user_attrs
             try:

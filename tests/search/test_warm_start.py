@@ -171,3 +171,21 @@ def test_bad_sources_are_named(tmp_path, earlier):
     with pytest.raises(SpecError, match="no study 'nope'"):
         open_earlier_studies(spec, [f"{url}:nope"])
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_source_of_estimates_only_says_why_nothing_was_imported(tmp_path):
+    from primus_optuna.run.analytical import AnalyticalRunner
+
+    spec = StudySpec.from_dict(small_moe_study())
+    url = f"sqlite:///{tmp_path / 'estimates.db'}"
+    handle = open_study(
+        spec, storage=url, pruner=study_pruner(spec, launches_jobs=False), heartbeat_interval=None
+    )
+    handle.study.sampler = PrimusSampler(spec, seed=0)
+    handle.study.optimize(
+        make_objective(spec, AnalyticalRunner(spec), runs_dir=tmp_path / "runs"), n_trials=3
+    )
+    done = sum(t.state == State.COMPLETE for t in handle.study.trials)
+    ws = open_earlier_studies(spec, [url])
+    assert ws.pairs == []
+    assert f"{url}: {done} trials estimated by the analytical runner are not imported" in ws.summary()
