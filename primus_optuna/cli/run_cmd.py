@@ -292,7 +292,7 @@ def run(
         raise SpecError(
             f"--n-jobs {n_jobs}: the {runner.kind} runner launches each trial on the study's {spec.world} GPUs, "
             f"so {n_jobs} parallel trials would share them; run one `primus-optuna run` worker per allocation "
-            "instead, all with the same --storage (README: Scaling out), or use the slurm runner, whose "
+            "instead, all with the same --storage (docs/scaling-out.md), or use the slurm runner, whose "
             "jobs get their own allocations"
         )
     model = None if no_llm else (llm_model or spec.llm.model)

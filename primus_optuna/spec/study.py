@@ -719,7 +719,7 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check its spelling against the study-file reference in README.md"
+            msg = "unknown key; remove it or check its spelling against the study-file reference in docs/study-file.md"
         elif err["type"] == "missing":
             msg = "required; add it"
         elif err["type"] in _BOUNDS:
