@@ -27,6 +27,7 @@ import os
 import re
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,8 +45,9 @@ from ..space.megatron_args import (
     model_arguments,
 )
 from ..spec import AXES, StudySpec
+from ..spec.primus_env import resolve_primus_env
 from .base import LaunchFailure, RunContext
-from .command import CommandRunner, Launch, Wrap
+from .command import CommandRunner, Launch, Wrap, render
 
 PRESETS = ("command", "primus", "megatron", "local", "slurm")
 OVERLAY_NAME = "primus_overlay.yaml"
@@ -220,15 +222,20 @@ def primus_overlay(
     experiment: dict[str, Any] | None = None,
     model: str | None = None,
     extra: dict[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """An experiment document: ``experiment`` with the trial's overrides merged in, or (without one) a complete
     Primus experiment for the study's model (``model``: Primus's model YAML name; default from the catalog).
 
-    Raises :class:`SpecError` naming the key when ``experiment`` contradicts the configuration."""
+    The experiment's ``${NAME:default}`` values are read as Primus's loader will resolve them in ``environ``
+    (the launch's environment; default this process's: :func:`~primus_optuna.spec.primus_env.resolve_primus_env`)
+    and written back as they are, for Primus to resolve. Raises :class:`SpecError` naming the key when
+    ``experiment`` contradicts the configuration, or is not a pretraining experiment."""
     doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(experiment)) if experiment else {}
     if not experiment:
         doc.update(EXPERIMENT_HEADER)
     modules = doc.setdefault("modules", {})
+    _refuse_other_trainers(modules)
     trainer = modules.setdefault("pre_trainer", {})
     trainer.setdefault("framework", "megatron")
     trainer.setdefault("config", "pre_trainer.yaml")
@@ -242,19 +249,47 @@ def primus_overlay(
             )
         trainer["model"] = name
     overrides = dict(trainer.get("overrides") or {})
-    _refuse_contradictions(spec, config, overrides)
+    _refuse_contradictions(spec, resolve_primus_env(overrides, environ, where=OVERRIDES_AT))
     overrides.update(extra or {})
     overrides.update(primus_overrides(spec, config))
     # Megatron asserts max_position_embeddings >= seq_length (learned positions) and needs it set at all
-    # (megatron/training/arguments.py@d3528a21:1068); AMD's examples set it with seq_length
-    # (examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:28-29)
-    if int(overrides.get("max_position_embeddings") or 0) < spec.workload.seq_length:
+    # (megatron/training/arguments.py@d3528a21:1068); AMD's examples set it with seq_length, as a template
+    # (examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:28-29): its resolved value
+    # is compared, and a large enough template is left for Primus to resolve
+    if _whole_number(overrides, "max_position_embeddings", environ) < spec.workload.seq_length:
         overrides["max_position_embeddings"] = spec.workload.seq_length
     trainer["overrides"] = overrides
     return doc
 
 
-def _refuse_contradictions(spec: StudySpec, config: TrainingConfig, overrides: dict[str, Any]) -> None:
+OVERRIDES_AT = "runner.options.experiment: modules.pre_trainer.overrides"
+"""Where an experiment's override is named in an error."""
+
+
+def _refuse_other_trainers(modules: dict[str, Any]) -> None:
+    """An experiment without ``modules.pre_trainer`` runs something else (AMD's fine-tuning examples write
+    ``post_trainer`` with ``sft_trainer.yaml``, ``examples/megatron/configs/MI355X/qwen3_30B_A3B-BF16-sft-packed
+    .yaml``@fd1eeabb): the overlay would add a second trainer beside it."""
+    if modules and "pre_trainer" not in modules:
+        raise SpecError(
+            f"runner.options.experiment: it has no modules.pre_trainer (it runs {', '.join(map(str, modules))}); "
+            "primus-optuna measures pretraining steps: give a pretraining experiment (AMD's *-pretrain.yaml "
+            "examples) or none"
+        )
+
+
+def _whole_number(overrides: dict[str, Any], key: str, environ: Mapping[str, str] | None) -> int:
+    """``overrides[key]`` as Primus will read it (0 when absent or null); :class:`SpecError` when not a whole
+    number."""
+    value = resolve_primus_env(overrides.get(key), environ, where=f"{OVERRIDES_AT}.{key}")
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise SpecError(f"{OVERRIDES_AT}.{key}: {overrides[key]!r} is not a whole number; write one")
+    return value
+
+
+def _refuse_contradictions(spec: StudySpec, overrides: dict[str, Any]) -> None:
     ours = model_arguments(spec)
     for key in ARCHITECTURE_KEYS:
         if overrides.get(key) is not None and key in ours and overrides[key] != ours[key]:
@@ -264,7 +299,8 @@ def _refuse_contradictions(spec: StudySpec, config: TrainingConfig, overrides: d
             )
 
 
-def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
+def _primus_prepare(spec: StudySpec, opts: PrimusOptions, env: dict[str, str]) -> Any:
+    """The hook writing each trial's overlay; ``env``: the launch's environment besides this process's."""
     experiment: dict[str, Any] | None = None
     if opts.experiment:
         path = Path(opts.experiment)
@@ -272,12 +308,20 @@ def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
             raise SpecError(f"runner.options.experiment: {str(path)!r} not found")
         experiment = yaml.safe_load(path.read_text()) or {}
     extra = {"train_iters": opts.train_iters, "log_interval": 1, **opts.overrides}
-    # refuse a missing model or a contradicting experiment when the runner is built, not at the first trial
-    primus_overlay(spec, Space(spec).baseline, experiment=experiment, model=opts.model, extra=extra)
+    # refuse a missing model, a contradicting experiment or one Primus cannot load in the launch's environment
+    # when the runner is built, not at the first trial
+    environ = {**os.environ, **env}
+    doc = primus_overlay(
+        spec, Space(spec).baseline, experiment=experiment, model=opts.model, extra=extra, environ=environ
+    )
+    resolve_primus_env(doc, environ, where="runner.options.experiment: ")
 
     def prepare(config: TrainingConfig, context: RunContext, values: dict[str, str]) -> dict[str, str]:
-        doc = primus_overlay(spec, config, experiment=experiment, model=opts.model, extra=extra)
         path = context.workdir / OVERLAY_NAME
+        launch = {**os.environ, **{k: render(v, {**values, "overlay": str(path)}) for k, v in env.items()}}
+        doc = primus_overlay(
+            spec, config, experiment=experiment, model=opts.model, extra=extra, environ=launch
+        )
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return {"overlay": str(path.resolve())}
 
@@ -558,7 +602,7 @@ def _build_command_runner(
             warmup_iters=p.warmup_iters,
             cwd=p.primus_path,
             kind=kind,
-            prepare=_primus_prepare(spec, p),
+            prepare=_primus_prepare(spec, p, env),
             extra_fields=("overlay",),
             wrap=[] if under_slurm else [_nodes_wrap(spec, p, p.primus_path, places_nodes=_places_nodes(p))],
         )
