@@ -5,13 +5,16 @@
   command with it (default ``bash examples/run_pretrain.sh`` with ``EXP={overlay}``, run in ``primus_path``;
   ``NNODES``/``NODE_RANK``/``GPUS_PER_NODE``/``MASTER_ADDR``/``MASTER_PORT`` in its environment).
 - ``megatron``: ``torchrun ... pretrain_gpt.py`` with Megatron-LM arguments (mock data, NullTokenizer), one
-  torchrun per node with a static rendezvous (``--node-rank``, ``--master-addr``, ``--master-port``).
-- multi-node without Slurm (``primus``, ``megatron``): ``hosts`` lists the nodes, the launch starts on each
-  over ``ssh`` from a script in the trial's directory (which must be on a file system every node sees).
+  torchrun per host with a static rendezvous (``--node-rank``, ``--master-addr``, ``--master-port``).
+- a launch is per host (``cluster.gpus_per_host`` GPUs; a GB200/GB300 node, the NVLink domain, is several): one
+  torchrun per host, ``--nnodes``/``NNODES`` = the hosts, ``--nproc-per-node``/``GPUS_PER_NODE`` = a host's GPUs.
+- multi-host without Slurm (``primus``, ``megatron``): ``hosts`` lists the hosts, the launch starts on each
+  over ``ssh`` from a script in the trial's directory (which must be on a file system every host sees).
 - ``slurm``: wraps any other preset with ``srun`` or ``sbatch --wait`` through a node script in the trial's
   directory (every argv element is ``shlex.quote``-d; the node rank ``$SLURM_NODEID`` and the rendezvous
   ``$MASTER_ADDR``/``$MASTER_PORT`` are the only expansions, computed from ``$SLURM_JOB_NODELIST``); it asks
-  for the GPUs (``--gpus-per-node``), follows the job's log while it runs and ``scancel``-s the job when the
+  for one task and the GPUs of each host (``--nodes`` = hosts, ``--ntasks-per-node=1``, ``--gpus-per-node`` =
+  a host's GPUs), follows the job's log while it runs and ``scancel``-s the job when the
   trial is stopped.
 - ``local``: ``python -m primus_optuna.workloads.gpt`` through torchrun on this machine, one process per GPU
   of the study's world (``nodes × gpus_per_node``).
@@ -73,7 +76,8 @@ class NodesOptions(_Opts):
     """Where a multi-node launch runs without Slurm."""
 
     hosts: list[str] = Field(
-        default_factory=list, description="one host per node, node 0 (the master) first; needed for nodes > 1"
+        default_factory=list,
+        description="one name per host (cluster.gpus_per_host GPUs each), the master first; needed for more than one",
     )
     master_port: int = Field(default=29500, gt=0, lt=65536)
     ssh: list[str] = Field(
@@ -160,6 +164,11 @@ PRIMUS_MODELS: dict[str, str] = {
     "mixtral-8x22b": "mixtral_8x22B_v0.1.yaml",
     "llama3.1-8b": "llama3.1_8B.yaml",
     "llama3.1-70b": "llama3.1_70B.yaml",
+    "llama3.1-405b": "llama3.1_405B.yaml",
+    "qwen3-235b-a22b": "qwen3_235B_A22B.yaml",
+    "deepseek-v2-lite": "deepseek_v2_lite.yaml",
+    "deepseek-v2": "deepseek_v2.yaml",
+    "kimi-k2": "kimi_k2.yaml",
     "gpt-oss-20b": "gpt_oss_20B.yaml",
     "gpt-oss-120b": "gpt_oss_120B.yaml",
     "qwen3-30b-a3b": "qwen3_30B_A3B.yaml",
@@ -338,11 +347,14 @@ def _places_nodes(opts: PrimusOptions) -> bool:
 
 
 def primus_env(spec: StudySpec) -> dict[str, str]:
-    """The environment of a Primus launch: the node layout ``examples/run_pretrain.sh``@fd1eeabb:71-75 reads
-    (``NODE_RANK``/``MASTER_*`` resolved per node, see :func:`resolve_node`) and, for MXFP8,
+    """The environment of a Primus launch: the node layout ``examples/run_pretrain.sh``@fd1eeabb:71-75 reads,
+    in hosts: its "node" is one torchrun (``--nnodes "${NNODES}" --nproc_per_node "${GPUS_PER_NODE}"``,
+    run_pretrain.sh@fd1eeabb:447-449), so ``NNODES`` is the study's hosts and ``GPUS_PER_NODE`` the GPUs of one
+    (``cluster.gpus_per_host``; ``NODE_RANK``/``MASTER_*`` resolved per host, see :func:`resolve_node`) and, for
+    MXFP8,
     ``NVTE_ROCM_ENABLE_MXFP8=1``, without which Primus refuses the recipe on ROCm
     (``patches/args/rocm_arg_validation.py``@fd1eeabb:175-178)."""
-    env = {"NNODES": str(spec.cluster.nodes), "GPUS_PER_NODE": str(spec.cluster.gpus_per_node)}
+    env = {"NNODES": str(spec.cluster.hosts), "GPUS_PER_NODE": str(spec.cluster.host_gpus)}
     env.update(NODE_RANK=NODE_RANK, MASTER_ADDR=MASTER_ADDR, MASTER_PORT=MASTER_PORT)
     w = spec.workload
     if w.precision == "fp8" and w.fp8_recipe == "mxfp8":
@@ -399,8 +411,8 @@ def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
     script = str(Path(opts.megatron_path) / "pretrain_gpt.py")
 
     def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
-        # static rendezvous, one torchrun per node: the node rank and master are resolved per node
-        run = [*opts.torchrun, "--nnodes", values["nodes"], "--nproc-per-node", values["gpus_per_node"]]
+        # static rendezvous, one torchrun per host (torchrun's "node"): its rank and master resolved per host
+        run = [*opts.torchrun, "--nnodes", values["hosts"], "--nproc-per-node", values["gpus_per_host"]]
         run += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT]
         config = TrainingConfig.from_params({a: values[a] for a in AXES})
         argv = [*run, script, *megatron_args(spec, config, opts.train_iters), *opts.extra_args]
@@ -433,33 +445,35 @@ def resolve_node(
 
 
 def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_nodes: bool = False) -> Wrap:
-    """Without Slurm: one node runs the launch itself; several run it once per host of ``hosts`` over ssh
-    (node rank = position in the list, master = the first host), from a script in the trial's directory that
-    waits for all and stops all when stopped. ``places_nodes``: the launch starts the other nodes itself
-    (Primus's ``examples/run_slurm_pretrain.sh``@fd1eeabb:47-68 sets ``NODE_RANK``/``MASTER_ADDR`` per node
-    from ``NNODES``), so without ``hosts`` it is run once, without a node rank or master."""
-    nodes = spec.cluster.nodes
-    if nodes > 1 and opts.hosts and len(opts.hosts) != nodes:
+    """Without Slurm: one host runs the launch itself; several run it once per host of ``hosts`` over ssh
+    (host rank = position in the list, master = the first host), from a script in the trial's directory that
+    waits for all and stops all when stopped. A host is ``cluster.gpus_per_host`` GPUs: a node of a GB200
+    rack (its NVLink domain) is several. ``places_nodes``: the launch starts the other hosts itself
+    (Primus's ``examples/run_slurm_pretrain.sh``@fd1eeabb:47-68 sets ``NODE_RANK``/``MASTER_ADDR`` per host
+    from ``NNODES``), so without ``hosts`` it is run once, without a rank or master."""
+    n_hosts = spec.cluster.hosts
+    layout = _hosts_layout(spec)
+    if n_hosts > 1 and opts.hosts and len(opts.hosts) != n_hosts:
         raise SpecError(
-            f"runner.options.hosts: the study runs on {nodes} nodes but {len(opts.hosts)} hosts are given; "
-            f"give {nodes} (node 0, the master, first)"
+            f"runner.options.hosts: the study runs on {layout} but {len(opts.hosts)} hosts are given; "
+            f"give {n_hosts} (host 0, the master, first)"
         )
-    if nodes > 1 and not opts.hosts and not places_nodes:
+    if n_hosts > 1 and not opts.hosts and not places_nodes:
         raise SpecError(
-            f"runner.options.hosts: the study runs on {nodes} nodes; give their {nodes} host names (node 0, the "
+            f"runner.options.hosts: the study runs on {layout}; give their {n_hosts} host names (host 0, the "
             "master, first), or run under Slurm (runner.kind: slurm)"
         )
 
     def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
-        if nodes == 1 or not opts.hosts:
+        if n_hosts == 1 or not opts.hosts:
             env = launch.env
-            if nodes > 1:  # the launch places the nodes: no node rank or master from us
+            if n_hosts > 1:  # the launch places the hosts: no rank or master from us
                 env = {k: v for k, v in env.items() if v not in (NODE_RANK, MASTER_ADDR)}
             argv, env = resolve_node(launch.argv, env, 0, "127.0.0.1", opts.master_port)
             return Launch(argv=argv, env=env, extra_logs=launch.extra_logs, follow_log=launch.follow_log)
         lines = [
             "#!/bin/bash",
-            "# written by primus-optuna: the trial's launch on each node (runner.options.hosts)",
+            "# written by primus-optuna: the trial's launch on each host (runner.options.hosts)",
             "set -u",
             "pids=()",
             'stop() { kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 143; }',
@@ -480,6 +494,14 @@ def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_
     return wrap
 
 
+def _hosts_layout(spec: StudySpec) -> str:
+    """``8 nodes`` or, where a node spans several hosts, ``32 hosts (2 nodes of 64 GPUs, 4 GPUs per host)``."""
+    c = spec.cluster
+    if c.host_gpus == c.gpus_per_node:
+        return f"{c.nodes} nodes"
+    return f"{c.hosts} hosts ({c.nodes} nodes of {c.gpus_per_node} GPUs, {c.host_gpus} GPUs per host)"
+
+
 # --- Slurm --------------------------------------------------------------------------------------------------------
 def slurm_job_name(values: dict[str, str], context: RunContext) -> str:
     """A job name unique to the trial's directory, so that ``scancel --name`` cancels this job only."""
@@ -488,7 +510,11 @@ def slurm_job_name(values: dict[str, str], context: RunContext) -> str:
 
 
 def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
+    """One task per host (Slurm's node: ``cluster.gpus_per_host`` GPUs), each running the inner preset's
+    launch (one torchrun per host); the ``local`` preset runs the whole world on one host."""
     minutes = max(1, math.ceil(timeout_s / 60))
+    c = spec.cluster
+    hosts, gpus = (1, c.world) if opts.preset == "local" else (c.hosts, c.host_gpus)
     expand = {
         NODE_RANK: '"${SLURM_NODEID}"',
         MASTER_ADDR: '"${MASTER_ADDR}"',
@@ -513,8 +539,8 @@ def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
         node.chmod(0o755)
         name = slurm_job_name(values, context)
         plain = {k: v for k, v in launch.env.items() if v not in expand}  # srun's own environment
-        common = [f"--nodes={spec.cluster.nodes}", "--ntasks-per-node=1", f"--time={minutes}"]
-        common += [f"--gpus-per-node={spec.cluster.gpus_per_node}", f"--job-name={name}", *opts.slurm_args]
+        common = [f"--nodes={hosts}", "--ntasks-per-node=1", f"--time={minutes}"]
+        common += [f"--gpus-per-node={gpus}", f"--job-name={name}", *opts.slurm_args]
         cancel = ["scancel", f"--name={name}"]
         if opts.mode == "srun":
             return Launch(argv=["srun", *common, "bash", str(node)], env=plain, cancel=cancel)

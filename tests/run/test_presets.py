@@ -572,3 +572,82 @@ def test_megatron_preflight_names_a_missing_checkout_or_launcher(spec: StudySpec
     many = build_command_runner(spec, "megatron", {**opts, "hosts": HOSTS})
     many.preflight()
     build_command_runner(one, "megatron", {**opts, "torchrun": ["sh"]}).preflight()
+
+
+# --- hosts: a GB200/GB300 node (the NVLink domain) is several hosts of 4 GPUs --------------------------------------
+GB200 = Path(__file__).resolve().parents[2] / "studies" / "qwen3-235b-a22b-gb200-fp8.yaml"
+
+
+def _gb200() -> StudySpec:
+    spec = StudySpec.from_yaml(GB200)
+    assert (spec.cluster.nodes, spec.cluster.gpus_per_node, spec.cluster.host_gpus) == (4, 64, 4)
+    return spec
+
+
+def _pairs(words: list[str]) -> dict[str, str]:
+    return {words[i]: words[i + 1] for i in range(len(words) - 1)}
+
+
+def test_a_gb200_megatron_launch_starts_4_processes_on_each_of_64_hosts(tmp_path: Path) -> None:
+    spec, hosts = _gb200(), [f"tray{i}" for i in range(64)]
+    with pytest.raises(
+        SpecError, match=r"runs on 64 hosts \(4 nodes of 64 GPUs, 4 GPUs per host\) but 4 hosts"
+    ):
+        build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": hosts[:4]})
+    runner = build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": hosts})
+    runner.build(Space(spec).baseline, _ctx(spec, tmp_path))
+    script = tmp_path / "trial-0" / "nodes.sh"
+    assert sum(ln.endswith(" &") for ln in script.read_text().splitlines()) == 64  # one torchrun per host
+    for rank in (0, 17, 63):
+        argv, _, host = _node_launch(script, rank)
+        pairs = _pairs(argv)
+        assert (pairs["--nnodes"], pairs["--nproc-per-node"]) == ("64", "4")
+        assert (host, pairs["--node-rank"], pairs["--master-addr"]) == (hosts[rank], str(rank), "tray0")
+
+
+def test_a_gb200_primus_launch_exports_hosts_as_its_nodes(tmp_path: Path) -> None:
+    """examples/run_pretrain.sh@fd1eeabb:447-449 runs torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES."""
+    spec, hosts = _gb200(), [f"tray{i}" for i in range(64)]
+    runner = build_command_runner(spec, "primus", {"launch": ["bash", "run_pretrain.sh"], "hosts": hosts})
+    runner.build(Space(spec).baseline, _ctx(spec, tmp_path))
+    _, env, _ = _node_launch(tmp_path / "trial-0" / "nodes.sh", 5)
+    assert (env["NNODES"], env["GPUS_PER_NODE"], env["NODE_RANK"]) == ("64", "4", "5")
+
+
+@pytest.mark.parametrize("preset", ["megatron", "primus", "command"])
+def test_slurm_asks_for_a_task_and_4_gpus_on_each_gb200_host(tmp_path: Path, preset: str) -> None:
+    spec = _gb200()
+    inner = {
+        "megatron": {"megatron_path": "/m"},
+        "primus": {},
+        "command": {"argv": ["train.sh", "{hosts}", "{gpus_per_host}", "{nodes}", "{gpus_per_node}"]},
+    }[preset]
+    launch, _ = build_command_runner(spec, "slurm", {"preset": preset, **inner}).build(
+        Space(spec).baseline, _ctx(spec, tmp_path)
+    )
+    assert {"--nodes=64", "--ntasks-per-node=1", "--gpus-per-node=4"} <= set(launch.argv)
+    node = (tmp_path / "trial-0" / "node.sh").read_text()
+    if preset == "megatron":
+        assert "exec torchrun --nnodes 64 --nproc-per-node 4 " in node
+    if preset == "primus":
+        assert "export NNODES=64" in node and "export GPUS_PER_NODE=4" in node
+    if preset == "command":  # {hosts} {gpus_per_host} next to the study's nodes of the NVLink domain
+        assert "exec train.sh 64 4 4 64" in node
+
+
+def test_slurm_runs_the_local_preset_on_one_host(spec: StudySpec, tmp_path: Path) -> None:
+    """``local`` starts the whole world on this host (torchrun --standalone --nnodes 1)."""
+    two = _on(spec, 2)
+    launch, _ = build_command_runner(two, "slurm", {"preset": "local"}).build(
+        Space(two).baseline, _ctx(two, tmp_path)
+    )
+    assert {"--nodes=1", "--gpus-per-node=16"} <= set(launch.argv)
+
+
+def test_a_gb200_primus_runner_under_its_own_slurm_script_is_told_the_hosts(tmp_path: Path) -> None:
+    """Primus's run_slurm_pretrain.sh starts srun -N $NNODES --ntasks-per-node=1 (@fd1eeabb:34, 47-50)."""
+    spec = _gb200()
+    launch, _ = build_command_runner(spec, "primus", {"launch": ["bash", "run_slurm_pretrain.sh"]}).build(
+        Space(spec).baseline, _ctx(spec, tmp_path)
+    )
+    assert (launch.env["NNODES"], launch.env["GPUS_PER_NODE"]) == ("64", "4")
