@@ -41,11 +41,13 @@ from ..errors import SpecError
 from ..space import Space, TrainingConfig
 from ..space.megatron_args import (
     PRIMUS_ONLY,
+    ROCM_ONLY,
     ZERO_BUBBLE,
     launch_env,
     megatron_flags,
     megatron_overrides,
     model_arguments,
+    runs_turbo,
 )
 from ..spec import AXES, StudySpec
 from ..spec.primus_env import resolve_primus_env
@@ -207,17 +209,20 @@ def pinned_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
     granularity/method), no shared-expert overlap with DeepEP or EP overlap (Primus-Turbo's DeepEP asserts it,
     ``patches/args/rocm_arg_validation.py``@fd1eeabb:221-224), at most 32 DeepEP CUs at ep >= 16 (the same
     file, 228-233), and the per-rank ROCm memory report that the
-    log parser reads as the peak (``patches/training_log/print_rank_last_patches.py``@fd1eeabb:283-316)."""
+    log parser reads as the peak (``patches/training_log/print_rank_last_patches.py``@fd1eeabb:283-316); the
+    last two on AMD GPUs only (:func:`~primus_optuna.space.megatron_args.runs_turbo`: Turbo's DeepEP and
+    ``rocm-smi`` are ROCm's; elsewhere a Primus run reports no peak memory)."""
     out: dict[str, Any] = {
         "use_torch_fsdp2": False,
         "use_megatron_fsdp": False,
         "use_custom_fsdp": False,
         "recompute_layer_ids": None,
-        "use_rocm_mem_info": True,
     }
+    if runs_turbo(spec):  # rocm-smi: AMD GPUs only
+        out["use_rocm_mem_info"] = True
     if spec.model.is_moe and (config.moe_dispatcher == "deepep" or config.ep_overlap):
         out["moe_shared_expert_overlap"] = False
-    if config.moe_dispatcher == "deepep" and config.ep >= 16:
+    if config.moe_dispatcher == "deepep" and config.ep >= 16 and runs_turbo(spec):
         # Primus-Turbo's internode DeepEP: "Set turbo_deepep_num_cu<=32 when using ep_size >= 16"
         # (rocm_arg_validation.py@fd1eeabb:228-233); AMD's DeepSeek-V3 example sets 80 for its EP 8
         out["turbo_deepep_num_cu"] = 32
@@ -258,6 +263,10 @@ def primus_overlay(
             )
         trainer["model"] = name
     overrides = dict(trainer.get("overrides") or {})
+    if not runs_turbo(spec):
+        # what only runs on ROCm is dropped (an AMD example merged into an NVIDIA study): Primus's defaults,
+        # all off, apply (primus_turbo.yaml@fd1eeabb:3-81, primus_megatron_module.yaml@fd1eeabb:46)
+        overrides = {k: v for k, v in overrides.items() if k not in ROCM_ONLY}
     _refuse_contradictions(spec, resolve_primus_env(overrides, environ, where=OVERRIDES_AT))
     overrides.update(extra or {})
     overrides.update(primus_overrides(spec, config))

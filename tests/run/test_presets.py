@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from primus_optuna.errors import SpecError
+from primus_optuna.record.export import export_config
 from primus_optuna.run.base import LaunchFailure, RunContext
 from primus_optuna.run.factory import make_runner
 from primus_optuna.run.presets import OVERLAY_NAME, build_command_runner, megatron_args, primus_overlay
@@ -651,3 +652,51 @@ def test_a_gb200_primus_runner_under_its_own_slurm_script_is_told_the_hosts(tmp_
         Space(spec).baseline, _ctx(spec, tmp_path)
     )
     assert (launch.env["NNODES"], launch.env["GPUS_PER_NODE"]) == ("64", "4")
+
+
+# --- vendors: Primus-Turbo (use_turbo_*, enable_primus_turbo, ...) and rocm-smi are ROCm's --------------------------
+AMD_EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "primus-examples" / "MI355X"
+
+
+@pytest.mark.parametrize(
+    ("study", "example"),
+    [
+        ("gpt-oss-120b-h100-bf16.yaml", "gpt_oss_120B-BF16-pretrain.yaml"),
+        ("qwen3-235b-a22b-gb200-fp8.yaml", "qwen3_235B_A22B-FP8-pretrain.yaml"),
+    ],
+)
+def test_an_nvidia_primus_overlay_runs_no_rocm_only_feature(study: str, example: str) -> None:
+    """Without Primus-Turbo Primus runs upstream's DeepEP (the flex dispatcher's deepep backend); an AMD example's
+    Turbo switches merged into an NVIDIA study are dropped (Primus's defaults, all off: primus_turbo.yaml@fd1eeabb)."""
+    from primus_optuna.space.megatron_args import ROCM_ONLY
+
+    spec = StudySpec.from_yaml(Path(__file__).resolve().parents[2] / "studies" / study)
+    assert spec.cluster.gpu.vendor == "nvidia"
+    experiment = yaml.safe_load((AMD_EXAMPLE / example).read_text())
+    turbo = {k for k, v in experiment["modules"]["pre_trainer"]["overrides"].items() if k in ROCM_ONLY and v}
+    assert "enable_primus_turbo" in turbo  # AMD's example turns Turbo on
+    space = Space(spec)
+    config = space.canonical(space.make(**{**space.baseline.to_params(), "moe_dispatcher": "deepep"}))
+    for exp in (experiment, None):
+        o = primus_overlay(spec, config, experiment=exp, environ={})["modules"]["pre_trainer"]["overrides"]
+        assert not set(ROCM_ONLY) & set(o), set(ROCM_ONLY) & set(o)
+        assert (o["moe_token_dispatcher_type"], o["moe_flex_dispatcher_backend"]) == ("flex", "deepep")
+    exported = yaml.safe_load(export_config(spec, config, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert not set(ROCM_ONLY) & set(exported)
+
+
+def test_an_amd_primus_overlay_keeps_turbo_deepep_and_the_rocm_memory_report(tmp_path: Path) -> None:
+    spec = StudySpec.from_yaml(
+        Path(__file__).resolve().parents[2] / "studies" / "deepseek-v3-mi355x-fp8.yaml"
+    )
+    space = Space(spec)
+    config = space.canonical(space.make(**{**space.baseline.to_params(), "moe_dispatcher": "deepep"}))
+    experiment = yaml.safe_load((AMD_EXAMPLE / "deepseek_v3-FP8-pretrain.yaml").read_text())
+    o = primus_overlay(spec, config, experiment=experiment, environ={})["modules"]["pre_trainer"]["overrides"]
+    assert (
+        o["enable_primus_turbo"]
+        and o["use_turbo_deepep"]
+        and o["moe_enable_deepep"]
+        and o["use_rocm_mem_info"]
+    )
+    assert o["use_turbo_rms_norm"] is True  # the example's own Turbo switches stay on AMD GPUs
