@@ -655,6 +655,14 @@ def _build_command_runner(
         )
     if kind == "local":
         lo: LocalOptions = validate_options(LocalOptions, options, kind)
+        if lo.device == "cuda" and spec.world > spec.cluster.host_gpus:
+            # one process per GPU of the world on this host (torchrun --standalone --nnodes 1), each on its own
+            # cuda:LOCAL_RANK (workloads/gpt.py): a host holds cluster.gpus_per_host of them
+            raise SpecError(
+                f"runner.options.device: cuda starts the study's {spec.world} GPU processes on this host, which "
+                f"holds {spec.cluster.host_gpus} (cluster.gpus_per_host); use device: cpu, or a launch preset "
+                "(megatron, primus, slurm) for several hosts"
+            )
         threads = lo.threads_per_proc or max(1, (os.cpu_count() or 1) // spec.world)
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **lo.env}
         return CommandRunner(

@@ -700,3 +700,20 @@ def test_an_amd_primus_overlay_keeps_turbo_deepep_and_the_rocm_memory_report(tmp
         and o["use_rocm_mem_info"]
     )
     assert o["use_turbo_rms_norm"] is True  # the example's own Turbo switches stay on AMD GPUs
+
+
+def test_the_local_preset_on_cuda_fits_one_host() -> None:
+    """``local`` runs the whole world on this host, one process per cuda device (workloads/gpt.py)."""
+    one_tray = StudySpec.from_dict(
+        {
+            "name": "tray",
+            "model": {"catalog": "llama3.1-8b"},
+            "cluster": {"gpu": "gb200", "nodes": 1, "gpus_per_node": 8},
+            "workload": {"seq_length": 4096, "global_batch_size": 64},
+        }
+    )
+    with pytest.raises(
+        SpecError, match=r"device: cuda starts the study's 8 GPU processes on this host, which holds 4"
+    ):
+        build_command_runner(one_tray, "local", {"device": "cuda"})
+    build_command_runner(one_tray, "local", {"device": "cpu"})
