@@ -117,7 +117,8 @@ class _Strict(StrictIntModel):
 
 
 class ClusterSpec(_Strict):
-    """``cluster``: the GPU (catalog name, catalog name plus overrides, or inline), nodes and GPUs per node."""
+    """``cluster``: the GPU (catalog name, catalog name plus overrides, or inline), nodes and GPUs per node (a node
+    is what the network model prices at intra-node bandwidth: a GB200/GB300 NVLink domain), GPUs per host."""
 
     gpu: GPUSpec
     nodes: int = Field(gt=0)
