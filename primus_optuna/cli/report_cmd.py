@@ -149,9 +149,9 @@ def _check_port(host: str, port: int) -> None:
     "--format",
     "fmt",
     type=click.Choice(["primus", "megatron", "env", "json"]),
-    default="primus",
-    show_default=True,
-    help="Primus overlay YAML, Megatron arguments, `export` lines, or JSON.",
+    default=None,
+    help="Primus overlay YAML, Megatron arguments, `export` lines, or JSON [default: one the study's GPUs run: "
+    "primus on AMD GPUs, megatron elsewhere].",
 )
 @click.option(
     "--upstream",
@@ -166,19 +166,21 @@ def _check_port(host: str, port: int) -> None:
 def export(
     storage: str,
     study_name: str | None,
-    fmt: str,
+    fmt: str | None,
     upstream: bool,
     trial_number: int | None,
     output: str | None,
 ) -> None:
     """Print the best (or chosen) trial's configuration in the format a launcher reads."""
     from ..record.export import export_config, select_trial, study_spec, trial_config
+    from ..record.summary import suggested_export
     from ._common import check_output_path, trial_value_text
 
     if output:
         check_output_path(output, "--output")
     study, url = _study(storage, study_name)
     spec = study_spec(study)
+    fmt = fmt or suggested_export(spec)
     trial = select_trial(study, trial_number)
     config = trial_config(trial, spec)
     value = f", {trial_value_text(trial)}" if trial.values else f" ({trial.state.name})"

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..physics.memory_calibration import MemoryCalibration
 from ..redaction import redact_url
 from ..run.base import value_kind
-from ..space.megatron_args import export_refusal
+from ..space.megatron_args import export_refusal, uses_primus
 from ..spec import StudySpec
 from .budget import account, reason_category
 from .storage import sibling_dir, storage_file
@@ -178,12 +178,14 @@ class GpuHours:
 
 
 def suggested_export(spec: StudySpec) -> str:
-    """The export format to suggest after a run: the Primus overlay, else Megatron-LM arguments, else (a workload
-    that no framework argument expresses: :func:`~primus_optuna.space.megatron_args.export_refusal`) the
-    axes as environment variables."""
-    if export_refusal(spec, primus=True) is None:
-        return "primus"
-    return "megatron" if export_refusal(spec, primus=False) is None else "env"
+    """The export format to suggest after a run, one the study's GPUs run: the Primus overlay on AMD GPUs (Primus
+    is the Megatron that runs there, :func:`~primus_optuna.space.megatron_args.uses_primus`), upstream Megatron-LM
+    arguments elsewhere; the axes as environment variables for a workload that no framework argument expresses
+    (:func:`~primus_optuna.space.megatron_args.export_refusal`, which the export itself raises)."""
+    amd = uses_primus(spec)
+    if export_refusal(spec, primus=amd) is not None:
+        return "env"
+    return "primus" if amd else "megatron"
 
 
 def next_commands(

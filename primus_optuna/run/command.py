@@ -2,8 +2,8 @@
 
 The argv and the environment are *templates* rendered per trial from a fixed set of names whose values come
 only from the validated, canonical configuration and the study (:func:`template_values`): the nine axes, ``dp``,
-``num_microbatches``, ``world``, ``nodes``, ``gpus_per_node``, ``seq_length``, ``global_batch_size``,
-``precision``, ``trial``, ``workdir``, ``log`` and ``python`` (plus what a preset adds, e.g. ``overlay``).
+``num_microbatches``, ``world``, ``nodes``, ``gpus_per_node``, ``hosts``, ``gpus_per_host``, ``seq_length``,
+``global_batch_size``, ``precision``, ``trial``, ``workdir``, ``log`` and ``python`` (plus what a preset adds, e.g. ``overlay``).
 Each template element renders to exactly one argv element; nothing is ever passed through a shell, and a
 field name outside that set, attribute access (``{tp.x}``) or indexing is refused when the runner is built.
 A configuration whose values are not the legal enumerated ones is refused before anything starts.
@@ -61,6 +61,8 @@ CONFIG_FIELDS: tuple[str, ...] = (
     "world",
     "nodes",
     "gpus_per_node",
+    "hosts",
+    "gpus_per_host",
     "seq_length",
     "global_batch_size",
     "precision",
@@ -153,6 +155,8 @@ def template_values(
         "world": spec.world,
         "nodes": spec.cluster.nodes,
         "gpus_per_node": spec.cluster.gpus_per_node,
+        "hosts": spec.cluster.hosts,
+        "gpus_per_host": spec.cluster.host_gpus,
         "seq_length": spec.workload.seq_length,
         "global_batch_size": spec.workload.global_batch_size,
         "precision": spec.workload.precision,

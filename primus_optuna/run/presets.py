@@ -5,13 +5,16 @@
   command with it (default ``bash examples/run_pretrain.sh`` with ``EXP={overlay}``, run in ``primus_path``;
   ``NNODES``/``NODE_RANK``/``GPUS_PER_NODE``/``MASTER_ADDR``/``MASTER_PORT`` in its environment).
 - ``megatron``: ``torchrun ... pretrain_gpt.py`` with Megatron-LM arguments (mock data, NullTokenizer), one
-  torchrun per node with a static rendezvous (``--node-rank``, ``--master-addr``, ``--master-port``).
-- multi-node without Slurm (``primus``, ``megatron``): ``hosts`` lists the nodes, the launch starts on each
-  over ``ssh`` from a script in the trial's directory (which must be on a file system every node sees).
+  torchrun per host with a static rendezvous (``--node-rank``, ``--master-addr``, ``--master-port``).
+- a launch is per host (``cluster.gpus_per_host`` GPUs; a GB200/GB300 node, the NVLink domain, is several): one
+  torchrun per host, ``--nnodes``/``NNODES`` = the hosts, ``--nproc-per-node``/``GPUS_PER_NODE`` = a host's GPUs.
+- multi-host without Slurm (``primus``, ``megatron``): ``hosts`` lists the hosts, the launch starts on each
+  over ``ssh`` from a script in the trial's directory (which must be on a file system every host sees).
 - ``slurm``: wraps any other preset with ``srun`` or ``sbatch --wait`` through a node script in the trial's
   directory (every argv element is ``shlex.quote``-d; the node rank ``$SLURM_NODEID`` and the rendezvous
   ``$MASTER_ADDR``/``$MASTER_PORT`` are the only expansions, computed from ``$SLURM_JOB_NODELIST``); it asks
-  for the GPUs (``--gpus-per-node``), follows the job's log while it runs and ``scancel``-s the job when the
+  for one task and the GPUs of each host (``--nodes`` = hosts, ``--ntasks-per-node=1``, ``--gpus-per-node`` =
+  a host's GPUs), follows the job's log while it runs and ``scancel``-s the job when the
   trial is stopped.
 - ``local``: ``python -m primus_optuna.workloads.gpt`` through torchrun on this machine, one process per GPU
   of the study's world (``nodes × gpus_per_node``).
@@ -27,6 +30,7 @@ import os
 import re
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,15 +41,18 @@ from ..errors import SpecError
 from ..space import Space, TrainingConfig
 from ..space.megatron_args import (
     PRIMUS_ONLY,
+    ROCM_ONLY,
     ZERO_BUBBLE,
     launch_env,
     megatron_flags,
     megatron_overrides,
     model_arguments,
+    runs_turbo,
 )
 from ..spec import AXES, StudySpec
+from ..spec.primus_env import resolve_primus_env
 from .base import LaunchFailure, RunContext
-from .command import CommandRunner, Launch, Wrap
+from .command import CommandRunner, Launch, Wrap, render
 
 PRESETS = ("command", "primus", "megatron", "local", "slurm")
 OVERLAY_NAME = "primus_overlay.yaml"
@@ -71,7 +78,8 @@ class NodesOptions(_Opts):
     """Where a multi-node launch runs without Slurm."""
 
     hosts: list[str] = Field(
-        default_factory=list, description="one host per node, node 0 (the master) first; needed for nodes > 1"
+        default_factory=list,
+        description="one name per host (cluster.gpus_per_host GPUs each), the master first; needed for more than one",
     )
     master_port: int = Field(default=29500, gt=0, lt=65536)
     ssh: list[str] = Field(
@@ -158,6 +166,11 @@ PRIMUS_MODELS: dict[str, str] = {
     "mixtral-8x22b": "mixtral_8x22B_v0.1.yaml",
     "llama3.1-8b": "llama3.1_8B.yaml",
     "llama3.1-70b": "llama3.1_70B.yaml",
+    "llama3.1-405b": "llama3.1_405B.yaml",
+    "qwen3-235b-a22b": "qwen3_235B_A22B.yaml",
+    "deepseek-v2-lite": "deepseek_v2_lite.yaml",
+    "deepseek-v2": "deepseek_v2.yaml",
+    "kimi-k2": "kimi_k2.yaml",
     "gpt-oss-20b": "gpt_oss_20B.yaml",
     "gpt-oss-120b": "gpt_oss_120B.yaml",
     "qwen3-30b-a3b": "qwen3_30B_A3B.yaml",
@@ -196,17 +209,20 @@ def pinned_overrides(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
     granularity/method), no shared-expert overlap with DeepEP or EP overlap (Primus-Turbo's DeepEP asserts it,
     ``patches/args/rocm_arg_validation.py``@fd1eeabb:221-224), at most 32 DeepEP CUs at ep >= 16 (the same
     file, 228-233), and the per-rank ROCm memory report that the
-    log parser reads as the peak (``patches/training_log/print_rank_last_patches.py``@fd1eeabb:283-316)."""
+    log parser reads as the peak (``patches/training_log/print_rank_last_patches.py``@fd1eeabb:283-316); the
+    last two on AMD GPUs only (:func:`~primus_optuna.space.megatron_args.runs_turbo`: Turbo's DeepEP and
+    ``rocm-smi`` are ROCm's; elsewhere a Primus run reports no peak memory)."""
     out: dict[str, Any] = {
         "use_torch_fsdp2": False,
         "use_megatron_fsdp": False,
         "use_custom_fsdp": False,
         "recompute_layer_ids": None,
-        "use_rocm_mem_info": True,
     }
+    if runs_turbo(spec):  # rocm-smi: AMD GPUs only
+        out["use_rocm_mem_info"] = True
     if spec.model.is_moe and (config.moe_dispatcher == "deepep" or config.ep_overlap):
         out["moe_shared_expert_overlap"] = False
-    if config.moe_dispatcher == "deepep" and config.ep >= 16:
+    if config.moe_dispatcher == "deepep" and config.ep >= 16 and runs_turbo(spec):
         # Primus-Turbo's internode DeepEP: "Set turbo_deepep_num_cu<=32 when using ep_size >= 16"
         # (rocm_arg_validation.py@fd1eeabb:228-233); AMD's DeepSeek-V3 example sets 80 for its EP 8
         out["turbo_deepep_num_cu"] = 32
@@ -220,15 +236,20 @@ def primus_overlay(
     experiment: dict[str, Any] | None = None,
     model: str | None = None,
     extra: dict[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """An experiment document: ``experiment`` with the trial's overrides merged in, or (without one) a complete
     Primus experiment for the study's model (``model``: Primus's model YAML name; default from the catalog).
 
-    Raises :class:`SpecError` naming the key when ``experiment`` contradicts the configuration."""
+    The experiment's ``${NAME:default}`` values are read as Primus's loader will resolve them in ``environ``
+    (the launch's environment; default this process's: :func:`~primus_optuna.spec.primus_env.resolve_primus_env`)
+    and written back as they are, for Primus to resolve. Raises :class:`SpecError` naming the key when
+    ``experiment`` contradicts the configuration, or is not a pretraining experiment."""
     doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(experiment)) if experiment else {}
     if not experiment:
         doc.update(EXPERIMENT_HEADER)
     modules = doc.setdefault("modules", {})
+    _refuse_other_trainers(modules)
     trainer = modules.setdefault("pre_trainer", {})
     trainer.setdefault("framework", "megatron")
     trainer.setdefault("config", "pre_trainer.yaml")
@@ -242,19 +263,51 @@ def primus_overlay(
             )
         trainer["model"] = name
     overrides = dict(trainer.get("overrides") or {})
-    _refuse_contradictions(spec, config, overrides)
+    if not runs_turbo(spec):
+        # what only runs on ROCm is dropped (an AMD example merged into an NVIDIA study): Primus's defaults,
+        # all off, apply (primus_turbo.yaml@fd1eeabb:3-81, primus_megatron_module.yaml@fd1eeabb:46)
+        overrides = {k: v for k, v in overrides.items() if k not in ROCM_ONLY}
+    _refuse_contradictions(spec, resolve_primus_env(overrides, environ, where=OVERRIDES_AT))
     overrides.update(extra or {})
     overrides.update(primus_overrides(spec, config))
     # Megatron asserts max_position_embeddings >= seq_length (learned positions) and needs it set at all
-    # (megatron/training/arguments.py@d3528a21:1068); AMD's examples set it with seq_length
-    # (examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:28-29)
-    if int(overrides.get("max_position_embeddings") or 0) < spec.workload.seq_length:
+    # (megatron/training/arguments.py@d3528a21:1068); AMD's examples set it with seq_length, as a template
+    # (examples/megatron/configs/MI355X/qwen3_30B_A3B-FP8-pretrain.yaml@fd1eeabb:28-29): its resolved value
+    # is compared, and a large enough template is left for Primus to resolve
+    if _whole_number(overrides, "max_position_embeddings", environ) < spec.workload.seq_length:
         overrides["max_position_embeddings"] = spec.workload.seq_length
     trainer["overrides"] = overrides
     return doc
 
 
-def _refuse_contradictions(spec: StudySpec, config: TrainingConfig, overrides: dict[str, Any]) -> None:
+OVERRIDES_AT = "runner.options.experiment: modules.pre_trainer.overrides"
+"""Where an experiment's override is named in an error."""
+
+
+def _refuse_other_trainers(modules: dict[str, Any]) -> None:
+    """An experiment without ``modules.pre_trainer`` runs something else (AMD's fine-tuning examples write
+    ``post_trainer`` with ``sft_trainer.yaml``, ``examples/megatron/configs/MI355X/qwen3_30B_A3B-BF16-sft-packed
+    .yaml``@fd1eeabb): the overlay would add a second trainer beside it."""
+    if modules and "pre_trainer" not in modules:
+        raise SpecError(
+            f"runner.options.experiment: it has no modules.pre_trainer (it runs {', '.join(map(str, modules))}); "
+            "primus-optuna measures pretraining steps: give a pretraining experiment (AMD's *-pretrain.yaml "
+            "examples) or none"
+        )
+
+
+def _whole_number(overrides: dict[str, Any], key: str, environ: Mapping[str, str] | None) -> int:
+    """``overrides[key]`` as Primus will read it (0 when absent or null); :class:`SpecError` when not a whole
+    number."""
+    value = resolve_primus_env(overrides.get(key), environ, where=f"{OVERRIDES_AT}.{key}")
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise SpecError(f"{OVERRIDES_AT}.{key}: {overrides[key]!r} is not a whole number; write one")
+    return value
+
+
+def _refuse_contradictions(spec: StudySpec, overrides: dict[str, Any]) -> None:
     ours = model_arguments(spec)
     for key in ARCHITECTURE_KEYS:
         if overrides.get(key) is not None and key in ours and overrides[key] != ours[key]:
@@ -264,7 +317,8 @@ def _refuse_contradictions(spec: StudySpec, config: TrainingConfig, overrides: d
             )
 
 
-def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
+def _primus_prepare(spec: StudySpec, opts: PrimusOptions, env: dict[str, str]) -> Any:
+    """The hook writing each trial's overlay; ``env``: the launch's environment besides this process's."""
     experiment: dict[str, Any] | None = None
     if opts.experiment:
         path = Path(opts.experiment)
@@ -272,12 +326,20 @@ def _primus_prepare(spec: StudySpec, opts: PrimusOptions) -> Any:
             raise SpecError(f"runner.options.experiment: {str(path)!r} not found")
         experiment = yaml.safe_load(path.read_text()) or {}
     extra = {"train_iters": opts.train_iters, "log_interval": 1, **opts.overrides}
-    # refuse a missing model or a contradicting experiment when the runner is built, not at the first trial
-    primus_overlay(spec, Space(spec).baseline, experiment=experiment, model=opts.model, extra=extra)
+    # refuse a missing model, a contradicting experiment or one Primus cannot load in the launch's environment
+    # when the runner is built, not at the first trial
+    environ = {**os.environ, **env}
+    doc = primus_overlay(
+        spec, Space(spec).baseline, experiment=experiment, model=opts.model, extra=extra, environ=environ
+    )
+    resolve_primus_env(doc, environ, where="runner.options.experiment: ")
 
     def prepare(config: TrainingConfig, context: RunContext, values: dict[str, str]) -> dict[str, str]:
-        doc = primus_overlay(spec, config, experiment=experiment, model=opts.model, extra=extra)
         path = context.workdir / OVERLAY_NAME
+        launch = {**os.environ, **{k: render(v, {**values, "overlay": str(path)}) for k, v in env.items()}}
+        doc = primus_overlay(
+            spec, config, experiment=experiment, model=opts.model, extra=extra, environ=launch
+        )
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return {"overlay": str(path.resolve())}
 
@@ -294,11 +356,14 @@ def _places_nodes(opts: PrimusOptions) -> bool:
 
 
 def primus_env(spec: StudySpec) -> dict[str, str]:
-    """The environment of a Primus launch: the node layout ``examples/run_pretrain.sh``@fd1eeabb:71-75 reads
-    (``NODE_RANK``/``MASTER_*`` resolved per node, see :func:`resolve_node`) and, for MXFP8,
+    """The environment of a Primus launch: the node layout ``examples/run_pretrain.sh``@fd1eeabb:71-75 reads,
+    in hosts: its "node" is one torchrun (``--nnodes "${NNODES}" --nproc_per_node "${GPUS_PER_NODE}"``,
+    run_pretrain.sh@fd1eeabb:447-449), so ``NNODES`` is the study's hosts and ``GPUS_PER_NODE`` the GPUs of one
+    (``cluster.gpus_per_host``; ``NODE_RANK``/``MASTER_*`` resolved per host, see :func:`resolve_node`) and, for
+    MXFP8,
     ``NVTE_ROCM_ENABLE_MXFP8=1``, without which Primus refuses the recipe on ROCm
     (``patches/args/rocm_arg_validation.py``@fd1eeabb:175-178)."""
-    env = {"NNODES": str(spec.cluster.nodes), "GPUS_PER_NODE": str(spec.cluster.gpus_per_node)}
+    env = {"NNODES": str(spec.cluster.hosts), "GPUS_PER_NODE": str(spec.cluster.host_gpus)}
     env.update(NODE_RANK=NODE_RANK, MASTER_ADDR=MASTER_ADDR, MASTER_PORT=MASTER_PORT)
     w = spec.workload
     if w.precision == "fp8" and w.fp8_recipe == "mxfp8":
@@ -355,8 +420,8 @@ def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
     script = str(Path(opts.megatron_path) / "pretrain_gpt.py")
 
     def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
-        # static rendezvous, one torchrun per node: the node rank and master are resolved per node
-        run = [*opts.torchrun, "--nnodes", values["nodes"], "--nproc-per-node", values["gpus_per_node"]]
+        # static rendezvous, one torchrun per host (torchrun's "node"): its rank and master resolved per host
+        run = [*opts.torchrun, "--nnodes", values["hosts"], "--nproc-per-node", values["gpus_per_host"]]
         run += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT]
         config = TrainingConfig.from_params({a: values[a] for a in AXES})
         argv = [*run, script, *megatron_args(spec, config, opts.train_iters), *opts.extra_args]
@@ -389,33 +454,35 @@ def resolve_node(
 
 
 def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_nodes: bool = False) -> Wrap:
-    """Without Slurm: one node runs the launch itself; several run it once per host of ``hosts`` over ssh
-    (node rank = position in the list, master = the first host), from a script in the trial's directory that
-    waits for all and stops all when stopped. ``places_nodes``: the launch starts the other nodes itself
-    (Primus's ``examples/run_slurm_pretrain.sh``@fd1eeabb:47-68 sets ``NODE_RANK``/``MASTER_ADDR`` per node
-    from ``NNODES``), so without ``hosts`` it is run once, without a node rank or master."""
-    nodes = spec.cluster.nodes
-    if nodes > 1 and opts.hosts and len(opts.hosts) != nodes:
+    """Without Slurm: one host runs the launch itself; several run it once per host of ``hosts`` over ssh
+    (host rank = position in the list, master = the first host), from a script in the trial's directory that
+    waits for all and stops all when stopped. A host is ``cluster.gpus_per_host`` GPUs: a node of a GB200
+    rack (its NVLink domain) is several. ``places_nodes``: the launch starts the other hosts itself
+    (Primus's ``examples/run_slurm_pretrain.sh``@fd1eeabb:47-68 sets ``NODE_RANK``/``MASTER_ADDR`` per host
+    from ``NNODES``), so without ``hosts`` it is run once, without a rank or master."""
+    n_hosts = spec.cluster.hosts
+    layout = _hosts_layout(spec)
+    if n_hosts > 1 and opts.hosts and len(opts.hosts) != n_hosts:
         raise SpecError(
-            f"runner.options.hosts: the study runs on {nodes} nodes but {len(opts.hosts)} hosts are given; "
-            f"give {nodes} (node 0, the master, first)"
+            f"runner.options.hosts: the study runs on {layout} but {len(opts.hosts)} hosts are given; "
+            f"give {n_hosts} (host 0, the master, first)"
         )
-    if nodes > 1 and not opts.hosts and not places_nodes:
+    if n_hosts > 1 and not opts.hosts and not places_nodes:
         raise SpecError(
-            f"runner.options.hosts: the study runs on {nodes} nodes; give their {nodes} host names (node 0, the "
+            f"runner.options.hosts: the study runs on {layout}; give their {n_hosts} host names (host 0, the "
             "master, first), or run under Slurm (runner.kind: slurm)"
         )
 
     def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
-        if nodes == 1 or not opts.hosts:
+        if n_hosts == 1 or not opts.hosts:
             env = launch.env
-            if nodes > 1:  # the launch places the nodes: no node rank or master from us
+            if n_hosts > 1:  # the launch places the hosts: no rank or master from us
                 env = {k: v for k, v in env.items() if v not in (NODE_RANK, MASTER_ADDR)}
             argv, env = resolve_node(launch.argv, env, 0, "127.0.0.1", opts.master_port)
             return Launch(argv=argv, env=env, extra_logs=launch.extra_logs, follow_log=launch.follow_log)
         lines = [
             "#!/bin/bash",
-            "# written by primus-optuna: the trial's launch on each node (runner.options.hosts)",
+            "# written by primus-optuna: the trial's launch on each host (runner.options.hosts)",
             "set -u",
             "pids=()",
             'stop() { kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 143; }',
@@ -436,6 +503,14 @@ def _nodes_wrap(spec: StudySpec, opts: NodesOptions, cwd: str | None, *, places_
     return wrap
 
 
+def _hosts_layout(spec: StudySpec) -> str:
+    """``8 nodes`` or, where a node spans several hosts, ``32 hosts (2 nodes of 64 GPUs, 4 GPUs per host)``."""
+    c = spec.cluster
+    if c.host_gpus == c.gpus_per_node:
+        return f"{c.nodes} nodes"
+    return f"{c.hosts} hosts ({c.nodes} nodes of {c.gpus_per_node} GPUs, {c.host_gpus} GPUs per host)"
+
+
 # --- Slurm --------------------------------------------------------------------------------------------------------
 def slurm_job_name(values: dict[str, str], context: RunContext) -> str:
     """A job name unique to the trial's directory, so that ``scancel --name`` cancels this job only."""
@@ -444,7 +519,11 @@ def slurm_job_name(values: dict[str, str], context: RunContext) -> str:
 
 
 def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
+    """One task per host (Slurm's node: ``cluster.gpus_per_host`` GPUs), each running the inner preset's
+    launch (one torchrun per host); the ``local`` preset runs the whole world on one host."""
     minutes = max(1, math.ceil(timeout_s / 60))
+    c = spec.cluster
+    hosts, gpus = (1, c.world) if opts.preset == "local" else (c.hosts, c.host_gpus)
     expand = {
         NODE_RANK: '"${SLURM_NODEID}"',
         MASTER_ADDR: '"${MASTER_ADDR}"',
@@ -469,8 +548,8 @@ def _slurm_wrap(spec: StudySpec, opts: SlurmOptions, timeout_s: float) -> Wrap:
         node.chmod(0o755)
         name = slurm_job_name(values, context)
         plain = {k: v for k, v in launch.env.items() if v not in expand}  # srun's own environment
-        common = [f"--nodes={spec.cluster.nodes}", "--ntasks-per-node=1", f"--time={minutes}"]
-        common += [f"--gpus-per-node={spec.cluster.gpus_per_node}", f"--job-name={name}", *opts.slurm_args]
+        common = [f"--nodes={hosts}", "--ntasks-per-node=1", f"--time={minutes}"]
+        common += [f"--gpus-per-node={gpus}", f"--job-name={name}", *opts.slurm_args]
         cancel = ["scancel", f"--name={name}"]
         if opts.mode == "srun":
             return Launch(argv=["srun", *common, "bash", str(node)], env=plain, cancel=cancel)
@@ -558,7 +637,7 @@ def _build_command_runner(
             warmup_iters=p.warmup_iters,
             cwd=p.primus_path,
             kind=kind,
-            prepare=_primus_prepare(spec, p),
+            prepare=_primus_prepare(spec, p, env),
             extra_fields=("overlay",),
             wrap=[] if under_slurm else [_nodes_wrap(spec, p, p.primus_path, places_nodes=_places_nodes(p))],
         )
@@ -576,6 +655,14 @@ def _build_command_runner(
         )
     if kind == "local":
         lo: LocalOptions = validate_options(LocalOptions, options, kind)
+        if lo.device == "cuda" and spec.world > spec.cluster.host_gpus:
+            # one process per GPU of the world on this host (torchrun --standalone --nnodes 1), each on its own
+            # cuda:LOCAL_RANK (workloads/gpt.py): a host holds cluster.gpus_per_host of them
+            raise SpecError(
+                f"runner.options.device: cuda starts the study's {spec.world} GPU processes on this host, which "
+                f"holds {spec.cluster.host_gpus} (cluster.gpus_per_host); use device: cpu, or a launch preset "
+                "(megatron, primus, slurm) for several hosts"
+            )
         threads = lo.threads_per_proc or max(1, (os.cpu_count() or 1) // spec.world)
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **lo.env}
         return CommandRunner(

@@ -187,11 +187,19 @@ def space_hash(spec: StudySpec) -> str:
     doc = {
         "candidates": Space(spec).candidates,
         "model": _without_defaults(data["model"], MODEL_HASHED_WHEN_CHANGED, ModelSpec),
-        "cluster": data["cluster"],
+        "cluster": hashed_cluster(data["cluster"]),
         "workload": hashed_workload(data["workload"]),
         "search": search,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def hashed_cluster(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The cluster as :func:`space_hash` sees it: without ``gpus_per_host`` (the cluster's and the GPU's), which
+    only says how a launch is split over hosts, never what a configuration means or is estimated at."""
+    out = {k: v for k, v in cluster.items() if k != "gpus_per_host"}
+    out["gpu"] = {k: v for k, v in cluster["gpu"].items() if k != "gpus_per_host"}
+    return out
 
 
 def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,8 @@ commit Primus pins; Primus ``fd1eeabb``):
   "off" (``recompute_*``, ``fp8``, ``num_virtual_stages_per_pipeline_rank``), so that it clears the value of
   a user's Primus experiment;
 - Primus-only switches (:data:`PRIMUS_ONLY`: Primus-Turbo, the zero-bubble patches, Primus's YAML-default
-  fixes) are written only for Primus (``primus=True``: the Primus overlay, or a study on AMD GPUs).
+  fixes) are written only for Primus (``primus=True``: the Primus overlay, or a study on AMD GPUs), and
+  Primus-Turbo's (ROCm only, :data:`ROCM_ONLY`) only for AMD GPUs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,42 @@ deprecated ``moe_enable_deepep`` that Primus-Turbo's DeepEP dispatcher still ass
 ``--moe-flex-dispatcher-backend deepep``, ``megatron/core/transformer/transformer_config.py@d98e8a64:1743-1752``),
 and ``cuda_graph_scope: []``, which undoes Primus's string default (below)."""
 
+TURBO_KEYS: tuple[str, ...] = (
+    "enable_primus_turbo",
+    "use_turbo_autotune",
+    "turbo_gemm_backend",
+    "turbo_grouped_gemm_backend",
+    "mxfp4_gradient_stochastic_rounding",
+    "use_turbo_attention",
+    "use_sink_attention",
+    "sink_sliding_window",
+    "sink_window_even_layers_only",
+    "enable_turbo_attention_float8",
+    "use_turbo_gemm",
+    "use_turbo_grouped_gemm",
+    "turbo_grouped_gemm_without_padding",
+    "use_turbo_fused_act_with_probs",
+    "moe_use_fused_router_with_aux_score",
+    "use_turbo_deepep",
+    "turbo_deepep_num_cu",
+    "turbo_deepep_use_comm_stream",
+    "turbo_sync_free_moe_stage",
+    "use_turbo_mega_moe",
+    "turbo_mega_moe_precision",
+    "use_turbo_rms_norm",
+    "use_turbo_norm_te_linear",
+)
+"""Primus-Turbo's keys: those of ``primus/configs/modules/megatron/primus_turbo.yaml``@fd1eeabb:3-81, every one
+off by default. Primus-Turbo is ROCm's ("High-performance ROCm operators", ``docs/02-user-guide/
+primus-tools.md``@fd1eeabb:16; built for gfx942/gfx950, ``docs/01-getting-started/bare-metal-installation.md``
+@fd1eeabb:337) and Primus's DeepEP dispatcher is Turbo's (``patches/turbo/moe_dispatcher_patches.py``
+@fd1eeabb:19-31)."""
+ROCM_ONLY: tuple[str, ...] = (*TURBO_KEYS, "moe_enable_deepep", "use_rocm_mem_info")
+"""What a Primus overlay writes only on AMD GPUs (:func:`runs_turbo`): Primus-Turbo's keys, the deprecated
+``moe_enable_deepep`` that only Turbo's DeepEP dispatcher asserts (upstream selects DeepEP with
+``moe_flex_dispatcher_backend``), and ``use_rocm_mem_info``, which calls ``rocm-smi`` every iteration
+(``primus/core/utils/rocm_mem_info.py``@fd1eeabb:18-26)."""
+
 ZERO_BUBBLE = ("zb1p", "zbv")
 
 NEGATED_FLAGS: dict[str, str] = {
@@ -77,6 +114,11 @@ def launch_env(spec: StudySpec) -> dict[str, str]:
 def uses_primus(spec: StudySpec) -> bool:
     """Whether a study's exports default to Primus (its GPUs are AMD's: Primus is the Megatron that runs
     there); an NVIDIA study exports what upstream Megatron-LM accepts."""
+    return spec.cluster.gpu.vendor == "amd"
+
+
+def runs_turbo(spec: StudySpec) -> bool:
+    """Whether a Primus run of ``spec`` may use Primus-Turbo (:data:`TURBO_KEYS`): on AMD GPUs only."""
     return spec.cluster.gpu.vendor == "amd"
 
 
@@ -183,7 +225,7 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
         # @d3528a21:747; --moe-enable-deepep is deprecated there, @d98e8a64:1743-1752); DeepEP needs fp32
         # router probabilities (Primus: patches/args/rocm_arg_validation.py@fd1eeabb:225-227)
         out.update(moe_flex_dispatcher_backend="deepep", moe_router_dtype="fp32")
-    if primus:
+    if primus and runs_turbo(spec):  # elsewhere Primus runs upstream's DeepEP (the flex backend above)
         out.update(moe_enable_deepep=deepep, use_turbo_deepep=deepep)
         if deepep:  # Primus-Turbo's DeepEP; a user's other Turbo switches are left as they are
             out["enable_primus_turbo"] = True

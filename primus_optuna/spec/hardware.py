@@ -63,6 +63,13 @@ class GPUSpec(BaseModel):
     topology: Literal["switch", "mesh"] = Field(
         description="intra-node fabric: NVSwitch-like (full bandwidth to any peer) or a full mesh of links"
     )
+    gpus_per_host: int | None = Field(
+        default=None,
+        ge=1,
+        description="GPUs one host (one operating system: a server or a rack's compute tray) holds where a node, "
+        "the NVLink domain, spans several hosts; None = a node is one host. Launches start one process group "
+        "per host (cluster.gpus_per_host)",
+    )
 
     @property
     def hbm_gib(self) -> float:
@@ -207,9 +214,12 @@ GPU_CATALOG: dict[str, GPUSpec] = {
     # 720 PF FP8 sparse per 72 GPUs, 13.4 TB HBM3e (186 GB per GPU), 8 TB/s, NVLink5 1.8 TB/s both directions,
     # ConnectX-7 400 Gb/s; GB300 the same compute (180 / 360 PF dense per rack), 20.7 TB HBM3e (288 GB per GPU),
     # ConnectX-8 800 Gb/s; HGX B300 36 / 72 PF BF16 / FP8 sparse per 8 GPUs, 288 GB HBM3e, ConnectX-8. No
-    # device-reported capacity is on record for them (memory_gib = the datasheet GB converted).
+    # device-reported capacity is on record for them (memory_gib = the datasheet GB converted). A host is one
+    # compute tray of the rack: 18 trays of two superchips, 4 GPUs (and 2 Grace CPUs) each (the same tables:
+    # 72 GPUs, 36 Grace CPUs per rack), so a launch starts one process group per 4 GPUs.
     "gb200": GPUSpec(
         name="gb200",
+        gpus_per_host=4,
         vendor="nvidia",
         bf16_tflops=2500,
         fp8_tflops=5000,
@@ -222,6 +232,7 @@ GPU_CATALOG: dict[str, GPUSpec] = {
     ),
     "gb300": GPUSpec(
         name="gb300",
+        gpus_per_host=4,
         vendor="nvidia",
         bf16_tflops=2500,
         fp8_tflops=5000,

@@ -8,7 +8,7 @@ A study may say ``model: {primus_yaml: path/to/experiment.yaml}``. The file is e
 - a model/argument YAML itself (Megatron names at the top level).
 
 Each file's ``extends:`` chain is followed (paths relative to that file; later files override earlier ones;
-Primus' ``${NAME:default}`` values take the environment variable or the default). The experiment's overrides
+Primus's ``${NAME:default}`` values resolved as Primus resolves them: :mod:`.primus_env`). The experiment's overrides
 win over the model file. They also give the study its **baseline** (``tensor_model_parallel_size`` …
 ``micro_batch_size``, recompute, DeepEP and zero-bubble switches) when ``search.baseline`` is not written, and
 ``seq_length``/``global_batch_size``/precision and the memory levers (``grad_reduce_in_bf16`` or bf16
@@ -25,8 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ import yaml
 from ..errors import SpecError
 from .layout import expand_layout
 from .optimizer import OPTIMIZER_DTYPE_FIELDS
+from .primus_env import resolve_primus_env
 from .recompute import recompute_from_megatron
 
 MODEL_KEYS: tuple[str, ...] = (
@@ -85,8 +84,6 @@ TOKENIZER_VOCAB: tuple[tuple[str, int], ...] = (
 )
 """Vocabulary sizes of well-known tokenizers (Hugging Face configs), for YAMLs that name only a tokenizer."""
 
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
-
 
 @dataclass
 class PrimusImport:
@@ -99,23 +96,6 @@ class PrimusImport:
     """the merged Megatron arguments (model file chain, then the experiment's overrides)"""
     files: list[str] = field(default_factory=list)
     """every file read, in merge order"""
-
-
-def _subst(value: Any) -> Any:
-    if isinstance(value, str) and "${" in value:
-        full = _ENV.fullmatch(value.strip())
-        text = _ENV.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
-        if full:
-            try:
-                return yaml.safe_load(text)
-            except yaml.YAMLError:
-                return text
-        return text
-    if isinstance(value, dict):
-        return {k: _subst(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_subst(v) for v in value]
-    return value
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -139,7 +119,8 @@ def load_with_extends(
     p = Path(path).resolve()
     if p in _seen:
         raise SpecError(f"model.primus_yaml: 'extends' cycle: {' -> '.join(str(x) for x in (*_seen, p))}")
-    doc = _read(p)
+    # every value resolved before the extends are merged, as Primus's loader does (yaml_loader.py@fd1eeabb:23-24)
+    doc = resolve_primus_env(_read(p), where=f"model.primus_yaml: {p}: ")
     bases = doc.pop("extends", None) or []
     if isinstance(bases, str):
         bases = [bases]
@@ -148,7 +129,7 @@ def load_with_extends(
         merged = _merge(merged, load_with_extends(p.parent / str(base), (*_seen, p), files))
     if files is not None:
         files.append(str(p))
-    return _merge(merged, _subst(doc))
+    return _merge(merged, doc)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

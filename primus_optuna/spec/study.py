@@ -117,11 +117,16 @@ class _Strict(StrictIntModel):
 
 
 class ClusterSpec(_Strict):
-    """``cluster``: the GPU (catalog name, catalog name plus overrides, or inline), nodes and GPUs per node."""
+    """``cluster``: the GPU (catalog name, catalog name plus overrides, or inline), nodes and GPUs per node (a node
+    is what the network model prices at intra-node bandwidth: a GB200/GB300 NVLink domain), GPUs per host."""
 
     gpu: GPUSpec
     nodes: int = Field(gt=0)
     gpus_per_node: int = Field(default=8, gt=0)
+    gpus_per_host: int | None = Field(default=None, gt=0, validate_default=True)
+    """GPUs per host (one operating system: a server, a GB200/GB300 compute tray); launches start one process
+    group per host. Default: the GPU's own (4 on GB200/GB300, ``GPUSpec.gpus_per_host``), else the node's.
+    The network model keeps the node (the NVLink domain): a node of 64 GB200 GPUs is 16 hosts of 4."""
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -138,9 +143,35 @@ class ClusterSpec(_Strict):
             return with_overrides(GPU_CATALOG[gpu_key(str(name))], overrides)
         return v
 
+    @field_validator("gpus_per_host")
+    @classmethod
+    def _host_divides_node(cls, v: int | None, info: ValidationInfo) -> int | None:
+        gpu, per_node = info.data.get("gpu"), info.data.get("gpus_per_node")
+        if not isinstance(gpu, GPUSpec) or per_node is None:
+            return v  # their own errors are reported
+        per_host = _gpus_per_host(v, gpu, per_node)
+        if per_node % per_host:
+            given = "" if v is not None else f" (the {gpu.name} default)"
+            raise ValueError(
+                f"{per_host} GPUs per host{given} do not divide cluster.gpus_per_node ({per_node}): a node (NVLink "
+                f"domain) is whole hosts; set gpus_per_node to a multiple of {per_host} or gpus_per_host to a "
+                f"divisor of {per_node}"
+            )
+        return v
+
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs per host of the launch (``gpus_per_host`` resolved; a divisor of ``gpus_per_node``)."""
+        return _gpus_per_host(self.gpus_per_host, self.gpu, self.gpus_per_node)
+
+    @property
+    def hosts(self) -> int:
+        """Hosts the launch starts on: one torchrun (one launch) per host."""
+        return self.world // self.host_gpus
 
     def warnings(self) -> list[str]:
         """What is legal but probably not meant: more GPUs per node than the GPU's intra-node fabric joins
@@ -159,6 +190,15 @@ class ClusterSpec(_Strict):
             f"node is priced at intra-node bandwidth, so write the cluster as nodes of {domain} "
             f"(e.g. nodes: {max(1, self.world // domain)}, gpus_per_node: {domain})"
         ]
+
+
+def _gpus_per_host(given: int | None, gpu: GPUSpec, gpus_per_node: int) -> int:
+    """``cluster.gpus_per_host``, else the GPU's (at most the node's GPUs), else the node's."""
+    if given is not None:
+        return given
+    if gpu.gpus_per_host is not None:
+        return min(gpu.gpus_per_host, gpus_per_node)
+    return gpus_per_node
 
 
 NVLINK_DOMAIN = {

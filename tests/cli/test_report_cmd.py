@@ -158,3 +158,11 @@ def test_export_header_says_whether_the_value_was_measured(storage: str, tmp_pat
     )
     r = invoke("export", "--storage", url)
     assert "tokens/s/GPU (estimated): " in r.output.splitlines()[0], r.output
+
+
+def test_export_defaults_to_a_format_the_studys_gpus_run(storage: str) -> None:
+    """The H200 study's default export is Megatron-LM arguments (no Primus-Turbo: it is ROCm's)."""
+    r = invoke("export", "--storage", storage, "--study-name", "small")
+    assert r.exit_code == 0, r.output
+    assert "--tensor-model-parallel-size" in r.output and "use_turbo" not in r.output
+    assert "modules:" not in r.output

@@ -153,7 +153,7 @@ def test_suggested_export_is_one_the_study_can_write() -> None:
     as space.megatron_args.export_refusal decides for every export."""
     from primus_optuna.record.summary import suggested_export
     from primus_optuna.spec import StudySpec
-    from tests.conftest import FLAGSHIP
+    from tests.conftest import FLAGSHIP, STUDIES
 
     base = StudySpec.from_yaml(FLAGSHIP).to_dict()
     nvidia = {**base, "cluster": {**base["cluster"], "gpu": "b200"}}
@@ -163,4 +163,14 @@ def test_suggested_export_is_one_the_study_can_write() -> None:
 
     assert suggested_export(StudySpec.from_dict(base)) == "primus"
     assert suggested_export(spec(te_op_fuser=True)) == "megatron"
+    # an NVIDIA study's GPUs run Megatron-LM (Primus-Turbo, which Primus's DeepEP and sync-free MoE need, is ROCm's)
+    for name in ("gpt-oss-120b-h100-bf16.yaml", "qwen3-235b-a22b-gb200-fp8.yaml"):
+        assert suggested_export(StudySpec.from_yaml(STUDIES / name)) == "megatron"
+    amd_fp8_output = {
+        **base,
+        "workload": {**base["workload"], "fp8_recipe": "mxfp8", "fp8_output_proj": True},
+    }
+    assert (
+        suggested_export(StudySpec.from_dict(amd_fp8_output)) == "env"
+    )  # neither Primus nor its Megatron-LM
     assert suggested_export(spec(fp8_recipe="mxfp8", fp8_dot_product_attention=True)) == "env"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from primus_optuna.errors import SpecError
+from primus_optuna.record.export import export_config
 from primus_optuna.run.base import LaunchFailure, RunContext
 from primus_optuna.run.factory import make_runner
 from primus_optuna.run.presets import OVERLAY_NAME, build_command_runner, megatron_args, primus_overlay
@@ -572,3 +573,147 @@ def test_megatron_preflight_names_a_missing_checkout_or_launcher(spec: StudySpec
     many = build_command_runner(spec, "megatron", {**opts, "hosts": HOSTS})
     many.preflight()
     build_command_runner(one, "megatron", {**opts, "torchrun": ["sh"]}).preflight()
+
+
+# --- hosts: a GB200/GB300 node (the NVLink domain) is several hosts of 4 GPUs --------------------------------------
+GB200 = Path(__file__).resolve().parents[2] / "studies" / "qwen3-235b-a22b-gb200-fp8.yaml"
+
+
+def _gb200() -> StudySpec:
+    spec = StudySpec.from_yaml(GB200)
+    assert (spec.cluster.nodes, spec.cluster.gpus_per_node, spec.cluster.host_gpus) == (4, 64, 4)
+    return spec
+
+
+def _pairs(words: list[str]) -> dict[str, str]:
+    return {words[i]: words[i + 1] for i in range(len(words) - 1)}
+
+
+def test_a_gb200_megatron_launch_starts_4_processes_on_each_of_64_hosts(tmp_path: Path) -> None:
+    spec, hosts = _gb200(), [f"tray{i}" for i in range(64)]
+    with pytest.raises(
+        SpecError, match=r"runs on 64 hosts \(4 nodes of 64 GPUs, 4 GPUs per host\) but 4 hosts"
+    ):
+        build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": hosts[:4]})
+    runner = build_command_runner(spec, "megatron", {"megatron_path": "/m", "hosts": hosts})
+    runner.build(Space(spec).baseline, _ctx(spec, tmp_path))
+    script = tmp_path / "trial-0" / "nodes.sh"
+    assert sum(ln.endswith(" &") for ln in script.read_text().splitlines()) == 64  # one torchrun per host
+    for rank in (0, 17, 63):
+        argv, _, host = _node_launch(script, rank)
+        pairs = _pairs(argv)
+        assert (pairs["--nnodes"], pairs["--nproc-per-node"]) == ("64", "4")
+        assert (host, pairs["--node-rank"], pairs["--master-addr"]) == (hosts[rank], str(rank), "tray0")
+
+
+def test_a_gb200_primus_launch_exports_hosts_as_its_nodes(tmp_path: Path) -> None:
+    """examples/run_pretrain.sh@fd1eeabb:447-449 runs torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES."""
+    spec, hosts = _gb200(), [f"tray{i}" for i in range(64)]
+    runner = build_command_runner(spec, "primus", {"launch": ["bash", "run_pretrain.sh"], "hosts": hosts})
+    runner.build(Space(spec).baseline, _ctx(spec, tmp_path))
+    _, env, _ = _node_launch(tmp_path / "trial-0" / "nodes.sh", 5)
+    assert (env["NNODES"], env["GPUS_PER_NODE"], env["NODE_RANK"]) == ("64", "4", "5")
+
+
+@pytest.mark.parametrize("preset", ["megatron", "primus", "command"])
+def test_slurm_asks_for_a_task_and_4_gpus_on_each_gb200_host(tmp_path: Path, preset: str) -> None:
+    spec = _gb200()
+    inner = {
+        "megatron": {"megatron_path": "/m"},
+        "primus": {},
+        "command": {"argv": ["train.sh", "{hosts}", "{gpus_per_host}", "{nodes}", "{gpus_per_node}"]},
+    }[preset]
+    launch, _ = build_command_runner(spec, "slurm", {"preset": preset, **inner}).build(
+        Space(spec).baseline, _ctx(spec, tmp_path)
+    )
+    assert {"--nodes=64", "--ntasks-per-node=1", "--gpus-per-node=4"} <= set(launch.argv)
+    node = (tmp_path / "trial-0" / "node.sh").read_text()
+    if preset == "megatron":
+        assert "exec torchrun --nnodes 64 --nproc-per-node 4 " in node
+    if preset == "primus":
+        assert "export NNODES=64" in node and "export GPUS_PER_NODE=4" in node
+    if preset == "command":  # {hosts} {gpus_per_host} next to the study's nodes of the NVLink domain
+        assert "exec train.sh 64 4 4 64" in node
+
+
+def test_slurm_runs_the_local_preset_on_one_host(spec: StudySpec, tmp_path: Path) -> None:
+    """``local`` starts the whole world on this host (torchrun --standalone --nnodes 1)."""
+    two = _on(spec, 2)
+    launch, _ = build_command_runner(two, "slurm", {"preset": "local"}).build(
+        Space(two).baseline, _ctx(two, tmp_path)
+    )
+    assert {"--nodes=1", "--gpus-per-node=16"} <= set(launch.argv)
+
+
+def test_a_gb200_primus_runner_under_its_own_slurm_script_is_told_the_hosts(tmp_path: Path) -> None:
+    """Primus's run_slurm_pretrain.sh starts srun -N $NNODES --ntasks-per-node=1 (@fd1eeabb:34, 47-50)."""
+    spec = _gb200()
+    launch, _ = build_command_runner(spec, "primus", {"launch": ["bash", "run_slurm_pretrain.sh"]}).build(
+        Space(spec).baseline, _ctx(spec, tmp_path)
+    )
+    assert (launch.env["NNODES"], launch.env["GPUS_PER_NODE"]) == ("64", "4")
+
+
+# --- vendors: Primus-Turbo (use_turbo_*, enable_primus_turbo, ...) and rocm-smi are ROCm's --------------------------
+AMD_EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "primus-examples" / "MI355X"
+
+
+@pytest.mark.parametrize(
+    ("study", "example"),
+    [
+        ("gpt-oss-120b-h100-bf16.yaml", "gpt_oss_120B-BF16-pretrain.yaml"),
+        ("qwen3-235b-a22b-gb200-fp8.yaml", "qwen3_235B_A22B-FP8-pretrain.yaml"),
+    ],
+)
+def test_an_nvidia_primus_overlay_runs_no_rocm_only_feature(study: str, example: str) -> None:
+    """Without Primus-Turbo Primus runs upstream's DeepEP (the flex dispatcher's deepep backend); an AMD example's
+    Turbo switches merged into an NVIDIA study are dropped (Primus's defaults, all off: primus_turbo.yaml@fd1eeabb)."""
+    from primus_optuna.space.megatron_args import ROCM_ONLY
+
+    spec = StudySpec.from_yaml(Path(__file__).resolve().parents[2] / "studies" / study)
+    assert spec.cluster.gpu.vendor == "nvidia"
+    experiment = yaml.safe_load((AMD_EXAMPLE / example).read_text())
+    turbo = {k for k, v in experiment["modules"]["pre_trainer"]["overrides"].items() if k in ROCM_ONLY and v}
+    assert "enable_primus_turbo" in turbo  # AMD's example turns Turbo on
+    space = Space(spec)
+    config = space.canonical(space.make(**{**space.baseline.to_params(), "moe_dispatcher": "deepep"}))
+    for exp in (experiment, None):
+        o = primus_overlay(spec, config, experiment=exp, environ={})["modules"]["pre_trainer"]["overrides"]
+        assert not set(ROCM_ONLY) & set(o), set(ROCM_ONLY) & set(o)
+        assert (o["moe_token_dispatcher_type"], o["moe_flex_dispatcher_backend"]) == ("flex", "deepep")
+    exported = yaml.safe_load(export_config(spec, config, "primus"))["modules"]["pre_trainer"]["overrides"]
+    assert not set(ROCM_ONLY) & set(exported)
+
+
+def test_an_amd_primus_overlay_keeps_turbo_deepep_and_the_rocm_memory_report(tmp_path: Path) -> None:
+    spec = StudySpec.from_yaml(
+        Path(__file__).resolve().parents[2] / "studies" / "deepseek-v3-mi355x-fp8.yaml"
+    )
+    space = Space(spec)
+    config = space.canonical(space.make(**{**space.baseline.to_params(), "moe_dispatcher": "deepep"}))
+    experiment = yaml.safe_load((AMD_EXAMPLE / "deepseek_v3-FP8-pretrain.yaml").read_text())
+    o = primus_overlay(spec, config, experiment=experiment, environ={})["modules"]["pre_trainer"]["overrides"]
+    assert (
+        o["enable_primus_turbo"]
+        and o["use_turbo_deepep"]
+        and o["moe_enable_deepep"]
+        and o["use_rocm_mem_info"]
+    )
+    assert o["use_turbo_rms_norm"] is True  # the example's own Turbo switches stay on AMD GPUs
+
+
+def test_the_local_preset_on_cuda_fits_one_host() -> None:
+    """``local`` runs the whole world on this host, one process per cuda device (workloads/gpt.py)."""
+    one_tray = StudySpec.from_dict(
+        {
+            "name": "tray",
+            "model": {"catalog": "llama3.1-8b"},
+            "cluster": {"gpu": "gb200", "nodes": 1, "gpus_per_node": 8},
+            "workload": {"seq_length": 4096, "global_batch_size": 64},
+        }
+    )
+    with pytest.raises(
+        SpecError, match=r"device: cuda starts the study's 8 GPU processes on this host, which holds 4"
+    ):
+        build_command_runner(one_tray, "local", {"device": "cuda"})
+    build_command_runner(one_tray, "local", {"device": "cpu"})

@@ -423,3 +423,53 @@ def test_more_gpus_per_node_than_the_fabric_joins_is_a_warning_not_an_error():
     assert "a full mesh of 7 links per GPU joins at most 8" in StudySpec.from_dict(data).cluster.warnings()[0]
     data["cluster"] = {"gpu": "gb200", "nodes": 1, "gpus_per_node": 72}  # one NVL72 rack
     assert StudySpec.from_dict(data).cluster.warnings() == []
+
+
+def _cluster(**cluster) -> dict:
+    data = small_dense_study()
+    data["cluster"] = {**data["cluster"], **cluster}
+    return data
+
+
+def test_gpus_per_host_defaults_to_the_gpus_tray_else_the_node():
+    """A GB200/GB300 rack's host is a compute tray of 4 GPUs (18 trays per NVL72); elsewhere a node is a host."""
+    gb = StudySpec.from_dict(_cluster(gpu="gb200", nodes=2, gpus_per_node=64)).cluster
+    assert (gb.gpus_per_host, gb.host_gpus, gb.hosts, gb.world) == (None, 4, 32, 128)
+    assert StudySpec.from_dict(_cluster(gpu="gb300", nodes=1, gpus_per_node=2)).cluster.host_gpus == 2
+    h100 = StudySpec.from_dict(_cluster(gpu="h100", nodes=3, gpus_per_node=8)).cluster
+    assert (h100.host_gpus, h100.hosts) == (8, 3)
+    two = StudySpec.from_dict(_cluster(gpu="h100", nodes=3, gpus_per_node=8, gpus_per_host=2)).cluster
+    assert (two.host_gpus, two.hosts, two.world) == (2, 12, 24)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        (
+            {"gpu": "h100", "gpus_per_node": 8, "gpus_per_host": 3},
+            r"cluster.gpus_per_host: 3 GPUs per host do not",
+        ),
+        (
+            {"gpu": "gb200", "gpus_per_node": 6},
+            r"cluster.gpus_per_host: 4 GPUs per host \(the gb200 default\)",
+        ),
+        (
+            {"gpu": "h100", "gpus_per_node": 8, "gpus_per_host": 16},
+            r"cluster.gpus_per_host: 16 GPUs per host",
+        ),
+    ],
+)
+def test_a_node_must_be_whole_hosts(cluster: dict, message: str):
+    with pytest.raises(SpecError, match=message + r".*divide cluster.gpus_per_node"):
+        StudySpec.from_dict(_cluster(nodes=1, **cluster))
+
+
+def test_gpus_per_host_keeps_the_space_hash():
+    """Hosts only split a launch; the estimate and the space are the node's (the NVLink domain)."""
+    from primus_optuna.search.state import space_hash
+
+    base = space_hash(StudySpec.from_dict(_cluster(gpu="h100", nodes=2, gpus_per_node=8)))
+    assert (
+        space_hash(StudySpec.from_dict(_cluster(gpu="h100", nodes=2, gpus_per_node=8, gpus_per_host=4)))
+        == base
+    )

@@ -25,7 +25,7 @@ from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
-from ..summary import report_dir, study_summary
+from ..summary import report_dir, study_summary, suggested_export
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -506,9 +506,11 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     else:
         doc.p("The baseline has not been tried yet: no gain to report.")
     if best.config:
+        fmt = suggested_export(rec.spec)  # one the study's GPUs run
+        others = ", ".join(f for f in ("primus", "megatron", "env", "json") if f != fmt)
         doc.p(
             f"Export it: `primus-optuna export --storage {rec.storage_url or 'URL'} --study-name {rec.study_name} "
-            "--format primus` (or megatron, env, json)."
+            f"--format {fmt}` (or {others})."
         )
     if rec.multi_objective:
         front = rec.pareto()
