@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import itertools
 import json
 import sys
 from collections import defaultdict
@@ -115,11 +114,11 @@ def vtrain_rows() -> list[dict[str, Any]]:
 
 
 def ratio_errors(rows: list[dict[str, Any]]) -> list[float]:
-    """(1 + e_i) / (1 + e_j) − 1 over the pairs of each group: the error of the estimated ratio."""
+    """The ratio errors of the pairs of each group (:func:`~primus_optuna.physics.uncertainty.pair_ratio_errors`)."""
     groups: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         groups[r["group"]].append(r["error"])
-    return [(1 + a) / (1 + b) - 1 for errs in groups.values() for a, b in itertools.combinations(errs, 2)]
+    return [e for errs in groups.values() for e in uncertainty.pair_ratio_errors(errs)]
 
 
 def ratio_entry(rows: list[dict[str, Any]], what: str) -> dict[str, Any]:

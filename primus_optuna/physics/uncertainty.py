@@ -17,7 +17,8 @@ hardware profile widen the band to the one-node factor, and more than one node w
 nodes (log-linear in nodes between the two figures the issue gives: an assumption, not a measurement).
 
 With a study's own measured trials, :func:`residual_band` replaces the held-back band: the 80% quantile of the
-study's own estimate errors (the calibration in use is judged on the cluster it runs on).
+study's own estimate errors (the estimates are judged on the cluster they are for), and
+:func:`residual_ratio_band` the ratio band (the same quantile over the pairs of those trials).
 
 The ratio of two configurations of one study: both share the cluster, the kernels and the constants, so
 their errors are correlated and the ratio's band is narrower — where measured: the held-back ratio errors of
@@ -34,6 +35,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -240,6 +242,23 @@ def residual_band(errors: Iterable[float], regime: Regime, what: str = "measured
     return Band(-q, q, f"error of this study's {len(errs)} {what}", regime, len(errs), q)
 
 
+def residual_ratio_band(
+    errors: Iterable[float], regime: Regime, what: str = "measured trials"
+) -> Band | None:
+    """The band of the ratio of two estimates from the study's own measured errors: the 80% quantile of
+    ``|(1 + e_i) / (1 + e_j) − 1|`` over the pairs of trials; ``None`` below :data:`MIN_ROWS` trials."""
+    errs = list(errors)
+    if len(errs) < MIN_ROWS:
+        return None
+    q = max(quantile_abs(pair_ratio_errors(errs)), FLOOR)
+    return Band(-q, q, f"ratio error of the pairs of this study's {len(errs)} {what}", regime, len(errs), q)
+
+
+def pair_ratio_errors(errors: Sequence[float]) -> list[float]:
+    """``(1 + e_i) / (1 + e_j) − 1`` over the pairs ``i < j``: the error of the estimated ratio of two rows."""
+    return [(1 + a) / (1 + b) - 1 for a, b in itertools.combinations(errors, 2)]
+
+
 def ratio_band(
     spec: StudySpec, *, constants: Constants | None = None, network_measured: bool | None = None
 ) -> Band:
@@ -275,9 +294,11 @@ __all__ = [
     "band_table",
     "estimate_band",
     "gain_inside_band",
+    "pair_ratio_errors",
     "quantile_abs",
     "ratio_band",
     "regime_of",
     "residual_band",
+    "residual_ratio_band",
     "unseen_optimism",
 ]
