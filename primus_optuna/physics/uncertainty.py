@@ -16,6 +16,7 @@ hardware profile widen the band to the one-node factor, and more than one node w
 (``cluster.network``) widens it to a factor growing from the one-node factor to the worst stated one at 32
 nodes (log-linear in nodes between the two figures the issue gives: an assumption, not a measurement).
 
+Estimates under a study's step-time calibration: :func:`calibration_band` (its leave-one-out residuals).
 With a study's own measured trials, :func:`residual_band` replaces the held-back band: the 80% quantile of the
 study's own estimate errors (the estimates are judged on the cluster they are for), and
 :func:`residual_ratio_band` the ratio band (the same quantile over the pairs of those trials).
@@ -45,7 +46,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..spec import StudySpec
-from .calibration import gpu_family
+from .calibration import Calibration, gpu_family
+from .throughput import estimate_throughput
 
 DATA = Path(__file__).with_name("error_bands.json")
 """The held-back errors (written by ``scripts/fit_bands.py --write``)."""
@@ -242,6 +244,23 @@ def residual_band(errors: Iterable[float], regime: Regime, what: str = "measured
     return Band(-q, q, f"error of this study's {len(errs)} {what}", regime, len(errs), q)
 
 
+def calibration_band(spec: StudySpec, pairs: Sequence[tuple[Any, float]]) -> Band | None:
+    """The band of estimates under the study's step-time calibration, from ``pairs`` of (configuration,
+    measured tokens/s/GPU): leave-one-out — each trial estimated with the :class:`Calibration` fitted on the
+    others (in-sample residuals would flatter it) — the 80% quantile of ``|measured ÷ estimate − 1|``;
+    ``None`` below :data:`MIN_ROWS` trials."""
+    if len(pairs) < MIN_ROWS:
+        return None
+    raw = [(estimate_throughput(spec, c), m) for c, m in pairs]
+    errs = []
+    for i, (config, measured) in enumerate(pairs):
+        cal = Calibration.fit([p for j, p in enumerate(raw) if j != i])
+        errs.append(measured / estimate_throughput(spec, config, cal).tokens_per_s_per_gpu - 1)
+    q = max(quantile_abs(errs), FLOOR)
+    what = f"leave-one-out error of the step-time calibration on this study's {len(pairs)} measured trials"
+    return Band(-q, q, what, regime_of(spec), len(pairs), q)
+
+
 def residual_ratio_band(
     errors: Iterable[float], regime: Regime, what: str = "measured trials"
 ) -> Band | None:
@@ -292,6 +311,7 @@ __all__ = [
     "Band",
     "Regime",
     "band_table",
+    "calibration_band",
     "estimate_band",
     "gain_inside_band",
     "pair_ratio_errors",

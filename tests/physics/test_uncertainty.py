@@ -135,3 +135,20 @@ def test_unseen_optimism_is_log_linear_between_the_stated_figures() -> None:
     assert u.unseen_optimism(32, one_node=False) == pytest.approx(9.0)
     assert u.unseen_optimism(4, one_node=False) == pytest.approx(1.3 * (9.0 / 1.3) ** (2 / 5))
     assert u.unseen_optimism(64, one_node=False) == pytest.approx(9.0)  # the worst stated figure, not beyond
+
+
+def test_calibration_band_is_the_leave_one_out_error_of_the_calibration() -> None:
+    """Trials measured at 0.8x their estimate: the calibration predicts each left-out trial exactly (the floor);
+    two trials of six off by 30% widen it (the 80% quantile reaches the 5th of 6), fewer than 5 give none."""
+    from primus_optuna.space import Space
+
+    spec = _spec("studies/qwen3-30b-a3b-h200-bf16.yaml")
+    configs = [c for c in Space(spec).configs() if c.pp == 1][:6]
+    assert len(configs) == 6
+    pairs = [(c, 0.8 * estimate_throughput(spec, c).tokens_per_s_per_gpu) for c in configs]
+    b = u.calibration_band(spec, pairs)
+    assert b is not None and b.high == u.FLOOR and "leave-one-out" in b.source and b.rows == 6
+    noisy = [*pairs[:4], (pairs[4][0], pairs[4][1] * 1.3), (pairs[5][0], pairs[5][1] / 1.3)]
+    wide = u.calibration_band(spec, noisy)
+    assert wide is not None and wide.high > 0.15
+    assert u.calibration_band(spec, pairs[:4]) is None

@@ -20,7 +20,7 @@ import yaml
 from ...physics.calibration import Calibration
 from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
-from ...physics.uncertainty import gain_inside_band
+from ...physics.uncertainty import calibration_band, gain_inside_band
 from ...redaction import redact
 from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
@@ -550,9 +550,11 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
             f"{mcal.describe()})."
         )
     if cal is not None:
+        band = calibration_band(rec.spec, [(t.config, m) for t, _, m, _ in estimate_errors(rec) if t.config])
         doc.p(
             f"Estimates use the study's step-time calibration (study attr `calibration`, fitted on "
-            f"{cal.n_trials} measured trials, global scale ×{cal.scale:.3f})."
+            f"{cal.n_trials} measured trials, global scale ×{cal.scale:.3f})"
+            + (f"; their error band {band.text()} ({band.source})." if band else ".")
         )
     doc.p(f"Verdict: **{verdict}**.")
     if rows:
