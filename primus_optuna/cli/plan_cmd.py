@@ -102,12 +102,12 @@ def _top_gain(result: PlanResult) -> float | None:
 
 
 def _gain_line(gain: float, band: Band) -> str:
-    where = "INSIDE" if gain_inside_band(gain, band) else "outside"
+    where = "inside" if gain_inside_band(gain, band) else "outside"
     out = (
         f"estimated gain of #1 over the baseline: {gain:+.1%}, {where} the error band of the ratio of two "
         f"estimates ({band.text()}: {band.source})"
     )
-    return out + ("; the baseline may be as fast: measure both" if where == "INSIDE" else "")
+    return out + ("; the baseline may be as fast: measure both" if where == "inside" else "")
 
 
 def _spread(total: int, n: int) -> list[int]:

@@ -22,15 +22,19 @@ study's own estimate errors (the estimates are judged on the cluster they are fo
 :func:`residual_ratio_band` the ratio band (the same quantile over the pairs of those trials).
 
 The ratio of two configurations of one study: both share the cluster, the kernels and the constants, so
-their errors are correlated and the ratio's band is narrower — where measured: the held-back ratio errors of
-same-model pairs (vTrain's single-node groups; the published rows of one release and family across nodes).
+their errors are correlated and the ratio's band is narrower where it was measured: the held-back ratio
+errors of the pairs of one vTrain group (one node, one model and batch) and, across nodes, of the pairs of
+held-back rows of one published release and GPU family or of one paper (different models: a conservative
+stand-in for two configurations of one model).
 On a network not measured no pair was measured (the issue reports rank correlation down to 0.43 there): the
 ratio takes the absolute band. :func:`gain_inside_band` says whether a gain could be the band's error alone.
 
 Example::
 
     b = estimate_band(spec)
-    b.describe(5259.0)   # '5,259 tokens/s/GPU −76%/+12% (catalog constants, network not measured; ...)'
+    b.describe(5259.0)   # '5,259 tokens/s/GPU −76%/+13% (catalog constants, ..., network not measured; ...)'
+    lo, hi = b.bounds(5259.0)
+    gain_inside_band(0.146, ratio_band(spec))   # True: the baseline may be as fast
     b.low, b.high, b.source, b.regime.key
 """
 
@@ -54,7 +58,8 @@ DATA = Path(__file__).with_name("error_bands.json")
 COVERAGE = 0.8
 """the share of held-back rows a band must hold"""
 FLOOR = 0.05
-"""the narrowest band on either side: run-to-run spread and software releases move throughput this much"""
+"""the narrowest band on either side (chosen, not measured: a regime's held-back rows are too few to support a
+narrower one, and a run's own measurement spreads by a few percent)"""
 MIN_ROWS = 5
 """rows (or measured trials) a regime needs for its own quantile"""
 
@@ -189,16 +194,24 @@ def unseen_optimism(nodes: int, one_node: bool) -> float:
 
 
 def regime_of(
-    spec: StudySpec, constants: Constants | None = None, network_measured: bool | None = None
+    spec: StudySpec,
+    constants: Constants | None = None,
+    network_measured: bool | None = None,
+    nodes: int | None = None,
 ) -> Regime:
-    """The regime of ``spec``'s estimates; ``constants`` / ``network_measured`` default to what the study
-    attaches (``cluster.profile``, ``cluster.network`` where the spec has them)."""
+    """The regime of ``spec``'s estimates (at ``nodes`` nodes instead of the study's when given);
+    ``constants`` / ``network_measured`` default to what the study attaches (``cluster.profile``,
+    ``cluster.network`` where the spec has them)."""
     if constants is None:
         constants = "profile" if getattr(spec.cluster, "profile", None) else "catalog"
     if network_measured is None:
         network_measured = bool(getattr(spec.cluster, "network", None))
     return Regime(
-        gpu_family(spec.cluster.gpu), spec.model.is_moe, spec.cluster.nodes > 1, constants, network_measured
+        gpu_family(spec.cluster.gpu),
+        spec.model.is_moe,
+        (nodes or spec.cluster.nodes) > 1,
+        constants,
+        network_measured,
     )
 
 
@@ -207,13 +220,16 @@ def estimate_band(
     *,
     constants: Constants | None = None,
     network_measured: bool | None = None,
+    nodes: int | None = None,
     rows: Sequence[dict[str, Any]] | None = None,
 ) -> Band:
     """The band of ``spec``'s throughput estimates (any configuration: the regime is the study's) from the
     held-back errors of its regime, widened for what they cannot show (module docstring). ``constants`` /
-    ``network_measured`` override what the study attaches; ``rows``: held-back rows to use instead of the data
+    ``network_measured`` override what the study attaches; ``nodes``: the band at that many nodes of the
+    study's cluster instead of its own (capacity planning); ``rows``: held-back rows to use instead of the data
     file's (cross-validation)."""
-    regime = regime_of(spec, constants, network_measured)
+    nodes = nodes or spec.cluster.nodes
+    regime = regime_of(spec, constants, network_measured, nodes)
     pooled, words = _pool(list(band_table()["rows"] if rows is None else rows), regime)
     q = max(quantile_abs([r["error"] for r in pooled], _family_weights(pooled)), FLOOR)
     low, high = -q, q
@@ -223,7 +239,7 @@ def estimate_band(
         f = unseen_optimism(1, one_node=True)
         parts.append("not calibrated to this cluster")
     if regime.multi_node and not regime.network_measured:  # the network's part beyond one node
-        f *= unseen_optimism(spec.cluster.nodes, one_node=False) / unseen_optimism(1, one_node=True)
+        f *= unseen_optimism(nodes, one_node=False) / unseen_optimism(1, one_node=True)
         parts.append("network not measured")
     elif regime.multi_node:
         parts.append("network measured")
@@ -279,11 +295,15 @@ def pair_ratio_errors(errors: Sequence[float]) -> list[float]:
 
 
 def ratio_band(
-    spec: StudySpec, *, constants: Constants | None = None, network_measured: bool | None = None
+    spec: StudySpec,
+    *,
+    constants: Constants | None = None,
+    network_measured: bool | None = None,
+    nodes: int | None = None,
 ) -> Band:
     """The band of the ratio of two estimates of ``spec``'s study (module docstring): the held-back ratio
-    errors of its scale where measured, else the absolute band."""
-    absolute = estimate_band(spec, constants=constants, network_measured=network_measured)
+    errors of its scale where measured, else the absolute band (arguments as :func:`estimate_band`)."""
+    absolute = estimate_band(spec, constants=constants, network_measured=network_measured, nodes=nodes)
     regime = absolute.regime
     if regime.multi_node and not regime.network_measured:
         return Band(

@@ -111,7 +111,7 @@ def test_plan_flags_a_top_gain_inside_the_ratio_band(tmp_path, monkeypatch):
 
     r = invoke("plan", FLAGSHIP, "--top", "1", "--pareto", "1")
     assert r.exit_code == 0, r.output
-    assert "estimated gain of #1 over the baseline: +14.6%, INSIDE the error band of the ratio" in r.output
+    assert "estimated gain of #1 over the baseline: +14.6%, inside the error band of the ratio" in r.output
     assert "the baseline may be as fast" in r.output
 
     def measured(spec):

@@ -76,6 +76,9 @@ def test_uncalibrated_multi_node_band_is_wide_on_the_optimistic_side() -> None:
     assert one.low == pytest.approx(1 / 1.3 - 1)
     assert many.low == pytest.approx(1 / 9.0 - 1)
     assert many.low < eight.low < one.low < 0
+    # the same bands by node count for one study (capacity planning)
+    study = _spec("studies/llama3.1-70b-h100-bf16.yaml", nodes=8)
+    assert u.estimate_band(study, nodes=64) == many and u.estimate_band(study, nodes=1) == one
     assert -eight.low > 2 * eight.high  # asymmetric: the optimistic side
     assert "network not measured" in eight.source and "not calibrated to this cluster" in eight.source
     measured = u.estimate_band(_spec("studies/llama3.1-70b-h100-bf16.yaml", nodes=8), network_measured=True)
