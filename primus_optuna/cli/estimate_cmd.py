@@ -1,4 +1,5 @@
-"""``estimate``: the analytical per-stage memory and step time of one configuration (legality first).
+"""``estimate``: the analytical per-stage memory and step time of one configuration (legality first), the
+throughput with its error band (:func:`~primus_optuna.physics.uncertainty.estimate_band`).
 
 Exit code 0 when the configuration is legal, 1 when it is not (the reasons are printed; memory is still
 estimated when the divisions allow it; the step time only for legal configurations). ``--explain-comm``
@@ -16,6 +17,7 @@ from ..physics.comm import Topology, bus_bandwidth_table, format_bus_bandwidth
 from ..physics.layer_mix import StageMix, stage_mixes
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
 from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
+from ..physics.uncertainty import estimate_band
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ._common import (
@@ -53,6 +55,9 @@ def estimate_document(spec: StudySpec, space: Space, config: TrainingConfig) -> 
     if not reasons:
         est = estimate_throughput(spec, config)
         doc["throughput"] = throughput_section(est)
+        band = estimate_band(spec)
+        doc["throughput"]["band"] = band.to_dict()
+        doc["throughput"]["tokens_per_s_per_gpu_range"] = list(band.bounds(est.tokens_per_s_per_gpu))
         if mem is not None and len(est.stage_work_s) == len(mem.stages):
             for st, work in zip(doc["memory"]["stages"], est.stage_work_s, strict=True):
                 st["work_s"] = work
@@ -169,7 +174,9 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
     else:
         click.echo("memory: not estimated (the configuration's sizes do not divide)")
     if doc["legal"]:
-        click.echo(format_throughput(estimate_throughput(spec, config)))
+        est = estimate_throughput(spec, config)
+        click.echo(format_throughput(est))
+        click.echo(f"error band: {estimate_band(spec).describe(est.tokens_per_s_per_gpu)}")
     if explain_comm:
         click.echo(format_bus_bandwidth(bus_bandwidth_table(comm_topology(spec))))
     if not doc["legal"]:

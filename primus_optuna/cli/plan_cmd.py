@@ -1,4 +1,6 @@
-"""``plan``: estimate every legal configuration, drop those that do not fit, rank the rest."""
+"""``plan``: estimate every legal configuration, drop those that do not fit, rank the rest; the estimates' error
+band, and whether the top configuration's estimated gain over the baseline lies inside the band of the ratio
+of two estimates (:mod:`~primus_optuna.physics.uncertainty`)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ import time
 
 import click
 
-from ..physics.plan import PlanEntry, no_fit_message, plan_space
+from ..physics.plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from ..physics.throughput import format_throughput
+from ..physics.uncertainty import Band, estimate_band, gain_inside_band, ratio_band
 from ._common import emit_json, json_option, load_study, skip_exit_collection, study_argument, user_errors
 
 
@@ -41,8 +44,15 @@ def plan(study: str, top_n: int, pareto_n: int, as_json: bool) -> None:
     result = plan_space(spec, sp, top=top_n)
     elapsed = time.perf_counter() - t0
     no_fit = no_fit_message(spec, sp) if result.legal_configs and not result.feasible_configs else None
+    band, rband = estimate_band(spec), ratio_band(spec)
+    gain = _top_gain(result)
     if as_json:
-        emit_json({**result.to_dict(), "no_fit": no_fit})
+        doc = {**result.to_dict(), "no_fit": no_fit, "band": band.to_dict(), "ratio_band": rband.to_dict()}
+        for entry, e in zip(doc["top"], result.top, strict=True):
+            entry["tokens_per_s_per_gpu_range"] = list(band.bounds(e.tokens_per_s_per_gpu))
+        doc["gain_over_baseline"] = gain
+        doc["gain_inside_band"] = None if gain is None else gain_inside_band(gain, rband)
+        emit_json(doc)
         return
     if no_fit:
         click.echo(no_fit)
@@ -51,6 +61,7 @@ def plan(study: str, top_n: int, pareto_n: int, as_json: bool) -> None:
         f"memory (estimated in {elapsed:.2f} s)"
     )
     click.echo(f"top {len(result.top)} (every figure estimated: tokens/s/GPU, peak memory per GPU, MFU):")
+    click.echo(f"error band of every throughput: {band.text()} ({band.source})")
     for i, e in enumerate(result.top, 1):
         click.echo(_line(i, e))
         click.echo(format_throughput(e.throughput, indent="         ", header=False))
@@ -70,6 +81,8 @@ def plan(study: str, top_n: int, pareto_n: int, as_json: bool) -> None:
         click.echo(f"baseline ({where}):")
         click.echo(_line(result.baseline_rank or "-", base))
         click.echo(format_throughput(base.throughput, indent="         ", header=False))
+    if gain is not None:
+        click.echo(_gain_line(gain, rband))
     shown = _spread(len(result.pareto), pareto_n)
     more = (
         f"; {len(shown)} shown, spread evenly: --pareto 0 for all" if len(shown) < len(result.pareto) else ""
@@ -79,6 +92,22 @@ def plan(study: str, top_n: int, pareto_n: int, as_json: bool) -> None:
     )
     for i in shown:
         click.echo(_line("", result.pareto[i]))
+
+
+def _top_gain(result: PlanResult) -> float | None:
+    """The estimated gain of the fastest configuration that fits over the baseline (when the baseline fits)."""
+    if not result.top or result.baseline is None or not result.baseline_rank:
+        return None
+    return result.top[0].tokens_per_s_per_gpu / result.baseline.tokens_per_s_per_gpu - 1
+
+
+def _gain_line(gain: float, band: Band) -> str:
+    where = "inside" if gain_inside_band(gain, band) else "outside"
+    out = (
+        f"estimated gain of #1 over the baseline: {gain:+.1%}, {where} the error band of the ratio of two "
+        f"estimates ({band.text()}: {band.source})"
+    )
+    return out + ("; the baseline may be as fast: measure both" if where == "inside" else "")
 
 
 def _spread(total: int, n: int) -> list[int]:

@@ -28,9 +28,11 @@ from .shapes import (
     stage_chunks,
 )
 from .throughput import ThroughputEstimate, estimate_throughput, format_throughput, throughput_section
+from .uncertainty import Band, estimate_band, gain_inside_band, ratio_band
 
 __all__ = [
     "BREAKDOWN_KEYS",
+    "Band",
     "BREAKDOWN_TERMS",
     "BusBandwidth",
     "Calibration",
@@ -47,6 +49,9 @@ __all__ = [
     "PlanEntry",
     "PlanResult",
     "ThroughputEstimate",
+    "estimate_band",
+    "gain_inside_band",
+    "ratio_band",
     "estimate_throughput",
     "format_throughput",
     "no_fit_message",

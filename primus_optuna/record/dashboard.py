@@ -146,6 +146,8 @@ def study_summary(rec: StudyRecord, program: str = "primus-optuna") -> str:
         )
     else:
         lines.append("- **Best**: no completed trial yet.")
+    if s.band is not None:
+        lines.append(f"- **Error band**{s.band_text().removeprefix('error band')}.")
     lines.append(f"- **Gain**{s.gain_text().removeprefix('gain')}.")
     lines.append(f"- **Budget**: {s.launched_text()}.")
     if s.pruned_by_reason:

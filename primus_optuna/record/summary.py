@@ -17,7 +17,12 @@ Rules (one each):
 - **GPU-hours** from :func:`~primus_optuna.record.report.gpu_hours.gpu_hours_account`; **LLM** usage from
   :func:`llm_usage` (the study's stored accounting);
 - **peak memory** of a trial: the measured peak when the run measured one, the estimate and the calibrated
-  estimate (the one the memory filter compares) beside it.
+  estimate (the one the memory filter compares) beside it;
+- **error band** of the estimates (:mod:`~primus_optuna.physics.uncertainty`): the error of the study's own
+  measured trials (measured ÷ estimated − 1) once it has :data:`~primus_optuna.physics.uncertainty.MIN_ROWS`,
+  else the held-back band of the study's regime; a gain between two estimated values is judged against the
+  band of their *ratio* (:func:`~primus_optuna.physics.uncertainty.ratio_band`: the errors of two configurations
+  of one study are correlated), and flagged when it lies inside it (the baseline may be as fast).
 
 Example::
 
@@ -36,6 +41,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..physics.memory_calibration import MemoryCalibration
+from ..physics.uncertainty import (
+    Band,
+    estimate_band,
+    gain_inside_band,
+    ratio_band,
+    regime_of,
+    residual_band,
+    residual_ratio_band,
+)
 from ..redaction import redact_url
 from ..run.base import value_kind
 from ..space.megatron_args import export_refusal, uses_primus
@@ -244,6 +258,10 @@ class StudySummary:
     llm_model: str | None
     llm: LLMUsage
     pareto: list[TrialBrief] = field(default_factory=list)
+    band: Band | None = None
+    """the error band of the study's estimates"""
+    gain_band: Band | None = None
+    """the band of the ratio of two estimates, when the gain is between two estimated values"""
     noise: str = ""
     exhausted: bool = False
     """every legal configuration that fits has been tried (a placeholder trial, or the sampler says so)"""
@@ -273,19 +291,50 @@ class StudySummary:
         out += f", {self.estimated} estimated by the analytical runner (no GPU), {pre} pruned before launch ({pre_text})"
         return out
 
+    @property
+    def gain_inside_band(self) -> bool | None:
+        """Whether the gain (between two estimates: :attr:`gain_band` is set) lies inside the band of their
+        ratio; ``None`` for a measured gain or none."""
+        g = self.gain if self.gain is not None else self.estimated_gain
+        if self.gain_band is None or g is None:
+            return None
+        return gain_inside_band(g, self.gain_band)
+
+    def band_note(self) -> str:
+        """``; inside the error band of the ratio of two estimates (±18%): the baseline may be as fast``"""
+        inside, b = self.gain_inside_band, self.gain_band
+        if inside is None or b is None:
+            return ""
+        if inside:
+            return f"; inside the error band of the ratio of two estimates ({b.text()}): the reference may be as fast"
+        return f"; outside the error band of the ratio of two estimates ({b.text()})"
+
     def gain_text(self) -> str:
         ref = self.baseline if self.gain_over == "baseline" else self.centre
         if self.gain is not None and ref is not None:
             kind = ref.value_kind
             figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
             if self.gain_over == "baseline":
-                return f"gain over the baseline ({figures}): {self.gain:+.1%}"
+                return f"gain over the baseline ({figures}): {self.gain:+.1%}{self.band_note()}"
             why = f": {self.centre_note}" if self.centre_note else ""
-            return f"gain over the sweep centre ({figures}; the study's baseline was not run{why}): {self.gain:+.1%}"
+            return (
+                f"gain over the sweep centre ({figures}; the study's baseline was not run{why}): {self.gain:+.1%}"
+                + self.band_note()
+            )
         if self.baseline is None:
             return "gain over the baseline: n/a (the baseline has not been tried)"
-        est = f"; estimated gain {self.estimated_gain:+.1%}" if self.estimated_gain is not None else ""
+        est = (
+            f"; estimated gain {self.estimated_gain:+.1%}{self.band_note()}"
+            if self.estimated_gain is not None
+            else ""
+        )
         return f"gain over the baseline: n/a (the baseline, trial {self.baseline.trial}, {self.baseline.outcome}){est}"
+
+    def band_text(self) -> str:
+        """``error band of the estimates: −76%/+13% (catalog constants, ...)``"""
+        if self.band is None:
+            return ""
+        return f"error band of the estimates: {self.band.text()} ({self.band.source})"
 
     def gpu_hours_text(self) -> str:
         g = self.gpu_hours
@@ -319,6 +368,8 @@ class StudySummary:
                 f"  {b.config_key}",
                 f"  {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU ({b.value_kind}), {b.peak_text()}",
             ]
+            if self.band is not None:
+                out.append("  " + self.band_text())
             if self.noise:
                 out.append(f"  warning: {self.noise}")
             out.append("  " + self.gain_text())
@@ -355,6 +406,9 @@ class StudySummary:
         """``run --json``: every figure of :meth:`lines`, machine-readable."""
         d = asdict(self)
         d["gain_over_baseline"] = self.gain if self.gain_over == "baseline" else None
+        d["band"] = self.band.to_dict() if self.band else None
+        d["gain_band"] = self.gain_band.to_dict() if self.gain_band else None
+        d["gain_inside_band"] = self.gain_inside_band
         d["budget"] = {
             "n_trials": self.n_trials_target,
             "trials": self.trials,
@@ -383,6 +437,39 @@ def _noise(done: list[TrialRow]) -> str:
         f"trials {a.number} and {b.number} are within the measurement noise ({(a.value or 0.0) / b.value - 1.0:+.1%} "
         f"apart; repeated runs spread {noise:.1%}): measure both again before choosing"
     )
+
+
+def _measured_errors(rec: StudyRecord) -> list[float]:
+    """measured ÷ estimated − 1 of the study's completed measured trials."""
+    return [
+        t.measured / t.estimate - 1.0
+        for t in rec.complete
+        if value_kind(t.attr("source")) == "measured" and t.estimate and t.measured
+    ]
+
+
+def estimates_band(rec: StudyRecord) -> Band:
+    """The error band of the study's estimates: its own measured trials' errors once there are enough, else
+    the held-back band of its regime."""
+    return residual_band(_measured_errors(rec), regime_of(rec.spec)) or estimate_band(rec.spec)
+
+
+def estimates_ratio_band(rec: StudyRecord) -> Band:
+    """The error band of the ratio of two of the study's estimates: from its own measured trials' errors once
+    there are enough, else the held-back ratio band of its regime."""
+    return residual_ratio_band(_measured_errors(rec), regime_of(rec.spec)) or ratio_band(rec.spec)
+
+
+def _gain_band(rec: StudyRecord, best: TrialRow | None, ref: TrialRow | None) -> Band | None:
+    """The ratio band of a gain between two estimates: ``best`` over the completed reference ``ref`` when both
+    values are estimated, or the estimated gain when there is no completed reference (``ref`` is ``None``);
+    ``None`` for a measured gain."""
+    if best is None:
+        return None
+    kinds = {value_kind(t.attr("source")) for t in (best, ref) if t is not None}
+    if ref is not None and kinds != {"estimated"}:
+        return None
+    return estimates_ratio_band(rec)
 
 
 def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = False) -> StudySummary:
@@ -449,6 +536,10 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         llm_model=rec.llm_model,
         llm=llm_usage(rec.llm),
         pareto=[_brief(t, mcal) for t in rec.pareto()],
+        band=estimates_band(rec) if best_row is not None else None,
+        gain_band=_gain_band(
+            rec, best_row, {"baseline": base_row, "centre": centre_row}.get(gain_over or "")
+        ),
         noise=_noise(rec.complete),
         exhausted=exhausted or placeholders > 0,
         next=next_commands(rec.storage_url, rec.study_name, program, suggested_export(rec.spec))

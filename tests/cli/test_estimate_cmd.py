@@ -5,6 +5,7 @@ from click.testing import CliRunner
 
 from primus_optuna.cli import cli
 from primus_optuna.physics import BREAKDOWN_KEYS, estimate_memory
+from primus_optuna.physics.uncertainty import estimate_band
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
 from tests.conftest import FLAGSHIP
@@ -20,6 +21,17 @@ def test_json_document_matches_the_library() -> None:
     assert code == 0
     doc = json.loads(out)
     assert set(doc) == {"config", "legal", "reasons", "memory", "throughput"}
+    # the estimate's error band: the flagship's regime (MoE, 8 nodes, network not measured)
+    band = estimate_band(StudySpec.from_yaml(FLAGSHIP))
+    t = doc["throughput"]
+    assert (
+        t["band"]["low"] == band.low and t["band"]["high"] == band.high and t["band"]["source"] == band.source
+    )
+    assert t["band"]["regime"]["multi_node"] and t["band"]["regime"]["moe"]
+    assert t["tokens_per_s_per_gpu_range"] == [
+        t["tokens_per_s_per_gpu"] * (1 + band.low),
+        t["tokens_per_s_per_gpu"] * (1 + band.high),
+    ]
     assert doc["legal"] is True and doc["reasons"] == []
     assert doc["config"]["tp"] == 2 and doc["config"]["dp"] == 4
     m = doc["memory"]
@@ -91,11 +103,15 @@ def test_estimate_includes_the_step_time_breakdown() -> None:
     thr = doc["throughput"]
     spec = StudySpec.from_yaml(FLAGSHIP)
     direct = estimate_throughput(spec, Space(spec).baseline)
-    assert list(thr) == list(direct.to_dict())  # the library's section (tests/physics/test_throughput.py)
+    # the library's section (tests/physics/test_throughput.py), then the error band
+    assert list(thr) == [*direct.to_dict(), "band", "tokens_per_s_per_gpu_range"]
     assert thr["tokens_per_s_per_gpu"] == pytest.approx(direct.tokens_per_s_per_gpu)
     assert sum(thr["breakdown_s"].values()) == pytest.approx(thr["step_time_s"], rel=1e-6)
     text = runner.invoke(cli, ["estimate", str(FLAGSHIP)]).output
     assert "tokens/s/GPU" in text and "compute_mlp" in text
+    band = estimate_band(spec)
+    assert f"error band: {band.describe(direct.tokens_per_s_per_gpu)}" in text
+    assert f"{direct.tokens_per_s_per_gpu:,.0f} tokens/s/GPU \u221276%/+13% (catalog constants" in text
     # an illegal configuration has no throughput section
     bad = json.loads(runner.invoke(cli, ["estimate", str(FLAGSHIP), "--config", "tp=3", "--json"]).output)
     assert "throughput" not in bad and bad["legal"] is False

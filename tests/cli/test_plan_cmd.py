@@ -9,6 +9,7 @@ from primus_optuna.cli import cli
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.physics.plan import plan_space
 from primus_optuna.physics.throughput import estimate_throughput
+from primus_optuna.physics.uncertainty import estimate_band
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
 from tests.conftest import small_moe_study
@@ -28,11 +29,37 @@ def test_plan_json_contract_and_ranking(tmp_path):
     r = invoke("plan", study_file(tmp_path), "--json", "--top", "5")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert list(doc) == ["legal_configs", "feasible_configs", "top", "baseline", "pareto", "no_fit"]
+    assert list(doc) == [
+        "legal_configs",
+        "feasible_configs",
+        "top",
+        "baseline",
+        "pareto",
+        "no_fit",
+        "band",
+        "ratio_band",
+        "gain_over_baseline",
+        "gain_inside_band",
+    ]
     assert doc["no_fit"] is None
     assert 0 < doc["feasible_configs"] <= doc["legal_configs"]
     assert len(doc["top"]) == 5
-    assert all(set(e) == {"config", "tokens_per_s_per_gpu", "peak_gib"} for e in doc["top"])
+    assert all(
+        set(e) == {"config", "tokens_per_s_per_gpu", "peak_gib", "tokens_per_s_per_gpu_range"}
+        for e in doc["top"]
+    )
+    # every estimate with its error band (the study's regime), the gain judged against the ratio's band
+    band = estimate_band(StudySpec.from_dict(small_moe_study()))
+    assert doc["band"]["low"] == band.low and doc["band"]["text"] == band.text()
+    lo, hi = doc["top"][0]["tokens_per_s_per_gpu_range"]
+    assert (
+        lo == doc["top"][0]["tokens_per_s_per_gpu"] * (1 + band.low)
+        and hi > doc["top"][0]["tokens_per_s_per_gpu"]
+    )
+    if doc["baseline"]["rank"]:
+        gain = doc["top"][0]["tokens_per_s_per_gpu"] / doc["baseline"]["tokens_per_s_per_gpu"] - 1
+        assert doc["gain_over_baseline"] == gain
+        assert doc["gain_inside_band"] is ((1 + gain) * (1 + doc["ratio_band"]["low"]) <= 1)
     tps = [e["tokens_per_s_per_gpu"] for e in doc["top"]]
     assert tps == sorted(tps, reverse=True)
     base = doc["baseline"]
@@ -70,6 +97,29 @@ def test_plan_text(tmp_path):
     assert "compute_mlp" in r.output
     assert "top 2 (every figure estimated: tokens/s/GPU, peak memory per GPU, MFU):" in r.output
     assert "Pareto set (estimated throughput vs peak memory" in r.output
+    band = estimate_band(StudySpec.from_dict(small_moe_study()))
+    assert f"error band of every throughput: {band.text()} ({band.source})" in r.output
+
+
+def test_plan_flags_a_top_gain_inside_the_ratio_band(tmp_path, monkeypatch):
+    """The flagship's +14.6% (#1 over AMD's recipe) on 8 nodes whose network was not measured: inside the
+    band (no ratio was measured on such a network); with a measured network the ratio's held-back band
+    (±7%) leaves it outside."""
+    from primus_optuna.cli import plan_cmd
+    from primus_optuna.physics import uncertainty
+    from tests.conftest import FLAGSHIP
+
+    r = invoke("plan", FLAGSHIP, "--top", "1", "--pareto", "1")
+    assert r.exit_code == 0, r.output
+    assert "estimated gain of #1 over the baseline: +14.6%, inside the error band of the ratio" in r.output
+    assert "the baseline may be as fast" in r.output
+
+    def measured(spec):
+        return uncertainty.ratio_band(spec, network_measured=True)
+
+    monkeypatch.setattr(plan_cmd, "ratio_band", measured)
+    r = invoke("plan", FLAGSHIP, "--top", "1", "--pareto", "1")
+    assert "estimated gain of #1 over the baseline: +14.6%, outside the error band of the ratio" in r.output
 
 
 def test_plan_pareto_limit_spreads_over_the_set(tmp_path):

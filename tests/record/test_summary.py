@@ -73,6 +73,11 @@ def test_every_view_carries_the_same_figures(url):
         assert text in run_text, text
         assert text in executive, text
         assert text in note, text
+    # the error band of the estimates, from the study's own measured trials, on every view
+    assert s.band is not None and "this study's 6 measured trials" in s.band.source
+    for view in (run_text, executive, note):
+        assert s.band_text().removeprefix("error band") in view
+    assert s.gain_inside_band is None  # a measured gain: the measurement noise judges it, not the band
     assert "1 running" in s.trials_text() and "1 placeholder" in s.trials_text()
     assert "spent on 8 launched jobs" in s.gpu_hours_text()
 
@@ -82,6 +87,38 @@ def test_every_view_carries_the_same_figures(url):
     assert doc["gpu_hours"]["spent"] == pytest.approx(s.gpu_hours.spent, abs=1e-4)
     assert doc["baseline"]["trial"] == 0 and doc["centre"]["trial"] == 0
     assert doc["llm"]["tokens"] == 3456
+    assert doc["band"]["text"] == s.band.text() and doc["band"]["low"] == s.band.low
+    assert doc["gain_inside_band"] is None and doc["gain_band"] is None
+
+
+def _estimated(rec):
+    """The recorded study as the analytical runner would have left it: every value an estimate."""
+    for t in rec.trials:
+        if t.state == "COMPLETE":
+            t.attrs["source"] = "analytical"
+    return rec
+
+
+@pytest.mark.parametrize(("baseline", "inside"), [(4500.0, True), (3000.0, False)])
+def test_an_estimated_gain_inside_the_ratio_band_is_flagged_on_every_view(url, baseline, inside):
+    """Best 5,200 over the baseline: +15.6% lies inside the one-node ratio band (±18%, vTrain's held-back
+    pairs), +73% does not; the flag reads the same in the run summary, the report and the dashboard note."""
+    from primus_optuna.physics.uncertainty import ratio_band
+
+    rec = _estimated(load_record(url, "small"))
+    rec.baseline.values = [baseline]
+    s = study_summary(rec)
+    assert s.gain == pytest.approx(5200.0 / baseline - 1)
+    assert s.gain_band is not None and s.gain_band.text() == ratio_band(rec.spec).text()
+    assert s.gain_inside_band is inside
+    flag = "inside the error band of the ratio" if inside else "outside the error band of the ratio"
+    assert flag in s.gain_text()
+    run_text = "\n".join(s.lines())
+    executive = render(rec).markdown().split("## ")[1]
+    for view in (run_text, executive, dashboard_note(rec)):
+        assert s.gain_text().removeprefix("gain") in view
+        assert "catalog constants" in view  # the held-back band: no measured trial
+    assert s.to_dict()["gain_inside_band"] is inside
 
 
 def test_one_reason_vocabulary():

@@ -20,12 +20,13 @@ import yaml
 from ...physics.calibration import Calibration
 from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
+from ...physics.uncertainty import calibration_band, gain_inside_band
 from ...redaction import redact
 from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
-from ..summary import report_dir, study_summary, suggested_export
+from ..summary import estimates_band, estimates_ratio_band, report_dir, study_summary, suggested_export
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -105,6 +106,8 @@ def _summary(doc: Doc, rec: StudyRecord) -> None:
             f"**Best configuration**: trial {best.number}, {_cfg(best.config)}: {_throughput_text(rec, best.value)}, "
             f"{best.attr('source') or 'unknown source'}; {s.best.peak_text()}."
         )
+    if s.band is not None:
+        lines.append(f"**Error band**{s.band_text().removeprefix('error band')}.")
     lines.append(f"**Gain**{s.gain_text().removeprefix('gain')}.")
     lines.append(f"**Trials**: {s.trials_text()}; {s.launched_text()}.")
     lines.append(f"**GPU-hours**{s.gpu_hours_text().removeprefix('GPU-hours')}.")
@@ -473,6 +476,15 @@ def _estimates(doc: Doc, rec: StudyRecord) -> None:
     doc.image("estimate_vs_measured", plot_estimate_vs_measured(pairs), "estimate vs measured")
 
 
+def _ratio_note(rec: StudyRecord, estimated_gain: float | None) -> str:
+    """`` (inside the error band of the ratio of two estimates, ±18%)`` for an estimated gain."""
+    if estimated_gain is None:
+        return ""
+    band = estimates_ratio_band(rec)
+    where = "inside" if gain_inside_band(estimated_gain, band) else "outside"
+    return f" ({where} the error band of the ratio of two estimates, {band.text()}: {band.source})"
+
+
 def _result(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Result")
     _gpu_hours(doc, rec)
@@ -482,9 +494,10 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
         return
     b = rec.baseline
     doc.p(f"**Best configuration**: trial {best.number}, {_cfg(best.config)}")
+    band = estimates_band(rec)
     doc.p(
         f"{_throughput_text(rec, best.value)} ({best.attr('source') or 'unknown source'}); estimate "
-        f"{fmt_tok(best.estimate)} tokens/s/GPU; {_peak_text(best)}."
+        f"{fmt_tok(best.estimate)} tokens/s/GPU {band.text()} ({band.source}); {_peak_text(best)}."
     )
     repeats = best.attr("measured_repeats")
     if isinstance(repeats, list) and len(repeats) > 1:
@@ -496,12 +509,13 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
         doc.p(
             f"Gain over the baseline (trial {b.number}, {fmt_tok(b.value)} tokens/s/GPU): "
             f"objective {fmt_pct(gain(best.value, b.value))}, estimated "
-            f"{fmt_pct(gain(best.estimate, b.estimate))}."
+            f"{fmt_pct(gain(best.estimate, b.estimate))}{_ratio_note(rec, gain(best.estimate, b.estimate))}."
         )
     elif b is not None:
         doc.p(
             f"The baseline (trial {b.number}) has no completed run ({b.outcome}): no measured gain; estimated "
-            f"gain over its estimate {fmt_tok(b.estimate)}: {fmt_pct(gain(best.estimate, b.estimate))}."
+            f"gain over its estimate {fmt_tok(b.estimate)}: {fmt_pct(gain(best.estimate, b.estimate))}"
+            f"{_ratio_note(rec, gain(best.estimate, b.estimate))}."
         )
     else:
         doc.p("The baseline has not been tried yet: no gain to report.")
@@ -538,9 +552,11 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
             f"{mcal.describe()})."
         )
     if cal is not None:
+        band = calibration_band(rec.spec, [(t.config, m) for t, _, m, _ in estimate_errors(rec) if t.config])
         doc.p(
             f"Estimates use the study's step-time calibration (study attr `calibration`, fitted on "
-            f"{cal.n_trials} measured trials, global scale ×{cal.scale:.3f})."
+            f"{cal.n_trials} measured trials, global scale ×{cal.scale:.3f})"
+            + (f"; their error band {band.text()} ({band.source})." if band else ".")
         )
     doc.p(f"Verdict: **{verdict}**.")
     if rows:
