@@ -207,6 +207,12 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
         out.update(use_transformer_engine_op_fuser=True, moe_grouped_gemm=True)
     # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
     out.update(overlap_moe_expert_parallel_comm=c.ep_overlap, delay_wgrad_compute=c.ep_overlap)
+    if deepep or c.ep_overlap:
+        # both refuse the shared-expert overlap that Primus's DeepSeek model files turn on
+        # (primus/configs/models/megatron/deepseek_v3_base.yaml@fd1eeabb:50): Primus-Turbo's DeepEP
+        # (patches/args/rocm_arg_validation.py@fd1eeabb:221-224) and the EP overlap
+        # (transformer_config.py@d98e8a64:3038-3040); Megatron-LM's default is off (no flag)
+        out["moe_shared_expert_overlap"] = False
     if c.ep_overlap and primus:
         # Primus's trainer_base.yaml@fd1eeabb:432 sets cuda_graph_scope to the string "full"; with
         # delay_wgrad_compute the pinned Megatron tests `CudaGraphScope.attn in args.cuda_graph_scope`

@@ -226,6 +226,24 @@ def _fake_world(world: int) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
 
 
+def model_parallel(world: int, args: dict[str, Any]) -> None:
+    """``parallel_state.initialize_model_parallel`` with the exported sizes on the fake process group of
+    ``world`` ranks (the caller destroys it)."""
+    from megatron.core import parallel_state as ps
+
+    _fake_world(world)
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=args["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
+        virtual_pipeline_model_parallel_size=virtual_stages(args),
+        context_parallel_size=args["context_parallel_size"],
+        expert_model_parallel_size=args["expert_model_parallel_size"],
+        expert_tensor_parallel_size=args.get("expert_tensor_parallel_size")
+        or args["tensor_model_parallel_size"],
+        create_gloo_process_groups=False,
+    )
+
+
 def test_every_exported_configuration_builds_megatron_cores_objects(exported, megatron_cpu) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
@@ -241,17 +259,7 @@ def test_every_exported_configuration_builds_megatron_cores_objects(exported, me
                 cfg = transformer_config(args)
                 optimizer_config(args)
                 ddp_config(args)
-                _fake_world(spec.world)
-                ps.initialize_model_parallel(
-                    tensor_model_parallel_size=args["tensor_model_parallel_size"],
-                    pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
-                    virtual_pipeline_model_parallel_size=virtual_stages(args),
-                    context_parallel_size=args["context_parallel_size"],
-                    expert_model_parallel_size=args["expert_model_parallel_size"],
-                    expert_tensor_parallel_size=args.get("expert_tensor_parallel_size")
-                    or args["tensor_model_parallel_size"],
-                    create_gloo_process_groups=False,
-                )
+                model_parallel(spec.world, args)
                 try:
                     assert ps.get_data_parallel_world_size() == config.dp, "data-parallel size"
                     key = (name, json.dumps({k: v for k, v in values.items() if k != "micro_batch_size"}))

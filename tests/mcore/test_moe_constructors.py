@@ -261,19 +261,9 @@ def build_moe_layer(spec: StudySpec, args: dict[str, Any], config: Any) -> Any:
     raise."""
     from megatron.core import parallel_state as ps
 
-    from tests.mcore.test_exported_configs import _fake_world, _moe_layer, virtual_stages
+    from tests.mcore.test_exported_configs import _moe_layer, model_parallel
 
-    _fake_world(spec.world)
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=args["tensor_model_parallel_size"],
-        pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
-        virtual_pipeline_model_parallel_size=virtual_stages(args),
-        context_parallel_size=args["context_parallel_size"],
-        expert_model_parallel_size=args["expert_model_parallel_size"],
-        expert_tensor_parallel_size=args.get("expert_tensor_parallel_size")
-        or args["tensor_model_parallel_size"],
-        create_gloo_process_groups=False,
-    )
+    model_parallel(spec.world, args)
     try:
         return _moe_layer(config)
     finally:

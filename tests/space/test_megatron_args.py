@@ -328,3 +328,20 @@ def test_an_moe_model_with_biases_turns_bias_dropout_fusion_off() -> None:
     assert "--no-bias-dropout-fusion" in megatron_flags(values)
     mixtral = StudySpec.from_yaml(FLAGSHIP)
     assert "bias_dropout_fusion" not in megatron_overrides(mixtral, Space(mixtral).baseline)
+
+
+def test_deepep_and_ep_overlap_turn_the_shared_expert_overlap_off() -> None:
+    """Primus's DeepSeek model files turn moe_shared_expert_overlap on
+    (primus/configs/models/megatron/deepseek_v3_base.yaml@fd1eeabb:50), which Primus-Turbo's DeepEP
+    (primus/backends/megatron/patches/args/rocm_arg_validation.py@fd1eeabb:221-224) and the EP overlap
+    (megatron/core/transformer/transformer_config.py@d98e8a64:3038-3040) refuse: the Primus overlay of a DeepEP or
+    EP-overlap trial turns it off; an all-to-all trial without EP overlap leaves the user's value alone."""
+    spec = StudySpec.from_yaml(STUDIES / "deepseek-v3-mi355x-fp8.yaml")
+    space = Space(spec)
+    base = space.baseline  # deepep, interleaved
+    for config in (base, base.replace(moe_dispatcher="alltoall", ep_overlap=True)):
+        overlay = yaml.safe_load(export_config(spec, config, "primus"))["modules"]["pre_trainer"]["overrides"]
+        assert overlay["moe_shared_expert_overlap"] is False
+    plain = base.replace(moe_dispatcher="alltoall", ep_overlap=False)
+    assert "moe_shared_expert_overlap" not in megatron_overrides(spec, plain)
+    assert "--moe-shared-expert-overlap" not in megatron_flags(megatron_overrides(spec, base))
