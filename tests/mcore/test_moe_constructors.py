@@ -48,10 +48,12 @@ PARSER_DEFAULTS: dict[str, Any] = {
 """Megatron-LM's (and Primus's) value of each argument the checks read that an export may leave out."""
 
 
-def launch_arguments(spec: StudySpec, config: Any) -> dict[str, Any]:
-    """What a launch of ``config`` hands the framework: the export's values over the model's architecture over
-    the parser's defaults, with the world size and micro-batch count the launch derives."""
-    args = {**PARSER_DEFAULTS, **model_arguments(spec), **megatron_overrides(spec, config)}
+def launch_arguments(spec: StudySpec, config: Any, model: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a launch of ``config`` hands the framework: the export's values over the model's architecture
+    (``model``: :func:`model_arguments` of ``spec``, computed once per study) over the parser's defaults, with the
+    world size and micro-batch count the launch derives."""
+    model = model_arguments(spec) if model is None else model
+    args = {**PARSER_DEFAULTS, **model, **megatron_overrides(spec, config)}
     args.update(world_size=spec.world, num_microbatches=config.num_microbatches)
     return args
 
@@ -217,9 +219,9 @@ def test_every_legal_configuration_meets_the_constructor_checks(spaces: list[Spa
     failures: dict[str, list[str]] = {}
     checked = 0
     for space in spaces:
-        spec = space.spec
+        spec, model = space.spec, model_arguments(space.spec)
         for config in space.configs():
-            args = launch_arguments(spec, config)
+            args = launch_arguments(spec, config, model)
             checked += 1
             for what, source, check in CONSTRUCTOR_CHECKS:
                 why = check(args)
