@@ -3,7 +3,9 @@
 Every rule names the axes it reads, so :class:`~primus_optuna.space.Space` can apply it as soon as those axes
 are fixed during enumeration (that is what makes whole-space enumeration fast) and :func:`check` can apply all
 of them to one configuration. Sources: Megatron-Core argument validation and parallel_state (see
-shared/reference/models.md); zero-bubble rules from Primus and Qi et al. 2024.
+shared/reference/models.md), the constructors and launch code of Megatron-Core and Primus (docs/design.md,
+"Rules from framework constructors", lists what was read and where each refusal is encoded); zero-bubble rules
+from Primus and Qi et al. 2024.
 """
 
 from __future__ import annotations
