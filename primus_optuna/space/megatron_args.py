@@ -30,6 +30,7 @@ from ..spec.optimizer import OPTIMIZER_DTYPE_FIELDS
 from ..spec.primus_import import baseline_from_megatron
 from ..spec.recompute import parse_recompute
 from .config import TrainingConfig
+from .rules import EXPORTED_EXPERT_TP
 
 PRIMUS_ONLY: tuple[str, ...] = (
     "use_turbo_deepep",
@@ -91,6 +92,7 @@ NEGATED_FLAGS: dict[str, str] = {
     "add_bias_linear": "--disable-bias-linear",
     "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
     "create_attention_mask_in_dataloader": "--no-create-attention-mask-in-dataloader",
+    "bias_dropout_fusion": "--no-bias-dropout-fusion",
 }
 """Megatron ``store_false`` arguments (default True): False is written as their negative flag, True left out."""
 FLAG_NAMES: dict[str, str] = {"fp8": "--fp8-format"}
@@ -217,7 +219,7 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
     deepep = c.moe_dispatcher == "deepep"
     # the model assumes expert TP = 1; Megatron defaults it to TP (arguments.py@d98e8a64:587-588)
     out: dict[str, Any] = {
-        "expert_tensor_parallel_size": 1,
+        "expert_tensor_parallel_size": EXPORTED_EXPERT_TP,
         "moe_token_dispatcher_type": "flex" if deepep else "alltoall",
     }
     if deepep:
@@ -235,6 +237,11 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
         out["turbo_sync_free_moe_stage"] = 2 if sync_free else 0
         if sync_free:
             out["use_turbo_grouped_gemm"] = True
+    if spec.model.linear_bias:
+        # TEGroupedMLP (the experts of a TE model with grouped GEMMs) asserts no bias-dropout fusion when the
+        # linear layers have biases (megatron/core/transformer/moe/experts.py@d98e8a64:205-207, @d3528a21:171-173),
+        # and Megatron-LM's parser turns the fusion on by default (arguments.py@d98e8a64:2899-2901)
+        out["bias_dropout_fusion"] = False
     if w.te_op_fuser:
         # TE's fused grouped MLP (workload.te_op_fuser): TEGroupedMLP takes it only with TE GroupedLinear
         # experts, i.e. grouped GEMMs (experts.py@d98e8a64:404-408); the launch environment adds
@@ -242,6 +249,12 @@ def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str
         out.update(use_transformer_engine_op_fuser=True, moe_grouped_gemm=True)
     # Megatron: --overlap-moe-expert-parallel-comm with --delay-wgrad-compute
     out.update(overlap_moe_expert_parallel_comm=c.ep_overlap, delay_wgrad_compute=c.ep_overlap)
+    if deepep or c.ep_overlap:
+        # both refuse the shared-expert overlap that Primus's DeepSeek model files turn on
+        # (primus/configs/models/megatron/deepseek_v3_base.yaml@fd1eeabb:50): Primus-Turbo's DeepEP
+        # (patches/args/rocm_arg_validation.py@fd1eeabb:221-224) and the EP overlap
+        # (transformer_config.py@d98e8a64:3038-3040); Megatron-LM's default is off (no flag)
+        out["moe_shared_expert_overlap"] = False
     if c.ep_overlap and primus:
         # Primus's trainer_base.yaml@fd1eeabb:432 sets cuda_graph_scope to the string "full"; with
         # delay_wgrad_compute the pinned Megatron tests `CudaGraphScope.attn in args.cuda_graph_scope`

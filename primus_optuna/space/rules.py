@@ -3,7 +3,9 @@
 Every rule names the axes it reads, so :class:`~primus_optuna.space.Space` can apply it as soon as those axes
 are fixed during enumeration (that is what makes whole-space enumeration fast) and :func:`check` can apply all
 of them to one configuration. Sources: Megatron-Core argument validation and parallel_state (see
-shared/reference/models.md); zero-bubble rules from Primus and Qi et al. 2024.
+shared/reference/models.md), the constructors and launch code of Megatron-Core and Primus (docs/design.md,
+"Rules from framework constructors", lists what was read and where each refusal is encoded); zero-bubble rules
+from Primus and Qi et al. 2024.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class Facts:
     """total shared-expert width (TP splits it)"""
     sequence_parallel: bool = True
     """workload.sequence_parallel (Megatron's --sequence-parallel when tp > 1)"""
+    tp_comm_overlap: bool = False
+    """workload.tp_comm_overlap (Megatron's --tp-comm-overlap, written when tp > 1)"""
     te_op_fuser: bool = False
     """workload.te_op_fuser (Megatron-LM's --use-transformer-engine-op-fuser, not in Primus's pin)"""
     cp_a2a: bool = False
@@ -92,6 +96,7 @@ class Facts:
             pipeline=spec.pipeline,
             shared_ffn=m.shared_expert_ffn,
             sequence_parallel=w.sequence_parallel,
+            tp_comm_overlap=w.tp_comm_overlap,
             te_op_fuser=w.te_op_fuser,
             cp_a2a=m.cp_comm_type == "a2a",
             upstream_megatron=spec.runner.kind == "megatron"
@@ -188,6 +193,18 @@ def _moe_tp_sp(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _tp_comm_overlap_sp(f: Facts, c: Any) -> str | None:
+    # Megatron-LM validate_args: --tp-comm-overlap asserts sequence parallelism
+    # (megatron/training/arguments.py@d98e8a64:1441-1442, @d3528a21:1153-1154); the export writes it when tp > 1
+    if c.tp > 1 and f.tp_comm_overlap and not f.sequence_parallel:
+        return (
+            f"tp={c.tp} with workload.tp_comm_overlap needs sequence parallelism (Megatron-LM asserts "
+            "'Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled', "
+            "arguments.py@d98e8a64:1442); set workload.sequence_parallel: true, tp_comm_overlap: false, or use tp=1"
+        )
+    return None
+
+
 def _pp_layers(f: Facts, c: Any) -> str | None:
     if f.model is None:
         return f"pp={c.pp} does not divide the {f.layers} layers" if f.layers % c.pp else None
@@ -277,6 +294,28 @@ def _ep_fold(f: Facts, c: Any) -> str | None:
 def _deepep_moe(f: Facts, c: Any) -> str | None:
     if c.moe_dispatcher == "deepep" and not f.is_moe:
         return "moe_dispatcher=deepep applies to MoE layers only (this model is dense; use alltoall)"
+    return None
+
+
+EXPORTED_EXPERT_TP = 1
+"""The expert tensor-parallel size every export writes (``expert_tensor_parallel_size: 1``,
+:func:`~primus_optuna.space.megatron_args.megatron_overrides`): the MoE layer's "tp" group is this one, not tp
+(``pg_collection.expt_tp``, megatron/core/transformer/moe/token_dispatcher.py@d98e8a64:86,89)."""
+
+
+def _deepep_ep(f: Facts, c: Any) -> str | None:
+    # the flex dispatcher's communication group is expert-TP x EP and it refuses a group of one:
+    # megatron/core/transformer/moe/token_dispatcher.py@d98e8a64:1836 (DeepEP; NCCL EP :1854), @d3528a21:1359
+    # (every flex backend, Primus's pin), megatron-core 0.16.1 token_dispatcher.py:1346; Primus-Turbo's DeepEP
+    # dispatcher that Primus substitutes raises the same (primus/backends/megatron/core/extensions/
+    # primus_turbo.py@fd1eeabb:2320-2321)
+    if f.is_moe and c.moe_dispatcher == "deepep" and EXPORTED_EXPERT_TP * c.ep <= 1:
+        return (
+            f"moe_dispatcher=deepep needs ep > 1: Megatron-Core's flex dispatcher asserts expert-TP x EP > 1 "
+            f"(token_dispatcher.py@d98e8a64:1836, 'DeepEP dispatcher requires TPxEP > 1'), and the export's "
+            f"expert_tensor_parallel_size is {EXPORTED_EXPERT_TP} whatever tp is (got tp={c.tp}, ep={c.ep}); "
+            "use ep > 1 or moe_dispatcher=alltoall"
+        )
     return None
 
 
@@ -451,6 +490,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("seq_tp", ("tp", "cp"), "seq_length divisible by tp·cp when tp>1 (sequence parallel)", _seq_tp),
     Rule("moe_tp_sp", ("tp",), "MoE with tp>1 needs sequence parallelism", _moe_tp_sp),
+    Rule(
+        "tp_comm_overlap_sp",
+        ("tp",),
+        "TP communication overlap with tp>1 needs sequence parallelism",
+        _tp_comm_overlap_sp,
+    ),
     Rule("world", _P, "tp·cp·pp divides the world size", _world),
     Rule("pp_layers", ("pp",), "pp divides the layers (or pipeline.layout / first-last split)", _pp_layers),
     Rule("ep_moe", ("ep",), "ep>1 only for MoE models", _ep_moe),
@@ -484,6 +529,12 @@ RULES: tuple[Rule, ...] = (
         _zb_recompute,
     ),
     Rule("deepep_moe", ("moe_dispatcher",), "deepep only for MoE models", _deepep_moe),
+    Rule(
+        "deepep_ep",
+        ("ep", "moe_dispatcher"),
+        "deepep (the flex dispatcher) needs expert-TP·ep > 1, i.e. ep > 1 with the exported expert TP of 1",
+        _deepep_ep,
+    ),
     Rule(
         "zb_pipeline",
         ("pp_schedule",),

@@ -105,3 +105,54 @@ def install() -> None:
     ):
         if not hasattr(module, name):
             setattr(module, name, value)
+
+
+class _StandInLinear(torch.nn.Module):
+    """Transformer Engine's (grouped) linear layers for a constructor-only build: no weights, no checks of TE's
+    own (TE is absent on CI); the Megatron-Core module that builds it runs all of its own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+
+def moe_submodules() -> Any:
+    """The TE layer spec's MoE submodules (``TEGroupedMLP`` experts, ``SharedExpertMLP``, the default
+    ``TopKRouter``; ``megatron/core/models/gpt/moe_module_specs.py`` of megatron-core 0.16.1) with TE's linear
+    layers stood in for by :class:`_StandInLinear`."""
+    from megatron.core.transformer.mlp import MLPSubmodules
+    from megatron.core.transformer.moe.experts import TEGroupedMLP
+    from megatron.core.transformer.moe.moe_layer import MoESubmodules
+    from megatron.core.transformer.moe.shared_experts import SharedExpertMLP
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    mlp = MLPSubmodules(linear_fc1=_StandInLinear, linear_fc2=_StandInLinear)
+    return MoESubmodules(
+        experts=ModuleSpec(module=TEGroupedMLP, submodules=mlp),
+        shared_experts=ModuleSpec(module=SharedExpertMLP, submodules=mlp),
+    )
+
+
+@contextlib.contextmanager
+def moe_constructors() -> Any:
+    """Megatron-Core's MoE layer constructible on a CPU without CUDA, Transformer Engine or DeepEP, for the
+    duration: a CPU ``torch.cuda.Stream`` (the all-to-all dispatcher's and the shared experts' side streams),
+    DeepEP's fused dispatch present (the flex dispatcher's DeepEP manager refuses to build without it; nothing
+    is dispatched) and its SM setting a no-op, TE's FP8 padding modules (``TEGroupedMLP`` asserts TE under
+    FP8) as :class:`_StandInLinear`, TE's ``TELinear`` a class of its own (the shared experts test their
+    linear layer against it under FP8) and TE's ``set_save_original_input`` (which marks a TE module to keep its
+    unquantized input, under FP8 with ``moe_act`` recompute) a no-op. Every assertion of the layer, its router, dispatcher and experts runs."""
+    from unittest.mock import patch
+
+    from megatron.core.extensions import transformer_engine as te_ext
+    from megatron.core.transformer.moe import experts, token_dispatcher
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patch.object(torch.cuda, "Stream", _Stream))
+        stack.enter_context(patch.object(token_dispatcher, "fused_dispatch", object(), create=True))
+        stack.enter_context(patch.object(token_dispatcher, "set_deepep_num_sms", lambda n: None, create=True))
+        stack.enter_context(patch.object(experts, "HAVE_TE", True))
+        stack.enter_context(patch.object(te_ext, "TELinear", type("TELinear", (), {}), create=True))
+        stack.enter_context(patch.object(te_ext, "set_save_original_input", lambda module: None, create=True))
+        for name in ("Fp8Padding", "Fp8Unpadding"):
+            stack.enter_context(patch.object(experts, name, _StandInLinear, create=True))
+        yield

@@ -11,7 +11,12 @@ Primus overlay's overrides) and the model's architecture arguments:
 - ``OptimizerConfig`` (the dtype strings mapped as ``megatron/training/arguments.py@d98e8a64:1077-1086`` does)
   and ``DistributedDataParallelConfig``;
 - ``parallel_state.initialize_model_parallel`` with the exported sizes on torch's fake process group of the
-  study's world size, and the data-parallel size it derives equal to the trial's.
+  study's world size, and the data-parallel size it derives equal to the trial's;
+- for an MoE model, Megatron-Core's ``MoELayer`` on that parallel state (its router, the token dispatcher the
+  export names, ``TEGroupedMLP`` experts and shared experts), so that an assertion in their constructors (the
+  flex dispatcher's expert-TP x EP > 1, the grouped experts' bias-dropout fusion) fails the check, once per
+  distinct export of a study (micro-batch size aside); tests/mcore/test_moe_constructors.py checks the rest of
+  each study's space.
 
 megatron-core 0.16.1 is Megatron-LM's tag ``core_v0.16.1`` (``55ac7082``, release branch ``core_r0.16.0``,
 2026-03-16); the Megatron-LM checks that live only in ``megatron/training/arguments.py`` (not in the pip
@@ -37,6 +42,7 @@ from primus_optuna.record.export import export_config
 from primus_optuna.space.megatron_args import model_arguments
 from primus_optuna.spec import StudySpec
 from tests.conftest import STUDIES
+from tests.mcore import cpu_shims
 
 megatron = pytest.importorskip(
     "megatron.core", reason="megatron-core is not installed (pip install -e .[dev])"
@@ -95,6 +101,9 @@ def _args(spec: StudySpec, values: dict[str, Any]) -> dict[str, Any]:
     args = {**model_arguments(spec), **values}
     args.setdefault("swiglu", False)
     args.setdefault("group_query_attention", False)
+    # --no-bias-dropout-fusion is store_false (arguments.py@d98e8a64:2899-2901): TransformerConfig's own default
+    # (False) is not what a launch gets
+    args.setdefault("bias_dropout_fusion", True)
     args["params_dtype"] = (
         torch.bfloat16 if args.get("bf16") else torch.float16 if args.get("fp16") else torch.float32
     )
@@ -217,33 +226,46 @@ def _fake_world(world: int) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
 
 
+def model_parallel(world: int, args: dict[str, Any]) -> None:
+    """``parallel_state.initialize_model_parallel`` with the exported sizes on the fake process group of
+    ``world`` ranks (the caller destroys it)."""
+    from megatron.core import parallel_state as ps
+
+    _fake_world(world)
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=args["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
+        virtual_pipeline_model_parallel_size=virtual_stages(args),
+        context_parallel_size=args["context_parallel_size"],
+        expert_model_parallel_size=args["expert_model_parallel_size"],
+        expert_tensor_parallel_size=args.get("expert_tensor_parallel_size")
+        or args["tensor_model_parallel_size"],
+        create_gloo_process_groups=False,
+    )
+
+
 def test_every_exported_configuration_builds_megatron_cores_objects(exported, megatron_cpu) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     assert {name for name, *_ in exported} == {StudySpec.from_yaml(p).name for p in STUDY_FILES}
     failures: list[str] = []
+    moe_built: set[tuple[str, str]] = set()
     try:
         for name, spec, config, fmt, values in exported:
             where = f"{name} {fmt} {config.key()}"
             args = _args(spec, values)
             try:
-                transformer_config(args)
+                cfg = transformer_config(args)
                 optimizer_config(args)
                 ddp_config(args)
-                _fake_world(spec.world)
-                ps.initialize_model_parallel(
-                    tensor_model_parallel_size=args["tensor_model_parallel_size"],
-                    pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
-                    virtual_pipeline_model_parallel_size=virtual_stages(args),
-                    context_parallel_size=args["context_parallel_size"],
-                    expert_model_parallel_size=args["expert_model_parallel_size"],
-                    expert_tensor_parallel_size=args.get("expert_tensor_parallel_size")
-                    or args["tensor_model_parallel_size"],
-                    create_gloo_process_groups=False,
-                )
+                model_parallel(spec.world, args)
                 try:
                     assert ps.get_data_parallel_world_size() == config.dp, "data-parallel size"
+                    key = (name, json.dumps({k: v for k, v in values.items() if k != "micro_batch_size"}))
+                    if spec.model.is_moe and key not in moe_built:
+                        moe_built.add(key)
+                        _moe_layer(cfg)
                 finally:
                     ps.destroy_model_parallel()
             except Exception as exc:  # collect all, report all
@@ -273,6 +295,15 @@ def _upstream_field_export(field: str, **workload: Any) -> Any:
     spec = StudySpec.from_dict(data)
     values = json.loads(export_config(spec, Space(spec).baseline, "json"))["megatron"]
     return transformer_config(_args(spec, values))
+
+
+def _moe_layer(config: Any) -> Any:
+    """Megatron-Core's MoE layer (router, token dispatcher, experts, shared experts) on the parallel state set up,
+    TE's linear layers and DeepEP's kernels stood in for (:func:`tests.mcore.cpu_shims.moe_constructors`)."""
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    with cpu_shims.moe_constructors():
+        return MoELayer(config, cpu_shims.moe_submodules(), layer_number=1)
 
 
 def test_te_op_fuser_export_builds_a_transformer_config(megatron_cpu) -> None:

@@ -6,9 +6,17 @@ from __future__ import annotations
 import pytest
 
 from primus_optuna import Space, StudySpec
-from tests.conftest import FLAGSHIP
+from tests.conftest import FLAGSHIP, STUDIES
 
-FRAMEWORK_RULES = ("zb_pipeline", "zb_requirements", "sync_free_tp", "zb_op_fuser", "zb_upstream")
+FRAMEWORK_RULES = (
+    "zb_pipeline",
+    "zb_requirements",
+    "sync_free_tp",
+    "zb_op_fuser",
+    "zb_upstream",
+    "deepep_ep",
+    "tp_comm_overlap_sp",
+)
 """The rule ids these tests cover (tests/space/test_rules.py checks every rule is covered somewhere)."""
 
 
@@ -107,3 +115,41 @@ def test_zero_bubble_is_illegal_under_the_megatron_runner_only() -> None:
     for runner in ({"kind": "analytical"}, {"kind": "primus", "options": {}}):
         space = _space(runner=runner)
         assert not space.check(space.make(**ZB1P)) and not space.check(space.make(**ZBV))
+
+
+def test_deepep_needs_more_than_one_rank_in_the_expert_tp_x_ep_group() -> None:
+    """Megatron-Core's flex dispatcher asserts expert-TP x EP > 1 when the MoE layer is built
+    (megatron/core/transformer/moe/token_dispatcher.py@d98e8a64:1836; @d3528a21:1359, Primus's pin, for every
+    flex backend; Primus-Turbo's DeepEP dispatcher raises the same, primus/backends/megatron/core/extensions/
+    primus_turbo.py@fd1eeabb:2320-2321). Its "tp" is the expert TP group (token_dispatcher.py@d98e8a64:86,89),
+    which the export sets to 1: tp=2 at ep=1 is refused as well, alltoall at ep=1 is not."""
+    space = _space()
+    base = dict(pp=4, vpp=2, mbs=1, pp_schedule="interleaved", recompute="none")
+    for tp in (1, 2):
+        reasons = space.check(space.make(**base, tp=tp, ep=1, moe_dispatcher="deepep"))
+        assert any("deepep needs ep > 1" in r and "token_dispatcher.py@d98e8a64:1836" in r for r in reasons)
+        assert space.check(space.make(**base, tp=tp, ep=1, moe_dispatcher="alltoall")) == []
+        assert space.check(space.make(**base, tp=tp, ep=2, moe_dispatcher="deepep")) == []
+    for path in sorted(STUDIES.glob("*.yaml")):
+        configs = Space(StudySpec.from_yaml(path)).configs()
+        assert not [c for c in configs if c.moe_dispatcher == "deepep" and c.ep == 1], path.name
+
+
+def test_tp_comm_overlap_needs_sequence_parallelism_when_tp_is_above_1() -> None:
+    """Megatron-LM's validate_args asserts sequence parallelism with --tp-comm-overlap
+    (megatron/training/arguments.py@d98e8a64:1441-1442, @d3528a21:1153-1154); the export writes the flag only
+    when tp > 1, so tp = 1 stays legal."""
+    dense = StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml").to_dict()
+    dense["workload"] = {**dense["workload"], "tp_comm_overlap": True, "sequence_parallel": False}
+    space = Space(StudySpec.from_dict(dense))
+    base = dict(pp=8, vpp=1, mbs=1, pp_schedule="1f1b", recompute="full")
+    reasons = space.check(space.make(**base, tp=4))
+    assert any(
+        "tp_comm_overlap needs sequence parallelism" in r and "arguments.py@d98e8a64:1442" in r
+        for r in reasons
+    )
+    assert space.check(space.make(**base, tp=1)) == []
+    assert {c.tp for c in space.configs()} == {1}
+    dense["workload"]["sequence_parallel"] = True
+    on = Space(StudySpec.from_dict(dense))
+    assert on.check(on.make(**base, tp=4)) == []

@@ -9,7 +9,7 @@ import yaml
 
 from primus_optuna import Space, SpecError, StudySpec
 from primus_optuna.record.export import export_config, megatron_args
-from primus_optuna.space.megatron_args import PRIMUS_ONLY, ROCM_ONLY, megatron_overrides
+from primus_optuna.space.megatron_args import PRIMUS_ONLY, ROCM_ONLY, megatron_flags, megatron_overrides
 from tests.conftest import FLAGSHIP, STUDIES
 
 NONE_IS_OFF = {
@@ -316,3 +316,33 @@ def test_fp8_output_proj_is_exported_as_megatrons_flag_refused_by_primus_and_rea
         assert "workload.fp8_output_proj" in str(e.value) and "d3528a21" in str(e.value)
     assert workload_from_megatron(megatron_overrides(on, c))["fp8_output_proj"] is True
     assert "fp8_output_proj" not in workload_from_megatron(megatron_overrides(off, c))
+
+
+def test_an_moe_model_with_biases_turns_bias_dropout_fusion_off() -> None:
+    """TEGroupedMLP asserts no bias-dropout fusion when the linear layers have biases
+    (megatron/core/transformer/moe/experts.py@d98e8a64:205-207, @d3528a21:171-173), which Megatron-LM's parser
+    turns on by default (arguments.py@d98e8a64:2899-2901): GPT-OSS (biases) exports --no-bias-dropout-fusion,
+    Mixtral (none) leaves the default."""
+    oss = StudySpec.from_yaml(STUDIES / "gpt-oss-120b-h100-bf16.yaml")
+    values = megatron_overrides(oss, Space(oss).baseline)
+    assert oss.model.linear_bias and values["bias_dropout_fusion"] is False
+    assert "--no-bias-dropout-fusion" in megatron_flags(values)
+    mixtral = StudySpec.from_yaml(FLAGSHIP)
+    assert "bias_dropout_fusion" not in megatron_overrides(mixtral, Space(mixtral).baseline)
+
+
+def test_deepep_and_ep_overlap_turn_the_shared_expert_overlap_off() -> None:
+    """Primus's DeepSeek model files turn moe_shared_expert_overlap on
+    (primus/configs/models/megatron/deepseek_v3_base.yaml@fd1eeabb:50), which Primus-Turbo's DeepEP
+    (primus/backends/megatron/patches/args/rocm_arg_validation.py@fd1eeabb:221-224) and the EP overlap
+    (megatron/core/transformer/transformer_config.py@d98e8a64:3038-3040) refuse: the Primus overlay of a DeepEP or
+    EP-overlap trial turns it off; an all-to-all trial without EP overlap leaves the user's value alone."""
+    spec = StudySpec.from_yaml(STUDIES / "deepseek-v3-mi355x-fp8.yaml")
+    space = Space(spec)
+    base = space.baseline  # deepep, interleaved
+    for config in (base, base.replace(moe_dispatcher="alltoall", ep_overlap=True)):
+        overlay = yaml.safe_load(export_config(spec, config, "primus"))["modules"]["pre_trainer"]["overrides"]
+        assert overlay["moe_shared_expert_overlap"] is False
+    plain = base.replace(moe_dispatcher="alltoall", ep_overlap=False)
+    assert "moe_shared_expert_overlap" not in megatron_overrides(spec, plain)
+    assert "--moe-shared-expert-overlap" not in megatron_flags(megatron_overrides(spec, base))
