@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from itertools import pairwise
 
 import click
 
@@ -53,7 +54,7 @@ def parse_sizes(text: str, option: str = "--gpus") -> list[int]:
         raise SpecError(
             f"{option}: {text!r}: a progression needs two or more counts before '...' and the last after"
         )
-    steps, ratios = {b - a for a, b in zip(head, head[1:])}, {b / a for a, b in zip(head, head[1:])}
+    steps, ratios = {b - a for a, b in pairwise(head)}, {b / a for a, b in pairwise(head)}
     arithmetic, geometric = len(steps) == 1 and head[1] > head[0], len(ratios) == 1 and head[1] % head[0] == 0
     if arithmetic and geometric:
         raise SpecError(
