@@ -11,7 +11,15 @@ from itertools import pairwise
 import click
 
 from ..errors import SpecError
-from ..physics.capacity import BATCH_MODES, CapacityRow, CapacityTable, capacity_table, resolve_gpu_types
+from ..physics.capacity import (
+    BATCH_MODES,
+    CapacityRow,
+    CapacityTable,
+    capacity_table,
+    check_prices,
+    check_sizes,
+    resolve_gpu_types,
+)
 from ._common import (
     check_output_path,
     emit_json,
@@ -247,7 +255,9 @@ def capacity(
         raise SpecError(f"--days: {days:g} is not a number of days; give a number > 0 (e.g. 30)")
     if days is not None and tokens is None:
         raise SpecError("--days: a deadline needs a token target; add --tokens (e.g. --tokens 1T)")
+    check_sizes(sizes, types, option="--gpus")
     prices = parse_prices(price_text, [t.name for t in types]) if price_text is not None else {}
+    check_prices(prices, types, option="--price")
     if plot_path is not None:
         check_output_path(plot_path, "--plot")
         if plot_path.rsplit(".", 1)[-1].lower() not in PLOT_FORMATS:

@@ -289,10 +289,10 @@ def check_sizes(sizes: Sequence[int], types: Sequence[GpuType], option: str = "s
         if n <= 0:
             raise SpecError(f"{option}: {n} is not a GPU count; give positive integers (e.g. 8,16,32)")
         if all(isinstance(t.layout(n), str) for t in usable):
-            nodes = ", ".join(sorted({f"{t.gpus_per_node} ({t.name})" for t in usable}))
+            nodes = ", ".join(f"{t.gpus_per_node} GPUs per {t.name} node" for t in usable)
             raise SpecError(
-                f"{option}: {n} GPUs are not whole nodes of GPUs per node {nodes}; give multiples of the node "
-                f"size (e.g. {usable[0].gpus_per_node * max(1, round(n / usable[0].gpus_per_node))})"
+                f"{option}: {n} GPUs are not whole nodes ({nodes}); give multiples of the node size (e.g. "
+                f"{usable[0].gpus_per_node * max(1, round(n / usable[0].gpus_per_node))})"
             )
     if len(set(sizes)) != len(sizes):
         raise SpecError(f"{option}: a GPU count is repeated; give each once")
