@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from itertools import pairwise
 
 import click
@@ -115,21 +116,35 @@ def _money(x: float | None) -> str:
     return "-" if x is None else "$" + _si(x)
 
 
-def _row_text(t: CapacityTable, r: CapacityRow, band: bool) -> str:
-    gbs = f"{r.global_batch_size:>6}  " if t.batch == "per-gpu" else ""
+def _columns(t: CapacityTable) -> list[tuple[str, int, Callable[[CapacityRow], str]]]:
+    """(header, width, cell) of each column this table shows: the global batch under ``per-gpu``, days and
+    GPU-hours with a token target, cost with prices, the band when a row has one."""
+    cols: list[tuple[str, int, Callable[[CapacityRow], str]]] = [("GPUs", 6, lambda r: str(r.gpus))]
+    if t.batch == "per-gpu":
+        cols.append(("GBS", 6, lambda r: str(r.global_batch_size)))
+    cols += [
+        ("tok/s/GPU", 9, lambda r: f"{r.tokens_per_s_per_gpu:,.0f}"),
+        ("cluster/s", 9, lambda r: _si(r.cluster_tokens_per_s)),
+        ("tok/day", 8, lambda r: _si(r.tokens_per_day)),
+    ]
+    if t.tokens is not None:
+        cols.append(("days", 8, lambda r: f"{r.days:,.1f}" + ("*" if r.meets is False else "")))
+        cols.append(("GPU-hours", 9, lambda r: _si(r.gpu_hours or 0.0)))
+        if t.prices:
+            cols.append(("cost", 8, lambda r: _money(r.cost)))
+    cols.append(("eff.", 5, lambda r: f"{r.efficiency or 0:.0%}"))
+    if any(r.band is not None for r in t.all_rows):
+        cols.append(("band tok/s/GPU", 14, lambda r: _band_text(r.band)))
+    return cols
+
+
+def _row_text(cols: list[tuple[str, int, Callable[[CapacityRow], str]]], r: CapacityRow) -> str:
+    n = 2 if cols[1][0] == "GBS" else 1
+    lead = "  ".join(f"{cell(r):>{w}}" for _, w, cell in cols[:n])
     if not r.fits:
-        return f"  {r.gpus:>6}  {gbs}{r.why_not}"
-    days = "-" if r.days is None else f"{r.days:,.1f}" + ("" if r.meets is not False else "*")
-    hours = "-" if r.gpu_hours is None else _si(r.gpu_hours)
-    eff = f"{r.efficiency:.0%}" if r.efficiency is not None else "-"
-    cols = (
-        f"  {r.gpus:>6}  {gbs}{r.tokens_per_s_per_gpu:>9,.0f}  {_si(r.cluster_tokens_per_s):>9}  "
-        f"{_si(r.tokens_per_day):>8}  {days:>8}  {hours:>8}  {_money(r.cost):>8}  {eff:>5}"
-    )
-    if band:
-        cols += f"  {_band_text(r.band):>13}"
-    line = f"{cols}  {r.best.config if r.best else ''}"
-    return line + (f"\n          ^ {r.note}" if r.note else "")
+        return f"  {lead}  {r.why_not}"
+    line = "  ".join(f"{cell(r):>{w}}" for _, w, cell in cols)
+    return f"  {line}  {r.best.config if r.best else ''}" + (f"\n          ^ {r.note}" if r.note else "")
 
 
 def _band_text(band: object) -> str:
@@ -162,13 +177,8 @@ def render(t: CapacityTable) -> str:
     if t.tokens is not None:
         deadline = f" in {t.days:g} days" if t.days is not None else ""
         out.append(f"target: {_si(t.tokens)} tokens{deadline}" + ("; * = misses it" if t.days else ""))
-    band = any(r.band is not None for r in t.all_rows)
-    gbs = "   GBS  " if t.batch == "per-gpu" else ""
-    head = (
-        f"    GPUs  {gbs}tok/s/GPU  cluster/s  tok/day      days  GPU-hours    cost   eff."
-        + ("  band tok/s/GPU" if band else "")
-        + "  best configuration"
-    )
+    cols = _columns(t)
+    head = "  " + "  ".join(f"{h:>{w}}" for h, w, _ in cols) + "  best configuration"
     for ty in t.types:
         price = t.prices.get(ty.name)
         priced = f", ${price:g}/GPU-hour" if price is not None else ""
@@ -178,7 +188,7 @@ def render(t: CapacityTable) -> str:
             continue
         out.append(head)
         rows = t.rows(ty.name)
-        out += [_row_text(t, r, band) for r in rows]
+        out += [_row_text(cols, r) for r in rows]
         small = t.smallest_fit.get(ty.name)
         if not any(r.fits for r in rows):
             beyond = f"the smallest that fits is {small} GPUs" if small else "none fits up to 16x the largest"

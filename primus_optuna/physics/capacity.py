@@ -4,7 +4,8 @@ with the time and cost to train a token target: :func:`capacity_table`.
 Each (GPU type, GPU count) is the study with its cluster replaced (whole nodes of the type's usual system,
 :data:`~primus_optuna.spec.hardware.CATALOG_NODE`, or the study's own nodes for its own GPU) and, under
 ``batch="per-gpu"``, its global batch scaled with the GPU count; :func:`~.plan.plan_space` ranks that study's
-legal space and its best fitting configuration is the row (so the study's own size is exactly ``plan``'s top).
+legal space and its best fitting configuration is the row (:func:`~.plan.best_fitting`: ``plan``'s top, so the
+study's own size is exactly what ``plan`` ranks first).
 
 Example::
 
@@ -25,7 +26,7 @@ from ..space.megatron_args import export_refusal, uses_primus
 from ..spec.hardware import GPU_CATALOG, MXFP8_GPUS, GPUSpec, catalog_node, gpu_key
 from ..spec.study import StudySpec
 from .memory import estimate_memory, peak_memory_all
-from .plan import PlanEntry, plan_space
+from .plan import PlanEntry, best_fitting
 from .throughput import estimate_throughput
 
 BATCH_MODES = ("fixed", "per-gpu")
@@ -387,12 +388,9 @@ def _row(spec: StudySpec, t: GpuType, world: int, batch: str) -> tuple[CapacityR
         why = _batch_reason(space)
         row.why_not, row.why_kind = (why, "batch") if why else (space.explain_empty(limit=50_000), "rules")
         return row, sw
-    result = plan_space(sw, space, top=1)
-    row.legal_configs, row.feasible_configs = result.legal_configs, result.feasible_configs
-    if not result.top:
+    row.best, row.legal_configs, row.feasible_configs = best_fitting(sw, space)
+    if row.best is None:
         row.why_not, row.why_kind = _memory_reason(sw, space), "memory"
-        return row, sw
-    row.best = result.top[0]
     return row, sw
 
 
