@@ -270,7 +270,7 @@ def _exclusion(spec: StudySpec, t: GpuType) -> str | None:
     if t.own:
         return None
     try:
-        probe = _size_spec(spec, t, max(t.gpus_per_node, spec.world), "fixed")
+        probe = _size_spec(spec, t, t.gpus_per_node * math.ceil(spec.world / t.gpus_per_node), "fixed")
     except SpecError as exc:
         return str(exc).split(": ", 1)[-1]
     primus = uses_primus(probe)
@@ -384,7 +384,7 @@ def _row(spec: StudySpec, t: GpuType, world: int, batch: str) -> tuple[CapacityR
         return row, None
     row.nodes, row.gpus_per_node = sw.cluster.nodes, sw.cluster.gpus_per_node
     space = Space(sw)
-    if not space._configs:
+    if space.empty:
         why = _batch_reason(space)
         row.why_not, row.why_kind = (why, "batch") if why else (space.explain_empty(limit=50_000), "rules")
         return row, sw
