@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import SpecError
@@ -253,7 +253,7 @@ def resolve_gpu_types(
                 f"{option}: unknown GPU {raw!r}; use the study's GPU ({own}) or a catalog name "
                 f"({', '.join(sorted(GPU_CATALOG))})"
             )
-        out.append(GpuType(t.name, t.gpu, t.gpus_per_node, t.host_gpus, t.own, _exclusion(spec, t)))
+        out.append(replace(t, excluded=_exclusion(spec, t)))
     return out
 
 
