@@ -4,10 +4,10 @@ token target, and the answers (fewest GPUs, cheapest, fastest)."""
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable
 from itertools import pairwise
+from typing import Any
 
 import click
 
@@ -21,6 +21,8 @@ from ..physics.capacity import (
     check_sizes,
     resolve_gpu_types,
 )
+from ..spec.hardware import gpu_key
+from ..spec.study import StudySpec, token_count
 from ._common import (
     check_output_path,
     emit_json,
@@ -31,19 +33,14 @@ from ._common import (
 )
 
 PLOT_FORMATS = ("png", "svg", "pdf")
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
 
 def parse_tokens(text: str, option: str = "--tokens") -> float:
-    """``1T``, ``300B``, ``1.5e12``, ``2_000M`` as a token count (K, M, B/G, T, P: powers of 1000)."""
-    m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgtp]?)\s*", text, re.IGNORECASE)
-    value = float(m.group(1).replace("_", "")) * _SUFFIX[m.group(2).lower()] if m else 0.0
-    if not m or not (value > 0 and math.isfinite(value)):
-        raise SpecError(
-            f"{option}: {text!r} is not a token count; write a number with an optional K, M, B or T suffix "
-            "(e.g. 1T, 300B, 1.5e12)"
-        )
-    return value
+    """``1T``, ``300B``, ``1.5e12``, ``2_000M`` as a token count (:func:`~primus_optuna.spec.study.token_count`)."""
+    try:
+        return token_count(text)
+    except ValueError as exc:
+        raise SpecError(f"{option}: {exc}") from None
 
 
 def parse_sizes(text: str, option: str = "--gpus") -> list[int]:
@@ -210,16 +207,16 @@ def render(t: CapacityTable) -> str:
 @click.option(
     "--gpus",
     "gpus_text",
-    required=True,
+    default=None,
     metavar="N,N,...",
-    help="GPU counts, e.g. 8,16,32 or 8,16,32,...,1024.",
+    help="GPU counts, e.g. 8,16,32 or 8,16,32,...,1024 (default: the study's capacity.gpus).",
 )
 @click.option(
     "--gpu",
     "gpu_text",
-    default="",
+    default=None,
     metavar="NAME,...",
-    help="GPU types (catalog names); default: the study's GPU.",
+    help="GPU types (catalog names); default: the study's capacity.gpu, else its GPU.",
 )
 @click.option("--tokens", "tokens_text", default=None, metavar="N", help="Tokens to train, e.g. 1T or 300B.")
 @click.option("--days", type=float, default=None, help="Days to train them in (needs --tokens).")
@@ -233,50 +230,35 @@ def render(t: CapacityTable) -> str:
 @click.option(
     "--batch",
     type=click.Choice(BATCH_MODES),
-    default="fixed",
-    show_default=True,
-    help="fixed: the study's global batch at every size; per-gpu: scaled with the GPU count.",
+    default=None,
+    help="fixed (default): the study's global batch at every size; per-gpu: scaled with the GPU count.",
 )
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help="Write the plot (PNG, SVG or PDF).")
 @json_option
 @user_errors
 def capacity(
     study: str,
-    gpus_text: str,
-    gpu_text: str,
+    gpus_text: str | None,
+    gpu_text: str | None,
     tokens_text: str | None,
     days: float | None,
     price_text: str | None,
-    batch: str,
+    batch: str | None,
     plot_path: str | None,
     as_json: bool,
 ) -> None:
     """The best configuration at every GPU count and type, tokens per day, days, GPU-hours and cost to train a
     target, and the fewest GPUs, the cheapest and the fastest."""
-    from ..spec.study import StudySpec
-
     skip_exit_collection()
     spec = StudySpec.from_yaml(study)
-    names = [g.strip() for g in gpu_text.split(",") if g.strip()] or None
-    types = resolve_gpu_types(spec, names, option="--gpu")
-    sizes = parse_sizes(gpus_text)
-    tokens = parse_tokens(tokens_text) if tokens_text is not None else None
-    if days is not None and not (days > 0 and math.isfinite(days)):
-        raise SpecError(f"--days: {days:g} is not a number of days; give a number > 0 (e.g. 30)")
-    if days is not None and tokens is None:
-        raise SpecError("--days: a deadline needs a token target; add --tokens (e.g. --tokens 1T)")
-    check_sizes(sizes, types, option="--gpus")
-    prices = parse_prices(price_text, [t.name for t in types]) if price_text is not None else {}
-    check_prices(prices, types, option="--price")
+    plan = _inputs(spec, gpus_text, gpu_text, tokens_text, days, price_text, batch)
     if plot_path is not None:
         check_output_path(plot_path, "--plot")
         if plot_path.rsplit(".", 1)[-1].lower() not in PLOT_FORMATS:
             raise SpecError(f"--plot: {plot_path!r}: name a .png, .svg or .pdf file")
         _need_matplotlib()
     t0 = time.perf_counter()
-    table = capacity_table(
-        spec, sizes, [t.name for t in types], tokens=tokens, days=days, prices=prices, batch=batch
-    )
+    table = capacity_table(spec, **plan)
     elapsed = time.perf_counter() - t0
     if plot_path is not None:
         from ..record.report.plots import plot_capacity
@@ -288,9 +270,56 @@ def capacity(
         return
     click.echo(render(table))
     cells = len(table.all_rows)
-    click.echo(
-        f"\n({cells} sizes estimated in {elapsed:.1f} s" + (f"; plot: {plot_path})" if plot_path else ")")
-    )
+    what = f"{cells} cluster{'s' if cells != 1 else ''} estimated in {elapsed:.1f} s"
+    click.echo(f"\n({what}" + (f"; plot: {plot_path})" if plot_path else ")"))
+
+
+def _inputs(
+    spec: StudySpec,
+    gpus_text: str | None,
+    gpu_text: str | None,
+    tokens_text: str | None,
+    days: float | None,
+    price_text: str | None,
+    batch: str | None,
+) -> dict[str, Any]:
+    """:func:`capacity_table`'s arguments: each option, else the study's ``capacity`` section, checked, with
+    errors naming the option (or the study field)."""
+    cap = spec.capacity
+    if gpu_text is not None:
+        names: list[str] | None = [g.strip() for g in gpu_text.split(",") if g.strip()] or None
+        types = resolve_gpu_types(spec, names, option="--gpu")
+    else:
+        types = resolve_gpu_types(spec, cap.gpu if cap else None, option="capacity.gpu")
+    if gpus_text is not None:
+        sizes = check_sizes(parse_sizes(gpus_text), types, option="--gpus")
+    elif cap is not None:
+        sizes = check_sizes(cap.gpus, types, option="capacity.gpus")
+    else:
+        raise SpecError(
+            "--gpus: give the GPU counts (e.g. --gpus 8,16,32,...,1024) or a capacity section in the study"
+        )
+    tokens = parse_tokens(tokens_text) if tokens_text is not None else (cap.tokens if cap else None)
+    if days is not None and not (days > 0 and math.isfinite(days)):
+        raise SpecError(f"--days: {days:g} is not a number of days; give a number > 0 (e.g. 30)")
+    days = days if days is not None else (cap.days if cap else None)
+    if days is not None and tokens is None:
+        raise SpecError("--days: a deadline needs a token target; add --tokens (e.g. --tokens 1T)")
+    names_planned = [t.name for t in types]
+    if price_text is not None:
+        prices = check_prices(parse_prices(price_text, names_planned), types, option="--price")
+    else:  # the study's prices of the types planned
+        prices = {k: v for k, v in (cap.prices if cap else {}).items() if gpu_key(k) in names_planned}
+        prices = check_prices(prices, types, option="capacity.prices")
+    batch = batch or (cap.batch if cap else "fixed")
+    return {
+        "sizes": sizes,
+        "gpu_types": names_planned,
+        "tokens": tokens,
+        "days": days,
+        "prices": prices,
+        "batch": batch,
+    }
 
 
 def _need_matplotlib() -> None:

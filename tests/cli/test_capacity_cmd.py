@@ -125,3 +125,36 @@ def test_parsers():
     for bad in ("0", "-1T", "T", "1e999"):
         with pytest.raises(SpecError, match="--tokens"):
             parse_tokens(bad)
+
+
+def test_the_study_capacity_section_is_the_default_and_options_override_it(tmp_path):
+    d = small_dense_study()
+    d["capacity"] = {
+        "gpus": [8, 16],
+        "gpu": ["h100", "mi300x"],
+        "tokens": "1T",
+        "days": 40,
+        "prices": {"mi300x": 2},
+    }
+    p = tmp_path / "cap.yaml"
+    p.write_text(yaml.safe_dump(d))
+    doc = json.loads(invoke("capacity", p, "--json").output)
+    assert [(x["gpu"], x["gpus"]) for x in doc["rows"]] == [
+        ("h100", 8),
+        ("h100", 16),
+        ("mi300x", 8),
+        ("mi300x", 16),
+    ]
+    assert doc["tokens"] == 1e12 and doc["days"] == 40 and doc["prices_per_gpu_hour"] == {"mi300x": 2.0}
+    # options win; the study's prices of types no longer planned are dropped
+    doc = json.loads(
+        invoke("capacity", p, "--json", "--gpu", "h100", "--gpus", "32", "--tokens", "2T").output
+    )
+    assert [(x["gpu"], x["gpus"]) for x in doc["rows"]] == [("h100", 32)]
+    assert doc["tokens"] == 2e12 and doc["days"] == 40 and doc["prices_per_gpu_hour"] == {}
+    study_without_capacity = tmp_path / "s.yaml"
+    study_without_capacity.write_text(yaml.safe_dump(small_dense_study()))
+    r = invoke("capacity", study_without_capacity)
+    assert (
+        r.exit_code == 2 and "--gpus: give the GPU counts" in r.output and "or a capacity section" in r.output
+    )

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 import yaml
@@ -423,3 +424,27 @@ def test_more_gpus_per_node_than_the_fabric_joins_is_a_warning_not_an_error():
     assert "a full mesh of 7 links per GPU joins at most 8" in StudySpec.from_dict(data).cluster.warnings()[0]
     data["cluster"] = {"gpu": "gb200", "nodes": 1, "gpus_per_node": 72}  # one NVL72 rack
     assert StudySpec.from_dict(data).cluster.warnings() == []
+
+
+def test_capacity_section_targets_and_token_counts():
+    from primus_optuna.spec.study import token_count
+
+    assert token_count("1T") == 1e12 and token_count("300b") == 3e11 and token_count(1.5e12) == 1.5e12
+    assert token_count("2_000M") == 2e9 and token_count("4 K") == 4e3
+    for bad in ("1X", "0", "-1T", "T", "1e999"):
+        with pytest.raises(ValueError, match="is not a token count"):
+            token_count(bad)
+    data = small_dense_study()
+    data["capacity"] = {"gpus": [8, 16], "tokens": "1T", "days": 30, "prices": {"h100": 2.5}}
+    cap = StudySpec.from_dict(data).capacity
+    assert cap.tokens == 1e12 and cap.batch == "fixed" and cap.gpu == []
+    assert StudySpec.from_dict(small_dense_study()).capacity is None
+    for bad, message in [
+        ({"gpus": [8], "tokens": "1X"}, "capacity.tokens: '1X' is not a token count"),
+        ({"gpus": [8], "days": 3}, "days needs a token target; add capacity.tokens"),
+        ({"gpus": []}, "capacity.gpus"),
+        ({"gpus": [8], "batch": "weak"}, "capacity.batch"),
+    ]:
+        data["capacity"] = bad
+        with pytest.raises(SpecError, match=re.escape(message)):
+            StudySpec.from_dict(data)
