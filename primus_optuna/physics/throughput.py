@@ -730,21 +730,27 @@ def estimate_throughput_all(
     return [_estimate(ctx, c, calibration) for c in configs]
 
 
-def throughput_bounds(spec: StudySpec, configs: list[Any]) -> list[float]:
+def throughput_bounds(spec: StudySpec, configs: list[Any], recompute: bool = True) -> list[float]:
     """Upper bounds on the uncalibrated :func:`estimate_throughput` ``tokens_per_s_per_gpu`` of each
     configuration, at a fraction of its cost: the step is at least ``m`` times the busiest stage's passes (the
     pipeline's busy time), here without the expert-parallel exchange, the sends, the bubble, the data-parallel
-    collectives and the optimizer step (each non-negative). For finding the best of a space without estimating
-    every configuration (:func:`~.plan.best_fitting`)."""
+    collectives and the optimizer step (each non-negative). ``recompute=False``: without what the recompute
+    value re-runs too (one bound for every recompute value of a layout, cheaper). For finding the best of a
+    space without estimating every configuration (:func:`~.plan.best_fitting`)."""
     ctx = _context(spec)
     out = []
-    memo: dict[tuple[Any, ...], float] = {}  # the bound reads every axis but ep_overlap
+    memo: dict[tuple[Any, ...], float] = {}  # the bound reads every axis but ep_overlap (and recompute)
     for config in configs:
         key = (config.tp, config.pp, config.ep, config.cp, config.mbs, config.vpp, config.pp_schedule,
-               config.moe_dispatcher, config.recompute, config.dp, config.num_microbatches)  # fmt: skip
+               config.moe_dispatcher, config.recompute if recompute else None, config.dp,
+               config.num_microbatches)  # fmt: skip
         bound = memo.get(key)
         if bound is None:
-            m, zb, lo, _, b_rec = _passes(ctx, config)[6:]
+            if recompute:
+                m, zb, lo, _, b_rec = _passes(ctx, config)[6:]
+            else:
+                m, zb, lo = _layout(ctx, config)[6:9]
+                b_rec = lo.shape.b_pass_zb if zb else lo.shape.b_pass
             sh = lo.shape
             w = sh.w_pass if zb else sh.no_w
             unit = [f + b + x for f, b, x in zip(sh.f_pass, b_rec, w, strict=True)]
@@ -756,9 +762,8 @@ def throughput_bounds(spec: StudySpec, configs: list[Any]) -> list[float]:
     return out
 
 
-def _passes(ctx: _Context, config: Any) -> tuple[Any, ...]:
-    """(tp, pp, cp, mbs, layout key, dp, m, zero-bubble, layout terms, recompute seconds per kind, B passes
-    with them) of ``config``: what :func:`_estimate` and :func:`throughput_bounds` share."""
+def _layout(ctx: _Context, config: Any) -> tuple[Any, ...]:
+    """(tp, pp, cp, mbs, layout key, dp, m, zero-bubble, layout terms, recompute value run) of ``config``."""
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
     schedule = config.pp_schedule if pp > 1 else "1f1b"
     if schedule in ("zb1p", "zbv") and not ctx.gaf:
@@ -772,9 +777,14 @@ def _passes(ctx: _Context, config: Any) -> tuple[Any, ...]:
     lo = ctx.layouts.get(lkey)
     if lo is None:
         lo = ctx.layouts[lkey] = _layout_terms(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
-    recompute = "none" if zb else config.recompute
-    sh = lo.shape
+    return tp, pp, cp, mbs, lkey, dp, m, zb, lo, "none" if zb else config.recompute
 
+
+def _passes(ctx: _Context, config: Any) -> tuple[Any, ...]:
+    """(tp, pp, cp, mbs, layout key, dp, m, zero-bubble, layout terms, recompute seconds per kind, B passes
+    with them) of ``config``: what :func:`_estimate` and :func:`throughput_bounds` share."""
+    tp, pp, cp, mbs, lkey, dp, m, zb, lo, recompute = _layout(ctx, config)
+    sh = lo.shape
     # one layer of each kind (the model's own, an MoE model's dense layers), then the output layer, one
     # micro-batch: F, B (with what the recompute value re-runs) and W passes
     rkey = (lkey, recompute)

@@ -67,6 +67,10 @@ def test_throughput_bounds_bound_every_estimate(name: str) -> None:
     ]
     assert max(ratios) <= 1 + 1e-9
     assert sorted(ratios)[len(ratios) // 2] > 0.5  # tight enough to skip most of a space
+    # without the recompute: one bound per layout, above each recompute value's
+    coarse = throughput_bounds(spec, configs, recompute=False)
+    assert all(c >= b for c, b in zip(coarse, bounds, strict=True))
+    assert any(c > b for c, b in zip(coarse, bounds, strict=True))
 
 
 @pytest.mark.parametrize("name", ["llama3.1-70b-h100-bf16", "qwen3-30b-a3b-h200-bf16", "local-gpt-cpu"])
