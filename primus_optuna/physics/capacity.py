@@ -377,10 +377,14 @@ def _memory_reason(spec: StudySpec, space: Space) -> str:
 def _row(spec: StudySpec, t: GpuType, world: int, batch: str) -> tuple[CapacityRow, StudySpec | None]:
     """The row of ``world`` GPUs of type ``t``, and the study at that size (None when it is refused)."""
     row = CapacityRow(t.name, world, global_batch_size=_scaled_gbs(spec, world, batch))
+    layout = t.layout(world)
+    if isinstance(layout, str):
+        row.why_not, row.why_kind = layout, "node"
+        return row, None
     try:
         sw = _size_spec(spec, t, world, batch)
     except SpecError as exc:
-        row.why_not, row.why_kind = str(exc), "node" if "not whole" in str(exc) else "spec"
+        row.why_not, row.why_kind = str(exc), "spec"
         return row, None
     row.nodes, row.gpus_per_node = sw.cluster.nodes, sw.cluster.gpus_per_node
     space = Space(sw)
