@@ -226,3 +226,11 @@ def test_the_band_hook_fills_each_fitting_row():
     assert seen == [(8, rows[0].best.config), (16, rows[1].best.config)]
     assert rows[0].to_dict()["band"]["source"] == "test"
     assert capacity_table(dense(), [8]).rows("h100")[0].to_dict()["band"] is None
+
+
+def test_a_size_the_study_refuses_says_why():
+    spec = StudySpec.from_dict(small_dense_study(max_tp=8))
+    table = capacity_table(spec, [4, 8], ["h100", "gb200"])
+    row = table.rows("gb200")[0]  # one 4-GPU tray of a GB200 rack: search.max_tp 8 exceeds it
+    assert not row.fits and row.why_kind == "spec" and "search.max_tp=8 exceeds the 4 GPUs" in row.why_not
+    assert table.rows("h100")[0].why_kind == "node" and table.rows("gb200")[1].fits
