@@ -158,3 +158,22 @@ def test_the_study_capacity_section_is_the_default_and_options_override_it(tmp_p
     assert (
         r.exit_code == 2 and "--gpus: give the GPU counts" in r.output and "or a capacity section" in r.output
     )
+
+
+def test_the_band_column_appears_when_rows_have_a_band():
+    from dataclasses import dataclass
+
+    from primus_optuna.cli.capacity_cmd import render
+    from primus_optuna.physics.capacity import capacity_table
+
+    @dataclass
+    class Band:
+        low: float
+        high: float
+        source: str
+
+    spec = StudySpec.from_dict(small_dense_study())
+    table = capacity_table(spec, [8], band=lambda s, e: Band(1000.0, 1200.0, "test"))
+    text = render(table)
+    assert "band tok/s/GPU" in text and "1,000-1,200" in text
+    assert "band" not in render(capacity_table(spec, [8]))
