@@ -49,3 +49,21 @@ def test_capacity_plot_has_each_gpu_type_the_deadline_and_the_pareto_front():
     # without a target: per 1T tokens, GPU-hours without prices
     svg = plot_capacity(capacity_table(spec, [8]), fmt="svg").decode()
     assert "per 1T tokens" in svg and "GPU-hours" in svg
+
+
+def test_capacity_plot_when_nothing_fits_says_so():
+    import warnings
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from primus_optuna.physics.capacity import capacity_table
+    from primus_optuna.record.report.plots import plot_capacity
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import small_moe_study
+
+    table = capacity_table(StudySpec.from_dict(small_moe_study()), [4])  # Mixtral 8x7B on 4 MI300X: no fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no empty legends
+        svg = plot_capacity(table, fmt="svg").decode()
+    assert "nothing fits at these sizes" in svg

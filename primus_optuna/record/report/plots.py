@@ -192,7 +192,10 @@ def plot_capacity(table: CapacityTable, fmt: str = "png") -> bytes:
     ax3.set_xscale("log")
     for ax in (ax1, ax2, ax3):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    if not any(r.fits for r in table.all_rows if r.gpus in table.sizes):
+        ax1.text(0.5, 0.5, "nothing fits at these sizes", ha="center", transform=ax1.transAxes)
     fig.suptitle(f"Capacity plan: {table.study}")
     buf = io.BytesIO()
     fig.tight_layout()
