@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "check": "space_cmd:check",
     "estimate": "estimate_cmd:estimate",
     "plan": "plan_cmd:plan",
+    "capacity": "capacity_cmd:capacity",
     "run": "run_cmd:run",
     "report": "report_cmd:report",
     "dashboard": "report_cmd:dashboard",

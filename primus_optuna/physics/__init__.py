@@ -1,6 +1,7 @@
 """Analytical models of a configuration: per-GPU memory on every pipeline stage, the step time with its
 breakdown (compute, bubble, TP/CP/EP/PP/DP communication, recompute, optimizer), per-GPU-family efficiency
-constants, calibrations fitted from measured runs, and :func:`plan_space` (a whole space estimated in bulk).
+constants, calibrations fitted from measured runs, :func:`plan_space` (a whole space estimated in bulk) and
+capacity planning (:mod:`.capacity`: the best configuration at every GPU count and type).
 
 Pure Python over spec and space, kept fast: never Optuna, DSPy, LiteLLM, torch or matplotlib, nor search, run
 or record (tests/package/test_layers.py asserts it).

@@ -22,7 +22,7 @@ from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
 from .memory import MemoryEstimate, estimate_memory, peak_memory_all
-from .throughput import ThroughputEstimate, estimate_throughput, estimate_throughput_all
+from .throughput import ThroughputEstimate, estimate_throughput, estimate_throughput_all, throughput_bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,3 +209,36 @@ def _plan_space(
         pareto=_pareto_of_ranked(feasible),
         ranked=feasible,
     )
+
+
+BOUND_SLACK = 1e-9
+"""relative slack on :func:`~.throughput.throughput_bounds` (the step is summed in another order than the bound's
+busy time: a rounding must not stop the search early)"""
+
+
+def best_fitting(spec: StudySpec, space: Space | None = None) -> tuple[PlanEntry | None, int, int]:
+    """``plan_space(spec, space, top=1).top[0]`` (None when nothing fits), the legal and the fitting counts, with
+    the step time estimated only for the configurations whose throughput bound beats the best found so far
+    (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order): configurations
+    in the order of a bound that ignores the recompute, each checked against its own bound first."""
+    with _gc_paused():
+        space = space or Space(spec)
+        configs = space.configs()
+        peaks, usable = peak_memory_all(spec, configs)
+        fit = [i for i, peak in enumerate(peaks) if peak <= usable]
+        coarse = throughput_bounds(spec, [configs[i] for i in fit], recompute=False)
+        best: tuple[tuple[float, float, int], PlanEntry] | None = None
+        for k in sorted(range(len(fit)), key=coarse.__getitem__, reverse=True):
+            if best is not None and coarse[k] * (1 + BOUND_SLACK) < -best[0][0]:
+                break  # no configuration left can reach the best
+            i = fit[k]
+            if (
+                best is not None
+                and throughput_bounds(spec, [configs[i]])[0] * (1 + BOUND_SLACK) < -best[0][0]
+            ):
+                continue  # its recompute keeps it below the best
+            est = estimate_throughput(spec, configs[i])
+            key = (-est.tokens_per_s_per_gpu, peaks[i], i)
+            if best is None or key < best[0]:
+                best = (key, PlanEntry(configs[i], est, peaks[i], True))
+        return (best[1] if best else None), len(configs), len(fit)

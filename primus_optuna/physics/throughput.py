@@ -48,6 +48,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -729,7 +730,40 @@ def estimate_throughput_all(
     return [_estimate(ctx, c, calibration) for c in configs]
 
 
-def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> ThroughputEstimate:
+def throughput_bounds(spec: StudySpec, configs: list[Any], recompute: bool = True) -> list[float]:
+    """Upper bounds on the uncalibrated :func:`estimate_throughput` ``tokens_per_s_per_gpu`` of each
+    configuration, at a fraction of its cost: the step is at least ``m`` times the busiest stage's passes (the
+    pipeline's busy time), here without the expert-parallel exchange, the sends, the bubble, the data-parallel
+    collectives and the optimizer step (each non-negative). ``recompute=False``: without what the recompute
+    value re-runs too (one bound for every recompute value of a layout, cheaper). For finding the best of a
+    space without estimating every configuration (:func:`~.plan.best_fitting`)."""
+    ctx = _context(spec)
+    out = []
+    memo: dict[tuple[Any, ...], float] = {}  # the bound reads every axis but ep_overlap (and recompute)
+    for config in configs:
+        key = (config.tp, config.pp, config.ep, config.cp, config.mbs, config.vpp, config.pp_schedule,
+               config.moe_dispatcher, config.recompute if recompute else None, config.dp,
+               config.num_microbatches)  # fmt: skip
+        bound = memo.get(key)
+        if bound is None:
+            if recompute:
+                m, zb, lo, _, b_rec = _passes(ctx, config)[6:]
+            else:
+                m, zb, lo = _layout(ctx, config)[6:9]
+                b_rec = lo.shape.b_pass_zb if zb else lo.shape.b_pass
+            sh = lo.shape
+            w = sh.w_pass if zb else sh.no_w
+            unit = [f + b + x for f, b, x in zip(sh.f_pass, b_rec, w, strict=True)]
+            per_mb = max(
+                sum(n * u for n, u in zip(counts, unit, strict=False)) for counts, _ in lo.mix.classes
+            )
+            bound = memo[key] = ctx.tokens_per_step / (m * per_mb) / ctx.world if per_mb > 0 else math.inf
+        out.append(bound)
+    return out
+
+
+def _layout(ctx: _Context, config: Any) -> tuple[Any, ...]:
+    """(tp, pp, cp, mbs, layout key, dp, m, zero-bubble, layout terms, recompute value run) of ``config``."""
     tp, pp, ep, cp, mbs = config.tp, config.pp, config.ep, config.cp, config.mbs
     schedule = config.pp_schedule if pp > 1 else "1f1b"
     if schedule in ("zb1p", "zbv") and not ctx.gaf:
@@ -737,19 +771,20 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, ctx.gbs // (mbs * dp))
-    k = ctx.k
-    md = ctx.model
-    is_moe = ctx.is_moe
-    dispatcher = config.moe_dispatcher if is_moe else "alltoall"
+    dispatcher = config.moe_dispatcher if ctx.is_moe else "alltoall"
     zb = schedule in ("zb1p", "zbv")
     lkey = (tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
     lo = ctx.layouts.get(lkey)
     if lo is None:
         lo = ctx.layouts[lkey] = _layout_terms(ctx, tp, pp, ep, cp, mbs, vpp, schedule, dispatcher)
-    recompute = "none" if zb else config.recompute
-    keep = 1.0 - k.overlap_interference
-    sh = lo.shape
+    return tp, pp, cp, mbs, lkey, dp, m, zb, lo, "none" if zb else config.recompute
 
+
+def _passes(ctx: _Context, config: Any) -> tuple[Any, ...]:
+    """(tp, pp, cp, mbs, layout key, dp, m, zero-bubble, layout terms, recompute seconds per kind, B passes
+    with them) of ``config``: what :func:`_estimate` and :func:`throughput_bounds` share."""
+    tp, pp, cp, mbs, lkey, dp, m, zb, lo, recompute = _layout(ctx, config)
+    sh = lo.shape
     # one layer of each kind (the model's own, an MoE model's dense layers), then the output layer, one
     # micro-batch: F, B (with what the recompute value re-runs) and W passes
     rkey = (lkey, recompute)
@@ -763,7 +798,16 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         # the B passes with what the recompute value re-runs (the output layer re-runs nothing)
         base = sh.b_pass_zb if zb else sh.b_pass
         hit = ctx.recs[rkey] = (recs, (*(b + r for b, r in zip(base, recs, strict=False)), base[-1]))
-    recs, b_rec = hit
+    return tp, pp, cp, mbs, lkey, dp, m, zb, lo, hit[0], hit[1]
+
+
+def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> ThroughputEstimate:
+    tp, pp, cp, mbs, lkey, dp, m, zb, lo, recs, b_rec = _passes(ctx, config)
+    k = ctx.k
+    md = ctx.model
+    is_moe = ctx.is_moe
+    keep = 1.0 - k.overlap_interference
+    sh = lo.shape
     f_pass = list(sh.f_pass)
     b_pass = list(b_rec)
     ep_step = 0.0  # exposed dispatch/combine of one MoE layer and micro-batch

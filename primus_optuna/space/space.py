@@ -216,6 +216,11 @@ class Space:
             raise SpecError(self.explain_empty())
         return configs
 
+    @property
+    def empty(self) -> bool:
+        """Whether no configuration is legal (:meth:`explain_empty` says why; :meth:`configs` raises it)."""
+        return not self._configs
+
     @cached_property
     def _configs(self) -> list[TrainingConfig]:
         return self._enumerate_list()

@@ -256,3 +256,25 @@ GPU_CATALOG: dict[str, GPUSpec] = {
         topology="switch",
     ),
 }
+
+CATALOG_NODE: dict[str, tuple[int, int]] = {
+    **{name: (8, 8) for name in ("mi300x", "mi325x", "mi355x", "a100-80gb", "h100", "h200", "b200", "b300")},
+    "gb200": (64, 4),
+    "gb300": (64, 4),
+}
+"""(GPUs per node, GPUs per host) of each catalog GPU's usual system: an 8-GPU HGX/DGX board or AMD platform
+(shared/reference/hardware.md, "typical node"), whole hosts only; a GB200/GB300 NVL72 rack used as NVLink
+domains of 64 GPUs (the domain Megatron-Bridge's published GB200/GB300 runs use; the catalog's comment above),
+whose hosts are 4-GPU compute trays (NVIDIA GB200 NVL72 datasheet: 18 trays of 2 GB200 superchips, 72 GPUs), so
+a job smaller than a domain runs on whole trays of one rack."""
+
+MXFP8_GPUS = frozenset({"b200", "b300", "gb200", "gb300", "mi355x"})
+"""Catalog GPUs with MX block-scaled FP8 in hardware (``workload.fp8_recipe: mxfp8``): NVIDIA Blackwell (SM 10.0;
+Transformer Engine's MXFP8 user guide: "Hardware support for the MXFP8 ... first appeared in the Blackwell GPU")
+and AMD CDNA 4 (MI355X datasheet: MXFP8/MXFP6/MXFP4). Hopper (H100/H200), A100 and CDNA 3 (MI300X/MI325X) have
+per-tensor FP8 scaling at most."""
+
+
+def catalog_node(name: str) -> tuple[int, int]:
+    """(GPUs per node, GPUs per host) of catalog GPU ``name`` (:data:`CATALOG_NODE`; 8 and 8 otherwise)."""
+    return CATALOG_NODE.get(gpu_key(name), (8, 8))

@@ -12,6 +12,8 @@ Example::
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -545,6 +547,47 @@ class RunnerSpec(_Strict):
         return v
 
 
+TOKEN_SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def token_count(value: str | float) -> float:
+    """A token count written as a number or with a K, M, B (or G), T, P suffix (powers of 1000): ``1T``,
+    ``300B``, ``1.5e12``, ``2_000M``. Raises :class:`ValueError` for anything else or a count not above 0."""
+    text = str(value).strip()
+    m = re.fullmatch(r"([0-9][0-9_]*(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgtp]?)", text, re.IGNORECASE)
+    count = float(m.group(1).replace("_", "")) * TOKEN_SUFFIXES[m.group(2).lower()] if m else 0.0
+    if not m or not (count > 0 and math.isfinite(count)):
+        raise ValueError(
+            f"{text!r} is not a token count; write a number with an optional K, M, B or T suffix "
+            "(e.g. 1T, 300B, 1.5e12)"
+        )
+    return count
+
+
+class CapacitySpec(_Strict):
+    """``capacity``: the targets of a capacity plan (``primus-optuna capacity``, whose options override them, and
+    the report's capacity section): GPU counts, GPU types (catalog names; default the study's), tokens to train,
+    days to train them in, prices per GPU-hour by type and the batch mode (docs/capacity.md)."""
+
+    gpus: list[int] = Field(min_length=1)
+    gpu: list[str] = Field(default_factory=list)
+    tokens: float | None = None
+    days: float | None = Field(default=None, gt=0)
+    prices: dict[str, float] = Field(default_factory=dict)
+    batch: Literal["fixed", "per-gpu"] = "fixed"
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens(cls, v: Any) -> Any:
+        return v if v is None else token_count(v)
+
+    @model_validator(mode="after")
+    def _deadline(self) -> CapacitySpec:
+        if self.days is not None and self.tokens is None:
+            raise ValueError("days needs a token target; add capacity.tokens (e.g. tokens: 1T)")
+        return self
+
+
 class StudySpec(_Strict):
     """A whole study file. Build with :meth:`from_yaml` or :meth:`from_dict`."""
 
@@ -557,6 +600,7 @@ class StudySpec(_Strict):
     llm: LLMSpec = Field(default_factory=LLMSpec)
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     storage: str | None = None
+    capacity: CapacitySpec | None = None
 
     @field_validator("name")
     @classmethod

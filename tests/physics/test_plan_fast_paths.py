@@ -51,3 +51,36 @@ def test_plan_space_ranks_the_per_configuration_estimates() -> None:
     assert result.pareto == pareto_front(result.ranked)
     ranked = result.ranked
     assert ranked[0].throughput == estimate_throughput(fresh, ranked[0].config)
+
+
+@pytest.mark.parametrize(
+    "name", ["deepseek-v3-mi355x-fp8", "qwen3-30b-a3b-h200-bf16", "gpt-oss-120b-h100-bf16"]
+)
+def test_throughput_bounds_bound_every_estimate(name: str) -> None:
+    from primus_optuna.physics.throughput import throughput_bounds
+
+    spec = StudySpec.from_yaml(STUDIES / f"{name}.yaml")
+    configs = _sample(Space(spec).configs(), 1500)
+    bounds = throughput_bounds(spec, configs)
+    ratios = [
+        estimate_throughput(spec, c).tokens_per_s_per_gpu / b for c, b in zip(configs, bounds, strict=True)
+    ]
+    assert max(ratios) <= 1 + 1e-9
+    assert sorted(ratios)[len(ratios) // 2] > 0.5  # tight enough to skip most of a space
+    # without the recompute: one bound per layout, above each recompute value's
+    coarse = throughput_bounds(spec, configs, recompute=False)
+    assert all(c >= b for c, b in zip(coarse, bounds, strict=True))
+    assert any(c > b for c, b in zip(coarse, bounds, strict=True))
+
+
+@pytest.mark.parametrize("name", ["llama3.1-70b-h100-bf16", "qwen3-30b-a3b-h200-bf16", "local-gpt-cpu"])
+def test_best_fitting_is_plans_top(name: str) -> None:
+    from primus_optuna.physics.plan import best_fitting
+
+    spec = StudySpec.from_yaml(STUDIES / f"{name}.yaml")
+    result = plan_space(spec, top=1)
+    best, legal, fitting = best_fitting(StudySpec.from_yaml(STUDIES / f"{name}.yaml"))  # cold caches
+    assert (legal, fitting) == (result.legal_configs, result.feasible_configs)
+    assert best is not None and best.config == result.top[0].config
+    assert best.tokens_per_s_per_gpu == result.top[0].tokens_per_s_per_gpu
+    assert best.peak_gib == result.top[0].peak_gib

@@ -192,3 +192,27 @@ def test_sweep_tables_show_the_swept_value_around_a_moved_centre(tmp_path):
     mbs = sweep.split("### Axis mbs")[1].split("\n###")[0]
     assert "| 4 | 1 |" in mbs and "tp=2" not in mbs
     assert "vs the sweep centre" in mbs
+
+
+def test_report_has_the_capacity_plan_when_the_study_names_targets(tmp_path: Path) -> None:
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import small_dense_study
+
+    storage = f"sqlite:///{tmp_path / 'c.db'}"
+    data = small_dense_study()
+    data["capacity"] = {"gpus": [8, 16], "gpu": ["h100", "a100-80gb"], "tokens": "100B", "days": 30}
+    data["workload"]["precision"] = "fp8"
+    spec = StudySpec.from_dict(data)
+    study = optuna.create_study(study_name="cap", storage=storage)
+    study.set_user_attr("primus_spec", spec.to_public_dict())
+    paths = build_report(storage, "cap", tmp_path / "r")
+    md = paths["md"].read_text()
+    assert "Capacity plan" in md and "target: 1e+11 tokens in 30 days" in md
+    assert "excluded: the study trains in FP8" in md  # a100-80gb
+    assert "| h100 | 16 |" in md and "fewest GPUs meeting the target:" in md
+    assert (tmp_path / "r" / "plots" / "capacity.png").read_bytes()[:4] == b"\x89PNG"
+    assert "capacity plan" in paths["html"].read_text()  # the plot, embedded
+    # a study without targets has no such section (the golden report is unchanged)
+    plain = optuna.create_study(study_name="plain", storage=storage)
+    plain.set_user_attr("primus_spec", StudySpec.from_dict(small_dense_study()).to_public_dict())
+    assert "Capacity plan" not in build_report(storage, "plain", tmp_path / "p")["md"].read_text()

@@ -158,7 +158,9 @@ def test_empty_space_names_the_single_blocking_rule():
     spec = StudySpec.from_dict(
         small_moe_study(axes={"tp": [1], "pp": [1], "ep": [8], "cp": [1], "mbs": [64]})
     )
-    msg = Space(spec).explain_empty()
+    space = Space(spec)
+    assert space.empty and not Space(StudySpec.from_dict(small_moe_study())).empty
+    msg = space.explain_empty()
     assert "every combination breaks mb_whole (global_batch_size=32 is not divisible by mbs" in msg
     assert "every combination breaks mb_whole (" in msg and "; " not in msg.split("breaks ", 1)[1]  # alone
 

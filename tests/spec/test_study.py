@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 import yaml
@@ -473,3 +474,26 @@ def test_gpus_per_host_keeps_the_space_hash():
         space_hash(StudySpec.from_dict(_cluster(gpu="h100", nodes=2, gpus_per_node=8, gpus_per_host=4)))
         == base
     )
+
+def test_capacity_section_targets_and_token_counts():
+    from primus_optuna.spec.study import token_count
+
+    assert token_count("1T") == 1e12 and token_count("300b") == 3e11 and token_count(1.5e12) == 1.5e12
+    assert token_count("2_000M") == 2e9 and token_count("4 K") == 4e3
+    for bad in ("1X", "0", "-1T", "T", "1e999"):
+        with pytest.raises(ValueError, match="is not a token count"):
+            token_count(bad)
+    data = small_dense_study()
+    data["capacity"] = {"gpus": [8, 16], "tokens": "1T", "days": 30, "prices": {"h100": 2.5}}
+    cap = StudySpec.from_dict(data).capacity
+    assert cap.tokens == 1e12 and cap.batch == "fixed" and cap.gpu == []
+    assert StudySpec.from_dict(small_dense_study()).capacity is None
+    for bad, message in [
+        ({"gpus": [8], "tokens": "1X"}, "capacity.tokens: '1X' is not a token count"),
+        ({"gpus": [8], "days": 3}, "days needs a token target; add capacity.tokens"),
+        ({"gpus": []}, "capacity.gpus"),
+        ({"gpus": [8], "batch": "weak"}, "capacity.batch"),
+    ]:
+        data["capacity"] = bad
+        with pytest.raises(SpecError, match=re.escape(message)):
+            StudySpec.from_dict(data)

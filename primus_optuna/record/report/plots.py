@@ -1,6 +1,6 @@
 """The report's plots as PNG bytes (matplotlib, Agg backend, imported on first use): optimisation history,
-per-axis effects, estimate vs measured, Pareto front. Each returns ``None`` when there is nothing to plot.
-May import :mod:`.record` and the spec (axis names); not :mod:`.doc` or :mod:`.sections`.
+per-axis effects, estimate vs measured, Pareto front, a capacity plan. Each returns ``None`` when there is nothing to plot.
+May import :mod:`.record`, the spec (axis names) and the capacity plan's types; not :mod:`.doc` or :mod:`.sections`.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from ...physics.capacity import CapacityRow, CapacityTable
 from ...spec.study import AXES
 from .record import StudyRecord, TrialRow
 
@@ -140,3 +141,64 @@ def plot_pareto(rec: StudyRecord, front: list[TrialRow]) -> bytes | None:
     ax.set(xlabel="peak memory (GiB)", ylabel="tokens/s/GPU", title="Pareto front")
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def plot_capacity(table: CapacityTable, fmt: str = "png") -> bytes:
+    """A capacity plan (:func:`~primus_optuna.physics.capacity.capacity_table`) in three panels: tokens/s/GPU and
+    days to train against the GPU count per GPU type, and cost (GPU-hours without prices) against days with the
+    Pareto front. Without a token target the days and cost are per 1T tokens."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15.0, 4.5), dpi=100)
+    target = table.tokens or 1e12
+    per = "" if table.tokens else " per 1T tokens"
+    by_cost = table.answers.cheapest_by == "cost"
+
+    def when(r: CapacityRow) -> float:
+        return target / r.tokens_per_day
+
+    def cost(r: CapacityRow) -> float:
+        hours = target / r.tokens_per_s_per_gpu / 3600
+        return hours * table.prices[r.gpu] if by_cost else hours
+
+    for t in table.types:
+        rows = [r for r in table.rows(t.name) if r.fits]
+        if not rows:
+            continue
+        xs = [r.gpus for r in rows]
+        ax1.plot(xs, [r.tokens_per_s_per_gpu for r in rows], "o-", label=t.name)
+        ax2.plot(xs, [when(r) for r in rows], "o-", label=t.name)
+        ax3.scatter([when(r) for r in rows], [cost(r) for r in rows], label=t.name)
+        for r in rows:
+            ax3.annotate(str(r.gpus), (when(r), cost(r)), fontsize=7)
+    front = sorted(table.pareto, key=when)
+    if front:
+        ax3.plot([when(r) for r in front], [cost(r) for r in front], "k--", lw=1, label="Pareto front")
+    if table.days is not None:
+        ax2.axhline(table.days, color="tab:red", lw=1, ls=":", label=f"{table.days:g} days")
+        ax3.axvline(table.days, color="tab:red", lw=1, ls=":", label=f"{table.days:g} days")
+    batch = "fixed global batch" if table.batch == "fixed" else "global batch per GPU"
+    ax1.set(xlabel="GPUs", ylabel="tokens/s/GPU (estimated)", title=f"Throughput per GPU ({batch})")
+    ax2.set(xlabel="GPUs", ylabel="days", title=f"Days to train{per}", yscale="log")
+    ylabel = "cost (USD)" if by_cost else "GPU-hours"
+    ax3.set(xlabel="days", ylabel=ylabel, title=f"{ylabel.split(' ')[0].capitalize()} vs time{per}")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(table.sizes, [str(n) for n in table.sizes], fontsize=8)
+        ax.minorticks_off()
+    ax3.set_xscale("log")
+    for ax in (ax1, ax2, ax3):
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    if not any(r.fits for r in table.all_rows if r.gpus in table.sizes):
+        ax1.text(0.5, 0.5, "nothing fits at these sizes", ha="center", transform=ax1.transAxes)
+    fig.suptitle(f"Capacity plan: {table.study}")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format=fmt)
+    plt.close(fig)
+    return buf.getvalue()

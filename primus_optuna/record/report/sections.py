@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from ...errors import SpecError
 from ...physics.calibration import Calibration
+from ...physics.capacity import capacity_table
 from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
 from ...physics.uncertainty import calibration_band, gain_inside_band
@@ -42,7 +44,7 @@ from .analysis import (
     versions,
 )
 from .doc import Doc, fmt_gib, fmt_pct, fmt_tok
-from .plots import plot_axis_effects, plot_estimate_vs_measured, plot_history, plot_pareto
+from .plots import plot_axis_effects, plot_capacity, plot_estimate_vs_measured, plot_history, plot_pareto
 from .record import DEFAULT_MEASURE_STEPS, StudyRecord, TrialRow, as_number, load_record
 
 
@@ -578,6 +580,55 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
         )
 
 
+def _capacity(doc: Doc, rec: StudyRecord) -> None:
+    """The study's capacity plan (docs/capacity.md), only when the study file has a ``capacity`` section."""
+    cap = rec.spec.capacity
+    if cap is None:
+        return
+    doc.section("Capacity plan")
+    try:
+        t = capacity_table(
+            rec.spec,
+            cap.gpus,
+            cap.gpu or None,
+            tokens=cap.tokens,
+            days=cap.days,
+            prices=cap.prices,
+            batch=cap.batch,
+        )
+    except SpecError as exc:
+        doc.p(f"Not computed: {exc}.")
+        return
+    batch = (
+        "the study's global batch at every size" if t.batch == "fixed" else "the global batch scaled per GPU"
+    )
+    target = (
+        f"{t.tokens:.3g} tokens" + (f" in {t.days:g} days" if t.days is not None else "")
+        if t.tokens
+        else "none"
+    )
+    doc.p(f"Estimated (analytical model), {batch}; target: {target}.")
+    rows = []
+    for ty in t.types:
+        if ty.excluded:
+            rows.append([ty.name, "-", "-", "-", "-", "-", "-", f"excluded: {ty.excluded}"])
+        for r in t.rows(ty.name):
+            if not r.fits:
+                rows.append([r.gpu, r.gpus, "-", "-", "-", "-", "-", r.why_not])
+                continue
+            days = "-" if r.days is None else f"{r.days:,.1f}" + (" (misses)" if r.meets is False else "")
+            rows.append([
+                r.gpu, r.gpus, fmt_tok(r.tokens_per_s_per_gpu), days,
+                "-" if r.gpu_hours is None else f"{r.gpu_hours:,.0f}", "-" if r.cost is None else f"${r.cost:,.0f}",
+                f"{r.efficiency:.0%}", _cfg(r.best.config if r.best else None) + (f" ({r.note})" if r.note else ""),
+            ])  # fmt: skip
+    doc.table(["GPU", "GPUs", "tokens/s/GPU", "days", "GPU-hours", "cost", "eff.", "configuration"], rows)
+    a = t.answers
+    answers = [("fewest GPUs meeting the target", a.fewest), ("cheapest", a.cheapest), ("fastest", a.fastest)]
+    doc.bullets([f"{label}: " + (f"{r.gpus} {r.gpu}" if r else "none") for label, r in answers])
+    doc.image("capacity", plot_capacity(t), "capacity plan")
+
+
 def _plots(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Plots")
     hist, effects = plot_history(rec), plot_axis_effects(rec)
@@ -620,7 +671,9 @@ def _trials(doc: Doc, rec: StudyRecord) -> None:
 
 Section = Callable[[Doc, StudyRecord], None]
 
-SECTIONS: list[Section] = [_summary, _setup, _sweep, _planner, _memory, _estimates, _result, _plots, _trials]
+SECTIONS: list[Section] = [
+    _summary, _setup, _sweep, _planner, _memory, _estimates, _result, _capacity, _plots, _trials
+]  # fmt: skip
 """The report's sections in order; each is numbered by the position it is written in."""
 
 
