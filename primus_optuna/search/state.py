@@ -187,11 +187,21 @@ def space_hash(spec: StudySpec) -> str:
     doc = {
         "candidates": Space(spec).candidates,
         "model": _without_defaults(data["model"], MODEL_HASHED_WHEN_CHANGED, ModelSpec),
-        "cluster": data["cluster"],
+        "cluster": hashed_cluster(data["cluster"]),
         "workload": hashed_workload(data["workload"]),
         "search": search,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+CLUSTER_HASHED_WHEN_SET: tuple[str, ...] = ("network",)
+"""cluster fields added after studies were written: they enter the hash only when set (a network file's
+measured rows do, so a changed file is not silently mixed with trials estimated under the old one)"""
+
+
+def hashed_cluster(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The cluster as :func:`space_hash` sees it: :data:`CLUSTER_HASHED_WHEN_SET` only when not None."""
+    return {k: v for k, v in cluster.items() if k not in CLUSTER_HASHED_WHEN_SET or v is not None}
 
 
 def hashed_workload(workload: dict[str, Any]) -> dict[str, Any]:
