@@ -34,3 +34,21 @@ def test_apply_compares_the_calibrated_peak_with_usable_memory():
     peak, fits = MemoryCalibration(scale=factor).apply(est)
     assert fits and peak == pytest.approx(est.peak_gib * factor)
     assert not MemoryCalibration(scale=1.0).apply(est)[1]
+
+
+def test_the_reserve_is_learned_from_reserved_peaks_and_gates_against_capacity():
+    cal = MemoryCalibration.fit([1.0, 1.0, 1.0], [], reserves=[3.0, 5.0, 4.0])
+    assert cal.reserve_gib == pytest.approx(4.0) and cal.n_reserve == 3 and not cal.is_identity
+    assert MemoryCalibration.from_dict(cal.to_dict()) == cal
+    # a stored calibration of before keeps reading as it was
+    assert MemoryCalibration.from_dict({"scale": 0.9, "n_trials": 2, "n_oom": 0}) == MemoryCalibration(
+        0.9, 2, 0
+    )
+    spec = StudySpec.from_dict(small_moe_study())
+    est = next(estimate_memory(spec, c) for c in Space(spec).configs() if estimate_memory(spec, c).fits)
+    near = est.capacity_gib - est.peak_gib
+    assert MemoryCalibration.fit([1.0], [], [near - 0.5]).apply(est)[1]
+    assert not MemoryCalibration.fit([1.0], [], [near + 0.5]).apply(est)[1]
+    assert MemoryCalibration.fit([1.0], [], [near + 0.5]).reserved(est) == pytest.approx(
+        est.capacity_gib + 0.5
+    )
