@@ -54,20 +54,27 @@ class MemoryCalibration:
 
     @classmethod
     def fit(
-        cls, ratios: Iterable[float], oom_bounds: Iterable[float] = (), reserves: Iterable[float] = ()
+        cls,
+        ratios: Iterable[float],
+        oom_bounds: Iterable[float] = (),
+        reserves: Iterable[float] = (),
+        capacity_gib: float | None = None,
     ) -> MemoryCalibration:
         """``ratios``: measured / estimated peak of completed runs; ``oom_bounds``: capacity / estimated peak
         of runs that ran out of memory (the true ratio was at least this); ``reserves``: reserved − allocated
-        peak (GiB) of runs that printed both."""
+        peak (GiB) of runs that printed both. With a reserve and the device's ``capacity_gib`` an out-of-memory
+        run bounds the allocated ratio by (capacity − reserve) / estimated peak: it ran out when its allocated
+        peak plus the reserve exceeded the device, which the gate's reserved check then refuses again."""
         r = [x for x in ratios if COMPARABLE[0] <= x <= COMPARABLE[1]]
-        b = [x for x in oom_bounds if 0 < x <= MAX_OOM_BOUND]
         v = [max(0.0, x) for x in reserves]
+        reserve = statistics.median(v) if v else 0.0
+        share = 1.0 - reserve / capacity_gib if capacity_gib and reserve < capacity_gib else 1.0
+        b = [x * share for x in oom_bounds if 0 < x <= MAX_OOM_BOUND]
         if not r and not b and not v:
             return cls()
         scale = statistics.median(r) if r else 1.0
         if b:
             scale = max(scale, max(b))
-        reserve = statistics.median(v) if v else 0.0
         return cls(scale=scale, n_trials=len(r), n_oom=len(b), reserve_gib=reserve, n_reserve=len(v))
 
     def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:
@@ -75,8 +82,10 @@ class MemoryCalibration:
         reserved estimate (:meth:`reserved`) the device's capacity."""
         peak = estimate.peak_gib * self.scale
         fits = peak <= estimate.usable_gib
-        if self.reserve_gib > 0:
-            fits = fits and peak + self.reserve_gib <= estimate.capacity_gib
+        if (
+            self.reserve_gib > 0
+        ):  # strictly below: a run that ran out bounds its own reserved estimate at capacity
+            fits = fits and peak + self.reserve_gib < estimate.capacity_gib
         return peak, fits
 
     def reserved(self, estimate: MemoryEstimate) -> float:

@@ -108,7 +108,7 @@ def calibrations_of(
         elif e.attrs.get("failure_reason") == "oom":
             bounds.append(capacity / float(est_peak))
     fit = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
-    memory = MemoryCalibration.fit(ratios, bounds, reserves)
+    memory = MemoryCalibration.fit(ratios, bounds, reserves, capacity)
     return StudyCalibrations(fit, memory, pairs, ratios, bounds, reserves)
 
 
