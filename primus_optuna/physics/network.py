@@ -84,6 +84,8 @@ class MeasuredNetwork:
             scopes.setdefault((coll, per_node), []).append(job)
         self.scopes = {k: tuple(v) for k, v in scopes.items()}
         """per (collective, ranks per node) the measured jobs, by ranks"""
+        self._scopes_for: dict[tuple[str, int, bool], tuple[tuple[_Job, ...], int]] = {}
+        self._memo: dict[tuple[str, float, int, int], tuple[float, str]] = {}
 
     def collectives(self) -> tuple[str, ...]:
         return tuple(c for c in COLLECTIVES if any(k[0] == c for k in self.scopes))
@@ -106,31 +108,48 @@ class MeasuredNetwork:
 
     def seconds(self, coll: str, nbytes: float, g: Group, topo: Topology, model: Model) -> tuple[float, str]:
         """The time of ``coll`` of ``nbytes`` over ``g`` and how it was priced (:data:`MEASURED`, ...);
-        ``model`` is the catalog's price of the same collective."""
+        ``model`` is the catalog's price of the same collective (memoised: the same call, the same price)."""
+        key = (coll, nbytes, g.size, g.inner)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._seconds(coll, nbytes, g, topo, model)
+        return hit
+
+    def _seconds(self, coll: str, nbytes: float, g: Group, topo: Topology, model: Model) -> tuple[float, str]:
         n = g.size
         if n <= 1 or nbytes <= 0:
             return 0.0, CATALOG
-        per_node, intra = topo.members_per_node(g), topo.intra(g)
-
-        def same_side(scope: tuple[str, int]) -> tuple[_Job, ...]:
-            return tuple(j for j in self.scopes[scope] if (j.ranks <= scope[1]) == intra)
-
-        exact = same_side((coll, per_node)) if (coll, per_node) in self.scopes else ()
-        if exact and exact[0].ranks <= n <= exact[-1].ranks:
-            return self._interp_ranks(coll, exact, per_node, nbytes, n, model), MEASURED
-        jobs, scope_k, how = exact, per_node, ANCHORED
+        per_node = topo.members_per_node(g)
+        jobs, scope_k = self._scope(coll, per_node, topo.intra(g))
         if not jobs:
-            near = [
-                (abs(math.log(k / per_node)), k) for c, k in self.scopes if c == coll and same_side((c, k))
-            ]
-            if not near:
-                return model(nbytes, g), CATALOG
-            scope_k = min(near)[1]
-            jobs, how = same_side((coll, scope_k)), SCALED
+            return model(nbytes, g), CATALOG
+        if scope_k == per_node and jobs[0].ranks <= n <= jobs[-1].ranks:
+            return self._interp_ranks(coll, jobs, per_node, nbytes, n, model), MEASURED
         job = min(jobs, key=lambda j: abs(math.log(j.ranks / n)))
         ref = self._group(job.ranks, scope_k)
         ratio = self._job_seconds(coll, job, scope_k, nbytes, model) / model(nbytes, ref)
-        return model(nbytes, g) * ratio, how
+        return model(nbytes, g) * ratio, ANCHORED if scope_k == per_node else SCALED
+
+    def _scope(self, coll: str, per_node: int, intra: bool) -> tuple[tuple[_Job, ...], int]:
+        """The measured jobs that price a group of ``per_node`` ranks per node on this side of the node
+        boundary, and their scope: its own when measured there, else the nearest measured ranks per node
+        (none: the catalog)."""
+        key = (coll, per_node, intra)
+        hit = self._scopes_for.get(key)
+        if hit is None:
+
+            def side(k: int) -> tuple[_Job, ...]:
+                return tuple(j for j in self.scopes.get((coll, k), ()) if (j.ranks <= k) == intra)
+
+            if side(per_node):
+                hit = (side(per_node), per_node)
+            else:
+                near = sorted(
+                    (abs(math.log(k / per_node)), k) for c, k in self.scopes if c == coll and side(k)
+                )
+                hit = (side(near[0][1]), near[0][1]) if near else ((), per_node)
+            self._scopes_for[key] = hit
+        return hit
 
     def _interp_ranks(
         self, coll: str, jobs: tuple[_Job, ...], per_node: int, nbytes: float, n: int, model: Model
