@@ -90,7 +90,7 @@ def calibrations_of(
     ws = WarmStart.from_dict(warm)
     pairs: list[Pair] = [p.to_pair(space) for p in ws.pairs] if step else []
     ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
-    reserves: list[float] = []
+    reserves = list(ws.memory_reserves)
     capacity = spec.cluster.gpu.hbm_gib
     for e in evidence:
         est_peak = e.attrs.get("memory_peak_gib")
