@@ -175,6 +175,10 @@ def _result(sec: _Section, tokens: list[str], where: str) -> tuple[float, list[f
     cols = sec.columns or []
     times = [i for i, c in enumerate(cols) if c in ("time", "cputime")]
     wrong = [i for i, c in enumerate(cols) if c == "#wrong"]
+    if not times:
+        raise SpecError(
+            f"{where}: the column header names no 'time' column; keep the header lines nccl-tests prints"
+        )
     need = max(times + wrong) + 1
     if len(tokens) < need:
         raise SpecError(
