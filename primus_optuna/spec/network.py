@@ -5,27 +5,27 @@ A study names one file or a list (relative to the study file); :func:`load_netwo
 study keeps (and stores: a stored study never needs the files again; their content enters the space hash).
 
 **nccl-tests / rccl-tests logs** (``all_reduce_perf``, ``all_gather_perf``, ``reduce_scatter_perf``,
-``alltoall_perf``, ``sendrecv_perf``), their standard output as printed (NVIDIA/nccl-tests@a0b82b2,
-``src/util.cu``; rccl-tests prints the same lines):
+``alltoall_perf``, ``sendrecv_perf``), their standard output as printed (NVIDIA/nccl-tests at a0b82b22;
+rccl-tests, its fork, prints the same lines):
 
-- the header ``# nThread 1 nGpus 1 minBytes 8 maxBytes ... step: 2(factor) ...`` (``util.cu``:625), preceded
-  in recent versions by ``# Collective test starting: all_reduce_perf`` (``util.cu``:624), which names the
+- the header ``# nThread 1 nGpus 1 minBytes 8 maxBytes ... step: 2(factor) ...`` (``src/util.cu@a0b82b22``:625), preceded
+  in recent versions by ``# Collective test starting: all_reduce_perf`` (``src/util.cu@a0b82b22``:624), which names the
   collective (older logs: the file name must name the binary, e.g. ``all_reduce_perf_16n.log``);
 - one ``#  Rank  0 Group  0 Pid  1234 on     node01 device  0 [0000:18:00] NVIDIA H100 80GB HBM3`` line per
-  rank (``util.cu``:687): the ranks of one group (``NCCL_TESTS_SPLIT`` runs several groups side by side, each
+  rank (``src/util.cu@a0b82b22``:687): the ranks of one group (``NCCL_TESTS_SPLIT`` runs several groups side by side, each
   measured on its own) and, from the host names, how many of them share a node;
-- the two column-header lines (``util.cu``:756-760: ``size count type redop root`` then ``time algbw busbw
+- the two column-header lines (``src/util.cu@a0b82b22``:756-760: ``size count type redop root`` then ``time algbw busbw
   #wrong`` for out-of-place and again for in-place; older versions have no ``root`` and call the last column
-  ``error``), located by name, then one row per message size (``util.cu``:457 and 508);
-- ``# Avg bus bandwidth : ...`` and ``# Collective test concluded: ...`` (``util.cu``:778-780) close it.
+  ``error``), located by name, then one row per message size (``src/util.cu@a0b82b22``:457, 508);
+- ``# Avg bus bandwidth : ...`` and ``# Collective test concluded: ...`` (``src/util.cu@a0b82b22``:778-780) close it.
 
 Per row the bus bandwidth is taken from the measured time (more digits than the printed ``busbw`` at small
 sizes), with nccl-tests' own formula: ``algbw = size / time`` and ``busbw = algbw · 2(n−1)/n`` for all-reduce,
-``(n−1)/n`` for all-gather, reduce-scatter and all-to-all, ``1`` for send/receive (``src/all_reduce.cu``
-:59-65, ``all_gather.cu``:38-44, ``reduce_scatter.cu``:37-43, ``alltoall.cu``:48-54, ``sendrecv.cu``:38-44;
-doc/PERFORMANCE.md), averaged over the out-of-place and in-place columns. ``size`` is the printed byte count:
+``(n−1)/n`` for all-gather, reduce-scatter and all-to-all, ``1`` for send/receive (``src/all_reduce.cu@a0b82b22``
+:59-65, ``src/all_gather.cu@a0b82b22``:38-44, ``src/reduce_scatter.cu@a0b82b22``:37-43,
+``src/alltoall.cu@a0b82b22``:48-54, ``src/sendrecv.cu@a0b82b22``:38-44; ``doc/PERFORMANCE.md``), averaged over the out-of-place and in-place columns. ``size`` is the printed byte count:
 the gathered (all-gather) or reduced (reduce-scatter) total, what one rank sends in all (all-to-all),
-``common.cu``:938 ``max(sendBytes, expectedBytes)``. Size-0 rows are skipped; a row whose ``#wrong`` is not 0
+``src/common.cu@a0b82b22``:938 ``max(sendBytes, expectedBytes)``. Size-0 rows are skipped; a row whose ``#wrong`` is not 0
 is refused (nccl-tests found corrupted results). Several logs may be concatenated in one file.
 
 **CSV**: the header ``collective,ranks,ranks_per_node,bytes,busbw_gbs`` (any order), one row per
@@ -36,7 +36,7 @@ Repeated measurements of one point (several files, cycles or data types) are ave
 Example::
 
     net = load_network(["net/all_reduce_perf_2n.log", "net/extra.csv"], base_dir="studies")
-    net.rows[0]  # ("all_reduce", 16, 8, 8.0, 0.0021)
+    net.rows[0]  # ("all_reduce", 16, 8, 1024.0, 0.0100...): collective, ranks, per node, bytes, GB/s
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``cluster.network``: nccl-tests / rccl-tests logs and the CSV, read into the study.
 
-The logs under data/network/ follow nccl-tests' printf formats line for line (NVIDIA/nccl-tests@a0b82b2
+The logs under data/network/ follow nccl-tests' printf formats line for line (NVIDIA/nccl-tests@a0b82b22
 ``src/util.cu``:457, 508, 623-625, 687, 746-760, 777-780): header, one device line per rank, the two column
 headers, the result rows and the footer; ``all_gather_perf_2n.log`` is the older form without the version and
 ``Collective test starting`` lines; ``sendrecv_split.log`` ran with ``NCCL_TESTS_SPLIT="MOD 8"`` (``Group`` =
