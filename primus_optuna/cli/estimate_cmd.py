@@ -3,7 +3,8 @@ throughput with its error band (:func:`~primus_optuna.physics.uncertainty.estima
 
 Exit code 0 when the configuration is legal, 1 when it is not (the reasons are printed; memory is still
 estimated when the divisions allow it; the step time only for legal configurations). ``--explain-comm``
-adds the collective model's NCCL-style bus bandwidths on the study's cluster (1-64 nodes).
+adds the collective model's NCCL-style bus bandwidths on the study's cluster (1-64 nodes), and which collectives
+come from the cluster's measurements (``cluster.network``: which files) and which from the catalog.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any
 
 import click
 
-from ..physics.calibration import family_constants
 from ..physics.comm import Topology, bus_bandwidth_table, format_bus_bandwidth
 from ..physics.layer_mix import StageMix, stage_mixes
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
+from ..physics.network import study_topology
 from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
 from ..physics.uncertainty import estimate_band
 from ..space import Space, TrainingConfig
@@ -118,13 +119,13 @@ def _memory_table(mem: dict[str, Any]) -> list[str]:
 
 
 def comm_topology(spec: StudySpec) -> Topology:
-    """The collective model of the study's cluster, with its GPU family's efficiencies."""
-    k = family_constants(spec.cluster.gpu)
-    return Topology(spec.cluster.gpu, spec.cluster.gpus_per_node, k.coll_eff, k.a2a_eff, k.a2a_inter_eff)
+    """The collective model of the study's cluster: its GPU family's efficiencies, its measured network."""
+    return study_topology(spec)
 
 
 def comm_section(spec: StudySpec) -> list[dict[str, Any]]:
-    """``estimate --json --explain-comm``: one entry per collective, group and message size."""
+    """``estimate --json --explain-comm``: one entry per collective, group and message size, with how it was
+    priced (``source``: ``catalog`` or from the cluster's measurements)."""
     return [
         {
             "collective": r.collective,
@@ -133,9 +134,18 @@ def comm_section(spec: StudySpec) -> list[dict[str, Any]]:
             "bytes": r.nbytes,
             "seconds": r.seconds,
             "bus_gbs": r.bus_gbs,
+            "source": r.source,
         }
         for r in bus_bandwidth_table(comm_topology(spec))
     ]
+
+
+def comm_sources(spec: StudySpec) -> str:
+    """Which collectives come from the cluster's measurements (which files) and which from the catalog."""
+    net = spec.cluster.network
+    if net is None:
+        return "collectives: catalog constants for all (no cluster.network)"
+    return f"collectives: {net.describe()}"
 
 
 @click.command()
@@ -145,7 +155,8 @@ def comm_section(spec: StudySpec) -> list[dict[str, Any]]:
 @click.option(
     "--explain-comm",
     is_flag=True,
-    help="also print the collective model's NCCL-style bus bandwidths on this cluster (1-64 nodes)",
+    help="also print the collective model's NCCL-style bus bandwidths on this cluster (1-64 nodes) and which "
+    "collectives come from cluster.network's measurements (which files) or the catalog",
 )
 @user_errors
 def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) -> None:
@@ -155,6 +166,7 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
     doc = estimate_document(spec, sp, config)
     if explain_comm:
         doc["communication"] = comm_section(spec)
+        doc["communication_sources"] = comm_sources(spec)
     if as_json:
         emit_json(doc)
         raise SystemExit(0 if doc["legal"] else 1)
@@ -178,6 +190,7 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
         click.echo(format_throughput(est))
         click.echo(f"error band: {estimate_band(spec).describe(est.tokens_per_s_per_gpu)}")
     if explain_comm:
+        click.echo(comm_sources(spec))
         click.echo(format_bus_bandwidth(bus_bandwidth_table(comm_topology(spec))))
     if not doc["legal"]:
         raise SystemExit(1)

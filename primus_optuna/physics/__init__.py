@@ -12,6 +12,7 @@ from .comm import BusBandwidth, Group, Topology, bus_bandwidth_table, format_bus
 from .fidelity import FidelityReport, ranking_fidelity, spearman, top3_holds_best
 from .gemm_efficiency import EfficiencyCurve, gemm_seconds
 from .memory import BREAKDOWN_KEYS, MemoryEstimate, StageMemory, estimate_memory
+from .network import MeasuredNetwork, study_topology
 from .plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from .shapes import (
     RECOMPUTE_DROPS,
@@ -39,6 +40,8 @@ __all__ = [
     "Calibration",
     "Group",
     "Topology",
+    "MeasuredNetwork",
+    "study_topology",
     "bus_bandwidth_table",
     "format_bus_bandwidth",
     "top3_holds_best",

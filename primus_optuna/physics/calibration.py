@@ -375,6 +375,60 @@ def family_constants(gpu: GPUSpec) -> FamilyConstants:
 # --- calibration from measured trials ----------------------------------------------------------------------
 _CLAMP = (0.25, 4.0)
 
+TERM_MIN_SHARE = 0.03
+TERM_MIN_TRIALS = 4
+TERM_MIN_SPREAD = 0.25
+TERM_MAX_CORRELATION = 0.9
+"""The identifiability rule of :func:`fit_columns`: a communication term (one collective in one scope: TP's
+all-gather/reduce-scatter inside the node, DP's across nodes, EP's all-to-all, PP's send/receive, CP's ring)
+gets its own multiplier when at least ``TERM_MIN_TRIALS`` trials spend ``TERM_MIN_SHARE`` of their step in it,
+its share of the step varies across the trials (coefficient of variation ``>= TERM_MIN_SPREAD``), its share is
+not nearly proportional to the rest of the communication's or to the compute's (``|correlation| <
+TERM_MAX_CORRELATION``), and there are at least two trials per multiplier fitted; otherwise it stays in the
+pooled communication multiplier. Assumptions (not fitted): the thresholds keep a term from being fitted on a
+few trials where it barely shows."""
+
+
+def fit_columns(rows: list[tuple[dict[str, float], float]]) -> dict[str, tuple[str, ...]]:
+    """The multipliers :meth:`Calibration.fit` fits on ``rows`` (breakdown, measured step): compute, bubble,
+    each identifiable communication term (:data:`TERM_MIN_SHARE` ...) and the pooled rest of communication."""
+    columns = {g: terms for g, terms in TERM_GROUPS.items() if g != "communication"}
+    pooled = list(TERM_GROUPS["communication"])
+    steps = [sum(bd.values()) or 1.0 for bd, _ in rows]
+
+    def share(terms: Iterable[str]) -> list[float]:
+        terms = tuple(terms)
+        return [sum(bd.get(t, 0.0) for t in terms) / s for (bd, _), s in zip(rows, steps, strict=True)]
+
+    compute = share(TERM_GROUPS["compute"])
+    for term in TERM_GROUPS["communication"]:
+        if len(rows) < 2 * (len(columns) + 2):
+            break
+        own = share((term,))
+        rest = share(t for t in pooled if t != term)
+        mean = sum(own) / len(own)
+        if sum(x >= TERM_MIN_SHARE for x in own) < TERM_MIN_TRIALS or mean <= 0:
+            continue
+        spread = math.sqrt(sum((x - mean) ** 2 for x in own) / len(own)) / mean
+        if (
+            spread < TERM_MIN_SPREAD
+            or max(abs(_corr(own, rest)), abs(_corr(own, compute))) >= TERM_MAX_CORRELATION
+        ):
+            continue
+        columns[term] = (term,)
+        pooled.remove(term)
+    if pooled:
+        columns["communication"] = tuple(pooled)
+    return columns
+
+
+def _corr(a: list[float], b: list[float]) -> float:
+    """Pearson's correlation (0 when either side does not vary)."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True))
+    va, vb = sum((x - ma) ** 2 for x in a), sum((y - mb) ** 2 for y in b)
+    return cov / math.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
+
 
 @dataclass
 class Calibration:
@@ -412,7 +466,8 @@ class Calibration:
         The measured step time of each trial is ``Σ breakdown · estimate_tps / measured_tps``. With fewer than
         four trials one global scale is fitted (geometric mean of the ratios); with more, one multiplier per
         group of :data:`TERM_GROUPS` by ridge-regularised least squares on relative errors, shrunk towards the
-        global scale and clamped to [0.25, 4].
+        global scale and clamped to [0.25, 4]; a communication term the trials identify (:func:`fit_columns`)
+        gets its own multiplier, the others share the pooled one.
         """
         rows: list[tuple[dict[str, float], float]] = []
         for est, measured in pairs:
@@ -433,13 +488,13 @@ class Calibration:
         g = min(max(g, _CLAMP[0]), _CLAMP[1])
         if len(rows) < 4:
             return cls(scale=g, n_trials=len(rows))
-        groups = list(TERM_GROUPS)
-        n = len(groups)
+        columns = fit_columns(rows)
+        n = len(columns)
         # normal equations of sum_i ((x_i . a - y_i)/y_i)^2 + ridge * n_rows * sum_g (a_g - g)^2
         ata = [[0.0] * n for _ in range(n)]
         aty = [0.0] * n
         for bd, meas in rows:
-            x = [sum(bd.get(t, 0.0) for t in TERM_GROUPS[grp]) / meas for grp in groups]
+            x = [sum(bd.get(t, 0.0) for t in terms) / meas for terms in columns.values()]
             for i in range(n):
                 aty[i] += x[i]
                 for j in range(n):
@@ -450,9 +505,9 @@ class Calibration:
             aty[i] += lam * g
         sol = _solve(ata, aty)
         mult = {}
-        for grp, a in zip(groups, sol, strict=True):
+        for terms, a in zip(columns.values(), sol, strict=True):
             a = min(max(a, _CLAMP[0]), _CLAMP[1])
-            for t in TERM_GROUPS[grp]:
+            for t in terms:
                 mult[t] = a
         return cls(multipliers=mult, scale=1.0, n_trials=len(rows))
 

@@ -42,12 +42,18 @@ bandwidth · ``coll_eff``; ``αi``/``αx`` intra/inter-node step latency):
   ``moe_router_group_topk``) narrows which ranks and nodes a token can reach (:func:`hit_probability`).
 
 :func:`bus_bandwidth_table` prints NCCL-style bus bandwidths (``primus-optuna estimate --explain-comm``).
+
+A cluster's measured collectives (``cluster.network``, :mod:`.network`) replace these prices where they apply:
+each flat collective goes through :meth:`Topology._priced` with its catalog price (:meth:`Topology.catalog_model`)
+as the model the measurements are interpolated against and anchored to; DeepEP's dispatch stays the catalog's.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..spec.hardware import GB, GPUSpec
 
@@ -73,7 +79,10 @@ class Topology:
         coll_eff: float = 0.8,
         a2a_eff: float = 0.6,
         a2a_inter_eff: float | None = None,
+        measured: Any = None,
     ) -> None:
+        self.measured = measured
+        """the cluster's measured collectives (:class:`~.network.MeasuredNetwork`; None: the catalog alone)"""
         self.gpu = gpu
         self.gpn = gpus_per_node
         self.coll_eff = coll_eff
@@ -143,15 +152,42 @@ class Topology:
         bw, _ = self.ring_bw(g)
         return (n - 1) / n * nbytes / (bw * self.coll_eff) + self._steps_latency(g, 1)
 
-    def all_gather(self, nbytes: float, g: Group, hierarchical: bool = False) -> float:
-        """All-gather (= reduce-scatter) of ``nbytes``: NCCL's ring; ``hierarchical`` (DP groups): or 2-D."""
-        ring = self.ring_all_gather(nbytes, g)
-        if hierarchical and ring > 0:
-            two_d = self._two_d(nbytes, g, self.ring_all_gather, 1)
-            return min(ring, two_d)
-        return ring
+    def _priced(self, coll: str, nbytes: float, g: Group, model: Callable[[float, Group], float]) -> float:
+        """``model``'s price of ``coll``, or the measured network's where it has one (:mod:`.network`)."""
+        if self.measured is None:
+            return model(nbytes, g)
+        return self.measured.seconds(coll, nbytes, g, self, model)[0]
 
-    reduce_scatter = all_gather
+    def catalog_model(self, coll: str) -> Callable[[float, Group], float]:
+        """The catalog's price of one flat collective (what measurements replace): NCCL's ring (and tree for
+        all-reduce), the all-to-all and the point-to-point send."""
+        return {
+            "all_reduce": self._flat_all_reduce,
+            "all_gather": self.ring_all_gather,
+            "reduce_scatter": self.ring_all_gather,
+            "all_to_all": self._model_all_to_all,
+            "send_recv": self._model_p2p,
+        }[coll]
+
+    def priced_by(self, coll: str, nbytes: float, g: Group) -> str:
+        """How :meth:`_priced` prices ``coll`` over ``g``: ``catalog``, ``measured``, ... (:mod:`.network`)."""
+        if self.measured is None or g.size <= 1:
+            return "catalog"
+        return self.measured.seconds(coll, nbytes, g, self, self.catalog_model(coll))[1]
+
+    def all_gather(self, nbytes: float, g: Group, hierarchical: bool = False) -> float:
+        """All-gather of ``nbytes`` (the gathered size): NCCL's ring; ``hierarchical`` (DP groups): or 2-D."""
+        return self._gather_or_scatter("all_gather", nbytes, g, hierarchical)
+
+    def reduce_scatter(self, nbytes: float, g: Group, hierarchical: bool = False) -> float:
+        """Reduce-scatter of ``nbytes`` (the reduced size): priced as the all-gather by the catalog."""
+        return self._gather_or_scatter("reduce_scatter", nbytes, g, hierarchical)
+
+    def _gather_or_scatter(self, coll: str, nbytes: float, g: Group, hierarchical: bool) -> float:
+        ring = self._priced(coll, nbytes, g, self.ring_all_gather)
+        if hierarchical and ring > 0:
+            return min(ring, self._two_d(nbytes, g, coll))
+        return ring
 
     def ring_all_reduce(self, nbytes: float, g: Group) -> float:
         n = g.size
@@ -176,18 +212,18 @@ class Topology:
         ``hierarchical`` (DP groups): also the 2-D decomposition."""
         if g.size <= 1 or nbytes <= 0:
             return 0.0
-        best = min(self.ring_all_reduce(nbytes, g), self.tree_all_reduce(nbytes, g))
+        best = self._priced("all_reduce", nbytes, g, self._flat_all_reduce)
         if hierarchical:
-            best = min(best, self._two_d(nbytes, g, self._flat_all_reduce, 2))
+            best = min(best, self._two_d(nbytes, g, "all_reduce"))
         return best
 
     def _flat_all_reduce(self, nbytes: float, g: Group) -> float:
         return min(self.ring_all_reduce(nbytes, g), self.tree_all_reduce(nbytes, g))
 
-    def _two_d(self, nbytes: float, g: Group, inter_op, passes: int) -> float:
-        """2-D: ``passes`` intra-node ring passes over the ``k`` local members (reduce-scatter, and for an
-        all-reduce the all-gather after it) around ``inter_op`` of ``nbytes / k`` over the ``N`` nodes, one
-        member per node on its own NIC share."""
+    def _two_d(self, nbytes: float, g: Group, coll: str) -> float:
+        """2-D: intra-node ring passes over the ``k`` local members (the reduce-scatter, all-gather, or for an
+        all-reduce both) around ``coll`` of ``nbytes / k`` over the ``N`` nodes, one member per node on its own
+        NIC share."""
         if self.intra(g):
             return math.inf
         k, nn = self.members_per_node(g), self.nodes(g)
@@ -195,12 +231,22 @@ class Topology:
             return math.inf
         local = Group(k, g.inner)
         across = Group(nn, g.inner * max(1, self.gpn // max(1, g.inner)))
-        return passes * self.ring_all_gather(nbytes, local) + inter_op(nbytes / k, across)
+        passes = ("reduce_scatter", "all_gather") if coll == "all_reduce" else (coll,)
+        inside = sum(self._priced(p, nbytes, local, self.ring_all_gather) for p in passes)
+        return inside + self._priced(coll, nbytes / k, across, self.catalog_model(coll))
 
     def all_to_all(
         self, nbytes: float, g: Group, intra_eff: float | None = None, inter_eff: float | None = None
     ) -> float:
-        """``nbytes`` = what one rank sends in total (balanced: 1/n of it to each rank, itself included)."""
+        """``nbytes`` = what one rank sends in total (balanced: 1/n of it to each rank, itself included);
+        explicit efficiencies price it by the catalog's formula alone."""
+        if intra_eff is not None or inter_eff is not None:
+            return self._model_all_to_all(nbytes, g, intra_eff, inter_eff)
+        return self._priced("all_to_all", nbytes, g, self._model_all_to_all)
+
+    def _model_all_to_all(
+        self, nbytes: float, g: Group, intra_eff: float | None = None, inter_eff: float | None = None
+    ) -> float:
         n = g.size
         if n <= 1 or nbytes <= 0:
             return 0.0
@@ -255,6 +301,9 @@ class Topology:
 
     def p2p(self, nbytes: float, g: Group) -> float:
         """One send/receive between neighbours of group ``g`` (e.g. adjacent pipeline stages)."""
+        return self._priced("send_recv", nbytes, g, self._model_p2p)
+
+    def _model_p2p(self, nbytes: float, g: Group) -> float:
         if g.size <= 1 or nbytes <= 0:
             return 0.0
         if self.intra(g):
@@ -313,6 +362,8 @@ class BusBandwidth:
     ranks: int
     nbytes: float
     seconds: float
+    source: str = "catalog"
+    """how the collective was priced: ``catalog``, or from the cluster's measurements (:mod:`.network`)"""
 
     @property
     def bus_gbs(self) -> float:
@@ -329,7 +380,7 @@ def bus_bandwidth_table(
     gpus: tuple[int, ...] | None = None,
 ) -> list[BusBandwidth]:
     """All-reduce / all-gather / reduce-scatter over every GPU of 1-64 nodes (``gpus``: single-node group
-    sizes instead), NCCL's algorithms (ring, tree) as the model prices them."""
+    sizes instead), NCCL's algorithms (ring, tree) as the model prices them, or the cluster's measurements."""
     groups = [Group(g, 1) for g in gpus] if gpus else [Group(n * topo.gpn, 1) for n in nodes]
     out = []
     for g in groups:
@@ -339,22 +390,37 @@ def bus_bandwidth_table(
                 ("all_gather", topo.all_gather),
                 ("reduce_scatter", topo.reduce_scatter),
             ):
-                out.append(BusBandwidth(name, topo.nodes(g), g.size, float(size), fn(size, g)))
+                src = topo.priced_by(name, size, g)
+                out.append(BusBandwidth(name, topo.nodes(g), g.size, float(size), fn(size, g), src))
     return out
 
 
+SOURCE_MARKS = {"catalog": "", "measured": "*"}
+"""the table's mark after a bus bandwidth by how it was priced (any other measured-based price: ``~``)"""
+
+
 def format_bus_bandwidth(rows: list[BusBandwidth]) -> str:
-    """A text table: one line per (collective, group), bus bandwidth (GB/s) per message size."""
+    """A text table: one line per (collective, group), bus bandwidth (GB/s) per message size (``*``: measured,
+    ``~``: the model anchored at the measurements)."""
     sizes = sorted({r.nbytes for r in rows})
     head = f"{'collective':<15}{'nodes':>6}{'ranks':>6}" + "".join(f"{_size_label(s):>11}" for s in sizes)
     lines = ["NCCL-style bus bandwidth (GB/s) by message size:", head]
-    keyed: dict[tuple[str, int], dict[float, float]] = {}
+    keyed: dict[tuple[str, int], dict[float, BusBandwidth]] = {}
     for r in rows:
-        keyed.setdefault((r.collective, r.ranks), {})[r.nbytes] = r.bus_gbs
+        keyed.setdefault((r.collective, r.ranks), {})[r.nbytes] = r
     for (name, ranks), by_size in keyed.items():
-        nodes = next(r.nodes for r in rows if r.collective == name and r.ranks == ranks)
-        cells = "".join(f"{by_size.get(s, 0.0):>11.1f}" for s in sizes)
+        nodes = next(iter(by_size.values())).nodes
+        cells = ""
+        for s in sizes:
+            r = by_size.get(s)
+            mark = SOURCE_MARKS.get(r.source, "~") if r else ""
+            value = r.bus_gbs if r else 0.0
+            cells += f"{value:>10.1f}{mark}" if mark else f"{value:>11.1f}"
         lines.append(f"{name:<15}{nodes:>6}{ranks:>6}{cells}")
+    if any(r.source != "catalog" for r in rows):
+        lines.append(
+            "* measured (cluster.network), ~ the catalog model anchored at the measurements, else catalog"
+        )
     return "\n".join(lines)
 
 

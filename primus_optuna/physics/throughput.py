@@ -69,6 +69,7 @@ from .flops import (
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
 from .layer_mix import StageMix, chunk_counts, even_fallback, rank_layer_params, stage_mixes
+from .network import study_topology
 from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing
 from .shapes import embedding_params, output_params
 from .spec_cache import per_spec
@@ -224,9 +225,7 @@ class _Context:
         m, w, gpu = spec.model, spec.workload, spec.cluster.gpu
         self.model = m
         self.k: FamilyConstants = family_constants(gpu)
-        self.topo = Topology(
-            gpu, spec.cluster.gpus_per_node, self.k.coll_eff, self.k.a2a_eff, self.k.a2a_inter_eff
-        )
+        self.topo: Topology = study_topology(spec)  # the catalog's, with cluster.network's measurements
         self.seq = w.seq_length
         self.gbs = w.global_batch_size
         self.world = spec.world

@@ -134,6 +134,16 @@ def _schema_race(exc: BaseException) -> bool:
 HASHED_SECTIONS = ("model", "cluster", "workload", "search")
 
 
+def _short(value: Any, width: int = 80) -> str:
+    """``repr(value)``, a long list as its length (e.g. ``cluster.network``'s measured rows)."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    return text[: width - 3] + "..."
+
+
 def changed_fields(stored: Any, spec: StudySpec, limit: int = 8) -> str:
     """``search.axes.mbs: [1, 2] -> [1, 2, 4]; ...``: the space-defining fields of the stored study file
     (study attr ``primus_spec``) that differ from ``spec`` ("" when there is no stored copy)."""
@@ -147,7 +157,7 @@ def changed_fields(stored: Any, spec: StudySpec, limit: int = 8) -> str:
             for k in sorted(set(a) | set(b), key=str):
                 walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
         elif a != b:
-            diffs.append(f"{path}: {a!r} -> {b!r}")
+            diffs.append(f"{path}: {_short(a)} -> {_short(b)}")
 
     for section in HASHED_SECTIONS:
         a, b = stored.get(section), new.get(section)

@@ -41,6 +41,8 @@ class Measurement:
     """``analytical`` (the estimate), ``profiled`` (single-device profile extrapolated) or ``measured``"""
     peak_memory_gib: float | None = None
     log_path: str | None = None
+    peak_reserved_gib: float | None = None
+    """the allocator's reserved peak where the framework prints it (the memory gate learns its reserve)"""
     details: dict[str, Any] = field(default_factory=dict)
     """runner-specific extras (breakdown, steps averaged, profile cache hits, ...); JSON-serialisable"""
 

@@ -376,6 +376,7 @@ class CommandRunner:
             step_time_s=parsed.step_time_s,
             source="measured",
             peak_memory_gib=parsed.peak_memory_gib,
+            peak_reserved_gib=parsed.peak_reserved_gib,
             log_path=str(log_path),
             details={
                 **parsed.to_dict(),

@@ -13,7 +13,8 @@ Per logged iteration the *instantaneous* value (the first of ``X/Y``) is read; t
 When a line prints no tokens/s/GPU it is derived: ``seq_length × global_batch / (elapsed_ms / 1000) / world``.
 Primus prints memory with ``/1024**3`` but labels it ``GB``: it is read as GiB. The peak is the maximum over
 ranks: Primus's ``rocm max mem usage`` (its own all-reduce over ranks), Megatron's ``report_memory`` lines of
-every rank that prints them; Primus's ``hip mem usage`` (one rank's memory in use) is not a peak.
+every rank that prints them; Primus's ``hip mem usage`` (one rank's memory in use) is not a peak. The reserved
+peak (Megatron's ``max reserved``, TorchTitan's ``memory:``) is kept beside it (``peak_reserved_gib``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ _MEM_GIB = (
 # (megatron/training/utils/common_utils.py@d98e8a64:313-334), "[Rank N] (after k iterations) memory (MB) | ...
 # | max allocated: X | ...": the peak is the maximum over those ranks
 _MEM_MIB = re.compile(r"(?:\[Rank (\d+)\].*)?memory \(MB\).*?max allocated:\s*" + _NUM)
+# The reserved peak (the caching allocator's, which the device must hold): Megatron's "max reserved" in the same
+# report_memory line (torch.cuda.max_memory_reserved, common_utils.py@d98e8a64:322-325); TorchTitan's
+# "memory: X GiB" is its max reserved (reserved_bytes.all.peak, torchtitan/components/metrics.py@b5bcd76c
+# :68-70, printed at :531), read as the peak above too, so its reserve over the allocated peak reads as 0
+_RESERVED_MIB = re.compile(r"(?:\[Rank (\d+)\].*)?memory \(MB\).*?max reserved:\s*" + _NUM)
+_RESERVED_GIB = re.compile(r"()\bmemory:\s*" + _NUM + r"\s*GiB")
 # Not a peak: Primus's "hip mem usage" is the printing (last) rank's memory in use at that moment
 # (print_rank_last_patches.py@fd1eeabb:259-270); TorchTitan's "memory usage/free/total" likewise.
 
@@ -95,6 +102,9 @@ class ParsedLog:
     """the largest peak any rank reported (None when the log reports no peak)"""
     peak_memory_by_rank: dict[int, float] = field(default_factory=dict)
     """each rank's largest reported peak, for lines that name their rank"""
+    peak_reserved_gib: float | None = None
+    """the largest reserved peak (the allocator's, allocated plus its cache) any rank reported, where the
+    framework prints one (None otherwise)"""
     oom_line: str | None = None
 
     @property
@@ -116,6 +126,7 @@ class ParsedLog:
             "tflops_per_gpu": self.tflops_per_gpu,
             "peak_memory_gib": self.peak_memory_gib,
             "peak_memory_by_rank": {str(k): v for k, v in sorted(self.peak_memory_by_rank.items())},
+            "peak_reserved_gib": self.peak_reserved_gib,
             "oom": self.oom,
         }
 
@@ -157,6 +168,15 @@ def _memory(line: str) -> tuple[int | None, float] | None:
     return None
 
 
+def _reserved(line: str) -> float | None:
+    """The reserved peak (GiB) a line reports."""
+    if m := _RESERVED_MIB.search(line):
+        return _f(m.group(2)) / 1024
+    if m := _RESERVED_GIB.search(line):
+        return _f(m.group(2))
+    return None
+
+
 def robust_mean(values: list[float]) -> float:
     """The median (robust to stragglers, checkpoint stalls and GC pauses)."""
     return float(statistics.median(values))
@@ -189,6 +209,8 @@ def parse_log(
             peak = mem if peak is None else max(peak, mem)
             if rank is not None:
                 out.peak_memory_by_rank[rank] = max(mem, out.peak_memory_by_rank.get(rank, 0.0))
+        if (reserved := _reserved(line)) is not None:
+            out.peak_reserved_gib = max(reserved, out.peak_reserved_gib or 0.0)
         rec = _parse_line(line)
         if rec is None:
             continue

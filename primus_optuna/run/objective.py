@@ -253,6 +253,8 @@ def make_objective(
             )
             if m.peak_memory_gib is not None:
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
+                if m.peak_reserved_gib is not None:
+                    result["measured_reserved_memory_gib"] = round(m.peak_reserved_gib, 3)
                 if not getattr(runner, "measures_cluster_memory", True):
                     result["counts_for_memory"] = False
         if repeated:

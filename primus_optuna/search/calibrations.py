@@ -2,8 +2,8 @@
 
 Nothing is refitted and stored: the step-time :class:`~primus_optuna.physics.calibration.Calibration` and the
 :class:`~primus_optuna.physics.memory_calibration.MemoryCalibration` are functions of the evidence in storage —
-every measured trial (complete, or stopped early with a partial measurement), every measured peak, every
-out-of-memory run, plus what a warm start imported (study system attr ``primus:warm_start``). The sampler,
+every measured trial (complete, or stopped early with a partial measurement), every measured peak (and the
+reserved peak beside it, the framework's allocator reserve), every out-of-memory run, plus what a warm start imported (study system attr ``primus:warm_start``). The sampler,
 the memory gate, the objective, the warm start and the report all call this one helper, so no refit can forget
 evidence (a warm start keeps the study's own out-of-memory runs) and concurrent workers never overwrite each
 other's fit.
@@ -60,13 +60,17 @@ class StudyCalibrations:
     """(configuration, estimate, measured) of every measured trial and imported pair"""
     memory_ratios: list[float] = field(default_factory=list)
     oom_bounds: list[float] = field(default_factory=list)
+    memory_reserves: list[float] = field(default_factory=list)
+    """reserved − allocated peak (GiB) of every measured trial that reported both"""
 
     def step_dict(self) -> dict[str, Any] | None:
         """The step-time calibration as a JSON dict, ``None`` when nothing was measured."""
         return self.step.to_dict() if self.pairs else None
 
     def memory_dict(self) -> dict[str, Any] | None:
-        return self.memory.to_dict() if (self.memory_ratios or self.oom_bounds) else None
+        return (
+            self.memory.to_dict() if (self.memory_ratios or self.oom_bounds or self.memory_reserves) else None
+        )
 
 
 def counts_for_memory(attrs: dict[str, Any]) -> bool:
@@ -86,6 +90,7 @@ def calibrations_of(
     ws = WarmStart.from_dict(warm)
     pairs: list[Pair] = [p.to_pair(space) for p in ws.pairs] if step else []
     ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
+    reserves = list(ws.memory_reserves)
     capacity = spec.cluster.gpu.hbm_gib
     for e in evidence:
         est_peak = e.attrs.get("memory_peak_gib")
@@ -95,10 +100,16 @@ def calibrations_of(
             continue
         if e.state == "COMPLETE" and e.attrs.get("measured_peak_memory_gib"):
             ratios.append(float(e.attrs["measured_peak_memory_gib"]) / float(est_peak))
+            if e.attrs.get("measured_reserved_memory_gib"):
+                reserves.append(
+                    float(e.attrs["measured_reserved_memory_gib"])
+                    - float(e.attrs["measured_peak_memory_gib"])
+                )
         elif e.attrs.get("failure_reason") == "oom":
             bounds.append(capacity / float(est_peak))
     fit = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
-    return StudyCalibrations(fit, MemoryCalibration.fit(ratios, bounds), pairs, ratios, bounds)
+    memory = MemoryCalibration.fit(ratios, bounds, reserves, capacity)
+    return StudyCalibrations(fit, memory, pairs, ratios, bounds, reserves)
 
 
 def trial_evidence(

@@ -21,7 +21,9 @@ User attrs written: ``memory_peak_gib``, ``memory_usable_gib``, ``memory_peak_st
 (e.g. ``"memory: 301.2 GiB on stage 3 > 259.2 GiB usable"``) when pruned. The study's
 :class:`~primus_optuna.physics.memory_calibration.MemoryCalibration` (derived from its trials by
 :func:`~primus_optuna.search.calibrations.study_calibrations`) decides when it is not the identity
-(``memory_peak_calibrated_gib``; the reason says so).
+(``memory_peak_calibrated_gib``; the reason says so); once measured runs printed their reserved peak it also
+compares the reserved estimate (calibrated peak + the learned reserve, ``memory_reserved_calibrated_gib``) with
+the device's capacity.
 
 Example::
 
@@ -74,7 +76,15 @@ def memory_attrs(
         return estimate.fits, attrs
     peak, fits = calibration.apply(estimate)
     attrs["memory_peak_calibrated_gib"] = round(peak, 3)
-    if not fits:
+    if calibration.reserve_gib > 0:
+        attrs["memory_reserved_calibrated_gib"] = round(calibration.reserved(estimate), 3)
+    if not fits and peak <= estimate.usable_gib:  # the allocated estimate fits, the reserved one does not
+        attrs["prune_reason"] = (
+            f"memory: {calibration.reserved(estimate):.1f} GiB reserved on stage {estimate.peak_stage} > "
+            f"{estimate.capacity_gib:.1f} GiB device ({peak:.1f} GiB allocated + the framework's reserve; "
+            f"model {estimate.peak_gib:.1f} GiB, {calibration.describe()})"
+        )
+    elif not fits:
         attrs["prune_reason"] = (
             f"memory: {peak:.1f} GiB on stage {estimate.peak_stage} > {estimate.usable_gib:.1f} GiB usable "
             f"(model {estimate.peak_gib:.1f} GiB, {calibration.describe()})"

@@ -194,10 +194,20 @@ def space_hash(spec: StudySpec) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+CLUSTER_HASHED_WHEN_SET: tuple[str, ...] = ("network",)
+"""cluster fields added after studies were written: they enter the hash only when set (a network file's
+measured rows do, so a changed file is not silently mixed with trials estimated under the old one)"""
+
+
 def hashed_cluster(cluster: dict[str, Any]) -> dict[str, Any]:
-    """The cluster as :func:`space_hash` sees it: without ``gpus_per_host`` (the cluster's and the GPU's), which
-    only says how a launch is split over hosts, never what a configuration means or is estimated at."""
-    out = {k: v for k, v in cluster.items() if k != "gpus_per_host"}
+    """The cluster as :func:`space_hash` sees it: :data:`CLUSTER_HASHED_WHEN_SET` only when not None, and
+    without ``gpus_per_host`` (the cluster's and the GPU's), which only says how a launch is split over hosts,
+    never what a configuration means or is estimated at."""
+    out = {
+        k: v
+        for k, v in cluster.items()
+        if k != "gpus_per_host" and (k not in CLUSTER_HASHED_WHEN_SET or v is not None)
+    }
     out["gpu"] = {k: v for k, v in cluster["gpu"].items() if k != "gpus_per_host"}
     return out
 

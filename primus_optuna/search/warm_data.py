@@ -45,6 +45,8 @@ class WarmStart:
     pairs: list[ImportedPair] = field(default_factory=list)
     memory_ratios: list[float] = field(default_factory=list)
     oom_bounds: list[float] = field(default_factory=list)
+    memory_reserves: list[float] = field(default_factory=list)
+    """reserved − allocated peak (GiB) of the earlier measured runs on the same GPU that printed both"""
     offers: list[dict[str, Any]] = field(default_factory=list)
     """params of the earlier best configurations legal here, best first"""
     notes: list[str] = field(default_factory=list)
@@ -56,6 +58,7 @@ class WarmStart:
             "pairs": [p.__dict__ for p in self.pairs],
             "memory_ratios": self.memory_ratios,
             "oom_bounds": self.oom_bounds,
+            **({"memory_reserves": self.memory_reserves} if self.memory_reserves else {}),
             "offers": self.offers,
             "notes": self.notes,
             "ranking": self.ranking,
@@ -70,6 +73,7 @@ class WarmStart:
             pairs=[ImportedPair(**p) for p in data.get("pairs", [])],
             memory_ratios=[float(x) for x in data.get("memory_ratios", [])],
             oom_bounds=[float(x) for x in data.get("oom_bounds", [])],
+            memory_reserves=[float(x) for x in data.get("memory_reserves", [])],
             offers=list(data.get("offers", [])),
             notes=list(data.get("notes", [])),
             ranking=dict(data.get("ranking", {})),

@@ -138,6 +138,9 @@ def load_warm_start(
                 peak = estimate_memory(old, config).peak_gib
                 if peak > 0:
                     ws.memory_ratios.append(float(ua["measured_peak_memory_gib"]) / peak)
+                if ua.get("measured_reserved_memory_gib"):
+                    reserved = float(ua["measured_reserved_memory_gib"])
+                    ws.memory_reserves.append(reserved - float(ua["measured_peak_memory_gib"]))
             new = legal_config(space, config)[0]
             tag = f"{source}#{t.number}"
             if new is not None and est_old.tokens_per_s_per_gpu > 0:

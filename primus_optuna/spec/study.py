@@ -32,6 +32,7 @@ from ..redaction import MASK, looks_secret, redact_data
 from .hardware import GPU_CATALOG, GPUSpec, gpu_key, with_overrides
 from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
+from .network import NetworkSpec, network_field
 from .optimizer import OPTIMIZER_DTYPE_FIELDS, PRECISION_AWARE_FIELDS  # noqa: F401 (re-exported)
 from .recompute import parse_recompute
 from .strict import StrictIntModel
@@ -129,6 +130,28 @@ class ClusterSpec(_Strict):
     """GPUs per host (one operating system: a server, a GB200/GB300 compute tray); launches start one process
     group per host. Default: the GPU's own (4 on GB200/GB300, ``GPUSpec.gpus_per_host``), else the node's.
     The network model keeps the node (the NVLink domain): a node of 64 GB200 GPUs is 16 hosts of 4."""
+    network: NetworkSpec | None = None
+    """the cluster's measured collectives (:mod:`.network`): a nccl-tests log or CSV path, or a list of them,
+    relative to the study file; read at load time (None: the catalog's collective model)"""
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _read_network(cls, v: Any, info: ValidationInfo) -> Any:
+        try:
+            return network_field(v, (info.context or {}).get("base_dir", "."))
+        except SpecError as exc:
+            raise ValueError(str(exc).removeprefix("cluster.network: ")) from None
+
+    @model_validator(mode="after")
+    def _network_scope(self) -> ClusterSpec:
+        if self.network is not None:
+            wide = max((r[2] for r in self.network.rows), default=0)
+            if wide > self.gpus_per_node:
+                raise ValueError(
+                    f"network: measured with {wide} ranks per node but cluster.gpus_per_node is "
+                    f"{self.gpus_per_node}; give measurements of this cluster (or fix gpus_per_node)"
+                )
+        return self
 
     @field_validator("gpu", mode="before")
     @classmethod

@@ -129,6 +129,39 @@ def test_explain_comm_prints_nccl_style_bus_bandwidths() -> None:
     rows = json.loads(out)["communication"]
     assert {r["nodes"] for r in rows} == {1, 2, 4, 8, 16, 32, 64}
     assert all(0 < r["bus_gbs"] <= 400 for r in rows if r["nodes"] > 1)
+    assert {r["source"] for r in rows} == {"catalog"}
+    assert "catalog constants for all" in json.loads(out)["communication_sources"]
+
+
+def test_explain_comm_says_which_collectives_were_measured(tmp_path) -> None:
+    """With ``cluster.network`` the measured bus bandwidths replace the catalog's (marked ``*``, ``~`` where the
+    model is anchored beyond them), and the sources line names the file per collective."""
+    import yaml
+
+    from tests.conftest import STUDIES
+
+    net = STUDIES.parent / "tests" / "spec" / "data" / "network" / "cloud.csv"
+    data = yaml.safe_load((STUDIES / "llama3.1-70b-h100-bf16.yaml").read_text())
+    data["cluster"]["network"] = str(net)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(cli, ["estimate", str(study), "--explain-comm"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"all_reduce measured ({net})" in out
+    assert "all_to_all, send_recv from the catalog" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("all_reduce") and ln.split()[2] == "64")
+    assert line.split()[3:] == ["2.2*", "7.1*", "10.2*", "11.0*"]  # 64 ranks of 8 per node: measured
+    assert any(
+        ln.startswith("all_reduce") and ln.split()[2] == "128" and "~" in ln for ln in out.splitlines()
+    )
+    rows = json.loads(CliRunner().invoke(cli, ["estimate", str(study), "--explain-comm", "--json"]).output)
+    big = next(
+        r
+        for r in rows["communication"]
+        if r["collective"] == "all_reduce" and r["ranks"] == 64 and r["bytes"] == 2**30
+    )
+    assert big["source"] == "measured" and big["bus_gbs"] == pytest.approx(11.0)
 
 
 def test_each_stage_shows_its_pipeline_work_and_the_one_that_sets_the_pace() -> None:

@@ -34,3 +34,34 @@ def test_apply_compares_the_calibrated_peak_with_usable_memory():
     peak, fits = MemoryCalibration(scale=factor).apply(est)
     assert fits and peak == pytest.approx(est.peak_gib * factor)
     assert not MemoryCalibration(scale=1.0).apply(est)[1]
+
+
+def test_the_reserve_is_learned_from_reserved_peaks_and_gates_against_capacity():
+    cal = MemoryCalibration.fit([1.0, 1.0, 1.0], [], reserves=[3.0, 5.0, 4.0])
+    assert cal.reserve_gib == pytest.approx(4.0) and cal.n_reserve == 3 and not cal.is_identity
+    assert MemoryCalibration.from_dict(cal.to_dict()) == cal
+    # a stored calibration of before keeps reading as it was
+    assert MemoryCalibration.from_dict({"scale": 0.9, "n_trials": 2, "n_oom": 0}) == MemoryCalibration(
+        0.9, 2, 0
+    )
+    spec = StudySpec.from_dict(small_moe_study())
+    est = next(estimate_memory(spec, c) for c in Space(spec).configs() if estimate_memory(spec, c).fits)
+    near = est.capacity_gib - est.peak_gib
+    assert MemoryCalibration.fit([1.0], [], [near - 0.5]).apply(est)[1]
+    assert not MemoryCalibration.fit([1.0], [], [near + 0.5]).apply(est)[1]
+    assert MemoryCalibration.fit([1.0], [], [near + 0.5]).reserved(est) == pytest.approx(
+        est.capacity_gib + 0.5
+    )
+
+
+def test_with_a_reserve_an_out_of_memory_run_bounds_the_allocated_peak_below_capacity_minus_reserve():
+    # a 100 GiB device, a 10 GiB reserve: a run estimated at 95 GiB ran out, so its allocated ratio was at
+    # least (100 - 10) / 95, not 100 / 95; the gate then refuses it again through the reserved check
+    cal = MemoryCalibration.fit([0.8], [100 / 95], [10.0], capacity_gib=100.0)
+    assert cal.scale == pytest.approx(90 / 95)
+    assert cal.scale * 95 + cal.reserve_gib == pytest.approx(100.0)
+    spec = StudySpec.from_dict(small_moe_study())
+    est = next(estimate_memory(spec, c) for c in Space(spec).configs() if estimate_memory(spec, c).fits)
+    ran_out = MemoryCalibration.fit([0.8], [est.capacity_gib / est.peak_gib], [10.0], est.capacity_gib)
+    assert not ran_out.apply(est)[1]  # the configuration that ran out stays out
+    assert MemoryCalibration.fit([0.8], [100 / 95]).scale == pytest.approx(100 / 95)  # without: as before

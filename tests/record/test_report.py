@@ -216,3 +216,27 @@ def test_report_has_the_capacity_plan_when_the_study_names_targets(tmp_path: Pat
     plain = optuna.create_study(study_name="plain", storage=storage)
     plain.set_user_attr("primus_spec", StudySpec.from_dict(small_dense_study()).to_public_dict())
     assert "Capacity plan" not in build_report(storage, "plain", tmp_path / "p")["md"].read_text()
+
+
+def test_report_says_which_collectives_were_measured(tmp_path: Path) -> None:
+    """A study with ``cluster.network``: the Setup names the measured collectives, their file, and the rest
+    from the catalog (a study without one has no such line)."""
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import small_moe_study
+
+    net = tmp_path / "net.csv"
+    net.write_text("collective,ranks,ranks_per_node,bytes,busbw_gbs\nall_reduce,8,4,1048576,5.0\n")
+    data = small_moe_study()
+    data["cluster"]["network"] = "net.csv"
+    spec = StudySpec.from_dict(data, base_dir=tmp_path)
+    storage = f"sqlite:///{tmp_path / 'n.db'}"
+    study = optuna.create_study(study_name="net", storage=storage)
+    study.set_user_attr("primus_spec", spec.to_public_dict())
+    md = build_report(storage, "net", tmp_path / "r")["md"].read_text()
+    assert (
+        "**Collectives**: all_reduce measured (net.csv); all_gather, reduce_scatter, all_to_all, send_recv from "
+        "the catalog" in md
+    )
+    plain = optuna.create_study(study_name="plain", storage=storage)
+    plain.set_user_attr("primus_spec", StudySpec.from_dict(small_moe_study()).to_public_dict())
+    assert "**Collectives**" not in build_report(storage, "plain", tmp_path / "p")["md"].read_text()

@@ -167,3 +167,21 @@ def test_public_spec_masks_urls_in_every_option_and_survives_numeric_env(tmp_pat
     assert "mlpw9876" not in text and "pa/ss1234" not in text
     assert public["runner"]["options"]["env"]["TOKENIZERS_PARALLELISM"] == "false"
     assert public["model"]["vocab_size"] == 128256
+
+
+def test_resuming_after_the_network_file_changed_is_refused_and_says_so_briefly(tmp_path):
+    """``cluster.network``'s measured points enter the space hash: a study resumed with another file's content
+    is refused, the difference named by its length, not hundreds of rows."""
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    rows = "".join(f"all_reduce,8,4,{2**k},{k}.0\n" for k in range(10, 30))
+    (tmp_path / "net.csv").write_text("collective,ranks,ranks_per_node,bytes,busbw_gbs\n" + rows)
+    data = small_moe_study()
+    data["cluster"]["network"] = "net.csv"
+    open_study(StudySpec.from_dict(data, base_dir=tmp_path), storage=url)
+    (tmp_path / "net.csv").write_text(
+        "collective,ranks,ranks_per_node,bytes,busbw_gbs\n" + rows.replace(",12.0", ",9.0")
+    )
+    with pytest.raises(SpecError, match="changes the space") as err:
+        open_study(StudySpec.from_dict(data, base_dir=tmp_path), storage=url)
+    assert "cluster.network.rows: [20 items] -> [20 items]" in str(err.value)
+    assert len(str(err.value)) < 2000

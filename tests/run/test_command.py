@@ -30,6 +30,7 @@ def test_replays_megatron_log(spec, tmp_path: Path) -> None:
     assert m.step_time_s == pytest.approx(36.2501)
     assert m.tokens_per_s_per_gpu == pytest.approx(8192 * 128 / 36.2501 / 64)
     assert m.peak_memory_gib == pytest.approx(147.0)
+    assert m.peak_reserved_gib == pytest.approx(160000.0 / 1024)  # its "max reserved", beside the peak
     assert Path(m.log_path or "").read_text().count("consumed samples") == 7
     assert m.details["iterations_averaged"] == [3, 4, 5, 6, 7]
 
@@ -38,6 +39,7 @@ def test_replays_primus_log(spec, tmp_path: Path) -> None:
     m = CommandRunner(spec, fake_argv("replay", "primus.log")).run(baseline(spec), _ctx(spec, tmp_path))
     assert m.tokens_per_s_per_gpu == pytest.approx(3620.8)
     assert m.peak_memory_gib is None  # "hip mem usage" is one rank's memory in use, not a peak
+    assert m.peak_reserved_gib is None
 
 
 def test_oom(spec, tmp_path: Path) -> None:

@@ -126,3 +126,16 @@ def test_ansi_and_duplicate_ranks() -> None:
 def test_tail() -> None:
     text = "\n".join(str(i) for i in range(100))
     assert tail(text, lines=3) == "97\n98\n99"
+
+
+def test_reserved_peak_is_read_beside_the_allocated_one() -> None:
+    """Megatron's report_memory prints ``max reserved`` after ``max allocated`` (common_utils.py@d98e8a64
+    :322-325); TorchTitan's ``memory:`` is its reserved peak (metrics.py@b5bcd76c:68-70, 531); a log without
+    either has none."""
+    mega = parse_log(_read("megatron.log"), seq_length=8192, world_size=64)
+    assert mega.peak_memory_gib == pytest.approx(150528.0 / 1024)
+    assert mega.peak_reserved_gib == pytest.approx(160000.0 / 1024)
+    assert mega.to_dict()["peak_reserved_gib"] == pytest.approx(160000.0 / 1024)
+    titan = parse_log(_read("torchtitan.log"), seq_length=8192, world_size=8, global_batch_size=8)
+    assert titan.peak_reserved_gib == pytest.approx(45.25)
+    assert parse_log(_read("primus.log")).peak_reserved_gib is None

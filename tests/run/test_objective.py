@@ -80,7 +80,13 @@ class _Measured:
             raise self.fail("boom", log_path=self.log, log_tail="HIP out of memory")
         m = self.inner.run(config, context)
         return Measurement(
-            m.tokens_per_s_per_gpu * 0.8, m.step_time_s / 0.8, "measured", 10.0, log_path=self.log, details={}
+            m.tokens_per_s_per_gpu * 0.8,
+            m.step_time_s / 0.8,
+            "measured",
+            10.0,
+            log_path=self.log,
+            details={},
+            peak_reserved_gib=12.5,
         )
 
 
@@ -91,6 +97,8 @@ def test_measured_runner_records_the_estimate_error(spec, tmp_path):
     study.optimize(make_objective(spec, _Measured(spec), runs_dir=tmp_path), n_trials=1)
     ua = study.trials[0].user_attrs
     assert ua["source"] == "measured"
+    # the reserved peak is recorded beside the allocated one: a reserve sample for the memory gate
+    assert ua["measured_peak_memory_gib"] == 10.0 and ua["measured_reserved_memory_gib"] == 12.5
     assert ua["measured_tokens_per_s_per_gpu"] == pytest.approx(
         0.8 * ua["estimate_tokens_per_s_per_gpu"], rel=1e-4
     )

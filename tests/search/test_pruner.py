@@ -192,3 +192,42 @@ def test_acts_at_the_first_should_prune_even_after_report(setup: tuple) -> None:
     t0, t1 = study.trials
     assert t0.state == optuna.trial.TrialState.PRUNED and REASON.match(t0.user_attrs["prune_reason"])
     assert t1.state == optuna.trial.TrialState.COMPLETE and launched == [1]
+
+
+def test_the_learned_reserve_prunes_what_fits_allocated_but_not_reserved(setup) -> None:
+    """Three measured runs whose reserved peak (Megatron's ``max reserved``) lay R GiB above the allocated one:
+    a configuration whose allocated estimate fits the usable memory but whose reserved estimate (+R) exceeds
+    the device is pruned, and the reason says so; without the reserved peaks it runs."""
+    spec, space, _ = setup
+    config = next(
+        c
+        for c in space.configs()
+        if 0.8 < estimate_memory(spec, c).peak_gib / estimate_memory(spec, c).usable_gib < 1.0
+    )
+    est = estimate_memory(spec, config)
+    reserve = est.capacity_gib - est.peak_gib + 2.0  # the allocated estimate fits, +reserve does not
+    for with_reserve, pruned in ((False, False), (True, True)):
+        study = optuna.create_study(direction="maximize", pruner=MemoryPrefilterPruner(spec=spec))
+        for _ in range(3):
+            t = measured_peak(100.0, 100.0)
+            if with_reserve:
+                t.user_attrs["measured_reserved_memory_gib"] = 100.0 + reserve
+            study.add_trial(t)
+        study.enqueue_trial(config.to_params())
+
+        def objective(trial: optuna.Trial) -> float:
+            suggest_all(trial, space)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+            return 1.0
+
+        study.optimize(objective, n_trials=1)
+        last = study.trials[-1]
+        assert (last.state == optuna.trial.TrialState.PRUNED) is pruned
+        if pruned:
+            assert last.user_attrs["memory_peak_calibrated_gib"] == pytest.approx(est.peak_gib, abs=1e-3)
+            assert last.user_attrs["memory_reserved_calibrated_gib"] == pytest.approx(
+                est.peak_gib + reserve, abs=1e-3
+            )
+            assert "reserved" in last.user_attrs["prune_reason"]
+            assert "from 3 reserved peaks" in last.user_attrs["prune_reason"]

@@ -29,7 +29,8 @@ State = optuna.trial.TrialState
 
 class Cluster:
     """A 'measured' runner: the estimate with per-axis-value effects the model does not know (the zero-bubble
-    schedules 0.7× of the estimate, selective recompute 0.8×) and a peak 0.9× the model's."""
+    schedules 0.7× of the estimate, selective recompute 0.8×), a peak 0.9× the model's and a reserved peak
+    1 GiB above it."""
 
     kind = "fake-cluster"
 
@@ -45,7 +46,7 @@ class Cluster:
         tps = self.truth(config)
         peak = 0.9 * estimate_memory(self.spec, config).peak_gib
         step = self.spec.workload.seq_length * self.spec.workload.global_batch_size / tps / self.spec.world
-        return Measurement(tps, step, source="measured", peak_memory_gib=peak)
+        return Measurement(tps, step, source="measured", peak_memory_gib=peak, peak_reserved_gib=peak + 1.0)
 
 
 def _run(spec: StudySpec, url: str, n: int, tmp: Path, sources: tuple[str, ...] = ()) -> optuna.Study:
@@ -102,6 +103,11 @@ def test_warm_started_study_offers_the_imported_winner_first_with_the_imported_c
     assert cal.n_trials == fitted.n_trials == len(measured) and cal.scale == pytest.approx(fitted.scale)
     assert cal.multipliers == pytest.approx(fitted.multipliers)
     assert study_calibrations(handle.study, spec).memory.scale == pytest.approx(0.9, rel=1e-4)
+    # the earlier runs' allocator reserve (reserved − allocated peak) comes along on the same GPU
+    assert ws.memory_reserves and ws.memory_reserves == pytest.approx(
+        [1.0] * len(ws.memory_reserves), abs=1e-3
+    )
+    assert study_calibrations(handle.study, spec).memory.reserve_gib == pytest.approx(1.0, abs=1e-3)
     offers = [space.canonical(TrainingConfig.from_params(p)) for p in ws.offers]
     assert 1 <= len(offers) <= 3
     n_offers = sum(c != space.canonical(space.baseline) for c in offers)  # the baseline already ran

@@ -135,6 +135,13 @@ def _setup(doc: Doc, rec: StudyRecord) -> None:
             f"{g.hbm_gb:g} GB HBM, {g.hbm_gib:.1f} GiB device memory each)",
             f"**Workload**: sequence {spec.workload.seq_length}, global batch {spec.workload.global_batch_size}, "
             f"{spec.workload.precision}, distributed optimizer {spec.workload.distributed_optimizer}",
+            *(
+                [
+                    f"**Collectives**: {spec.cluster.network.describe()}; the rest of the model from the catalog"
+                ]
+                if spec.cluster.network is not None
+                else []
+            ),
             f"**Objective(s)**: {', '.join(s.objectives)}; memory safety margin {s.memory_safety_margin:.0%}",
             f"**Legal space**: {legal} canonical configurations",
             f"**Sampler**: n_trials {s.n_trials} in the study file (`run --n-trials` overrides it per run), seed {s.seed}, "
