@@ -69,6 +69,7 @@ from .flops import (
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
 from .layer_mix import StageMix, chunk_counts, even_fallback, rank_layer_params, stage_mixes
+from .measured import ProfileTerms, profile_constants
 from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing
 from .shapes import embedding_params, output_params
 from .spec_cache import per_spec
@@ -224,6 +225,15 @@ class _Context:
         m, w, gpu = spec.model, spec.workload, spec.cluster.gpu
         self.model = m
         self.k: FamilyConstants = family_constants(gpu)
+        self.measured: ProfileTerms | None = None
+        if spec.cluster.profile is not None:
+            # the one place a hardware profile enters: its measured GEMM, attention and memory-bound curves in
+            # place of the family's constants (physics.measured)
+            head_width = (m.head_dim + (m.v_head_dim if m.multi_latent_attention else m.head_dim)) / 2
+            self.measured = profile_constants(
+                self.k, spec.cluster.profile, gpu.bf16_tflops * 1e12, head_width
+            )
+            self.k = self.measured.constants
         self.topo = Topology(
             gpu, spec.cluster.gpus_per_node, self.k.coll_eff, self.k.a2a_eff, self.k.a2a_inter_eff
         )
@@ -259,11 +269,14 @@ class _Context:
         self.fp8_attn = self.k.fp8_attention if w.fp8_dot_product_attention else None
         self.fp8_recipe = w.fp8_recipe
         self.attn_rates = self.fp8_attn.rates(w.fp8_recipe) if self.fp8_attn is not None else (1.0, 1.0)
-        gpu_kernel = gpu.vendor in ("nvidia", "amd")
-        # (a head width at or above the reference: factor 1)
+        # (a head width at or above the reference: factor 1; a measured profile's curve is at the model's width)
+        gpu_kernel = gpu.vendor in ("nvidia", "amd") and self.measured is None
         self.attn_head_width = (m.head_dim + v_dim) / 2 if gpu_kernel else float(ATTN_REFERENCE_HEAD_DIM)
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
+        if self.measured is not None and self.measured.hbm_bytes_per_s is not None:
+            self.hbm = self.measured.hbm_bytes_per_s
+            self.kernel_s = self.measured.kernel_s or 0.0
         self.host_s = self.k.host_kernel_us * 1e-6
         self.peak = gpu.peak_tflops(w.precision) * 1e12
         self.tokens_per_step = spec.tokens_per_step
@@ -414,7 +427,7 @@ class _Context:
                 fl = share * g.core_attention_flops * p / self.mean_pairs
                 span = p / self.seq if a2a else min(p / self.seq, self.seq / (2 * cp))
                 t = flash_attention_seconds(
-                    k.attention,
+                    k.attention_bwd if bwd and k.attention_bwd is not None else k.attention,
                     fl,
                     self.bf16_peak * (rate_b if bwd else rate_f),
                     width,

@@ -38,7 +38,11 @@ from ..errors import SpecError
 from ..space import Space
 from ..spec import StudySpec
 from ..spec.model import MODEL_HASHED_WHEN_CHANGED, ModelSpec
-from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
+from ..spec.study import HASHED_WHEN_CHANGED, ClusterSpec, WorkloadSpec
+
+CLUSTER_HASHED_WHEN_SET = ("profile",)
+"""cluster fields that enter the space hash only when set (study files written before them keep their hash); a
+hardware profile enters with its content"""
 
 __all__ = [
     "CONFIG",
@@ -187,7 +191,7 @@ def space_hash(spec: StudySpec) -> str:
     doc = {
         "candidates": Space(spec).candidates,
         "model": _without_defaults(data["model"], MODEL_HASHED_WHEN_CHANGED, ModelSpec),
-        "cluster": data["cluster"],
+        "cluster": _without_defaults(data["cluster"], CLUSTER_HASHED_WHEN_SET, ClusterSpec),
         "workload": hashed_workload(data["workload"]),
         "search": search,
     }
