@@ -80,9 +80,9 @@ def calibrate(
 ) -> None:
     """Measure this node (GEMMs, attention, memory bandwidth, the allocator's reserve, collectives among its
     devices) and write a hardware profile for a study's ``cluster.profile``."""
-    from ..run.calibrate import calibrate as measure
-    from ..run.calibrate import check_request
     from ..spec import StudySpec
+    from ..workloads.calibrate import calibrate as measure
+    from ..workloads.calibrate import check_request
 
     check_output_path(out, "--out")
     spec = StudySpec.from_yaml(study) if study else None

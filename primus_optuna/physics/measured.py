@@ -234,4 +234,47 @@ def profile_constants(
     return ProfileTerms(replace(k, **changes), hbm, kernel, sources)
 
 
-__all__ = ["MeasuredCurve", "ProfileTerms", "fit_memory", "fit_saturating", "profile_constants"]
+def _fit(points: list[tuple[float, float]]) -> dict[str, Any] | None:
+    """A :class:`~primus_optuna.spec.profile.SaturatingFit` document of (size, FLOP/s) points."""
+    if not points:
+        return None
+    peak, half, mape = fit_saturating([s for s, _ in points], [r for _, r in points])
+    return {"peak_tflops": peak / 1e12, "half": half, "mape": mape, "points": len(points)}
+
+
+def fit_tables(profile: dict[str, Any], compute_dtype: str, head_dim: int | None) -> dict[str, Any]:
+    """The saturating curves of the measured tables (GEMMs per dtype, grouped GEMMs, attention at one head
+    width over keys per query) and the memory-bound kernels' bandwidth and fixed cost."""
+    out: dict[str, Any] = {"gemm": {}, "grouped_gemm": {}}
+    for p in profile["gemm"]:
+        key = "grouped_gemm" if p["count"] > 1 else "gemm"
+        out[key].setdefault(p["dtype"], []).append(
+            (p["m"] * p["n"] * p["k"] * p["count"], p["tflops"] * 1e12)
+        )
+    for key in ("gemm", "grouped_gemm"):
+        out[key] = {dt: _fit(pts) for dt, pts in out[key].items()}
+    att = [p for p in profile["attention"] if p["dtype"] == compute_dtype]
+    widths = sorted({p["head_dim"] for p in att})
+    if widths:
+        width = (
+            head_dim
+            if head_dim in widths
+            else max(widths, key=lambda w: sum(p["head_dim"] == w for p in att))
+        )
+        att = [p for p in att if p["head_dim"] == width]
+        out["attention_fwd"] = _fit([(p["seq"] / 2, p["fwd_tflops"] * 1e12) for p in att])
+        out["attention_bwd"] = _fit([(p["seq"] / 2, p["bwd_tflops"] * 1e12) for p in att])
+    if profile["memory"]:
+        bw, fixed, mape = fit_memory(
+            [p["bytes"] for p in profile["memory"]], [p["seconds"] for p in profile["memory"]]
+        )
+        out["memory"] = {
+            "bandwidth_gbs": bw / 1e9,
+            "kernel_us": fixed * 1e6,
+            "mape": mape,
+            "points": len(profile["memory"]),
+        }
+    return out
+
+
+__all__ = ["MeasuredCurve", "ProfileTerms", "fit_memory", "fit_saturating", "fit_tables", "profile_constants"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus_optuna.run.calibrate import fit_tables
+from primus_optuna.physics.measured import fit_tables
 
 
 def saturating(peak_tflops: float, half: float):

@@ -1,4 +1,4 @@
-"""``primus-optuna calibrate`` and :func:`primus_optuna.run.calibrate.calibrate` on this machine's CPU."""
+"""``primus-optuna calibrate`` and :func:`primus_optuna.workloads.calibrate.calibrate` on this machine's CPU."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from primus_optuna.cli import cli
-from primus_optuna.run import calibrate as calibrate_module
-from primus_optuna.run.calibrate import study_shapes
 from primus_optuna.spec import StudySpec
 from primus_optuna.spec.profile import COLLECTIVES, load_profile
+from primus_optuna.workloads import calibrate as calibrate_module
+from primus_optuna.workloads.calibrate import study_shapes
 from tests.conftest import STUDIES
 
 LOCAL = STUDIES / "local-gpt-cpu.yaml"
