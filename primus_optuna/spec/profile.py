@@ -231,6 +231,9 @@ class HardwareProfile(_Strict):
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(self.to_yaml())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file (mkstemp's is private)
             os.replace(tmp, p)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

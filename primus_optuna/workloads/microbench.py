@@ -2,8 +2,8 @@
 through ``torch._scaled_mm``, grouped), causal SDPA forward and backward, memory-bound kernels, the caching
 allocator's reserve on a transformer layer, and collectives among the local devices through torch.distributed.
 
-Every function takes a ``deadline`` (``time.perf_counter()`` value) and measures the items it is given until it
-passes (the first item always), returning plain dicts (the fields of :mod:`primus_optuna.spec.profile`'s points); an item that the
+Every function takes a ``deadline`` (``time.perf_counter()`` value) and measures the items it is given in rounds
+until it passes (:func:`measure_rounds`: the first item always), returning plain dicts (the fields of :mod:`primus_optuna.spec.profile`'s points); an item that the
 device or the build cannot run is skipped (collectives: recorded with the reason).
 
 Example::
@@ -41,23 +41,44 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(fn: Callable[[], Any], device: torch.device, target_s: float) -> float:
-    """Seconds per call of ``fn``: one warm-up call, then blocks of calls sized to ``target_s / 3`` each; the
-    median block's mean (robust to a shared machine's noise)."""
+ROUNDS = 5
+"""at most this many rounds over a table's items (the median of each item's rounds is kept)"""
+
+
+def time_call(fn: Callable[[], Any], device: torch.device, target_s: float, blocks: int = 3) -> float:
+    """Seconds per call of ``fn``: one warm-up call, then ``blocks`` blocks of calls sized to ``target_s /
+    blocks`` each; the median block's mean."""
     _sync(device)
     t0 = time.perf_counter()
     fn()
     _sync(device)
     first = max(time.perf_counter() - t0, 1e-7)
-    reps = int(min(200, max(1, target_s / 3 / first)))
-    blocks = []
-    for _ in range(3):
+    reps = int(min(200, max(1, target_s / blocks / first)))
+    times = []
+    for _ in range(blocks):
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()
         _sync(device)
-        blocks.append((time.perf_counter() - t0) / reps)
-    return statistics.median(blocks)
+        times.append((time.perf_counter() - t0) / reps)
+    return statistics.median(times)
+
+
+def measure_rounds(
+    fns: Sequence[Callable[[], Any]], device: torch.device, deadline: float, first: int = 1
+) -> list[float | None]:
+    """Seconds per call of each of ``fns``: rounds over all of them in turn (at most :data:`ROUNDS`) until the
+    deadline, the median of each one's rounds, so that a load that comes and goes on a shared machine weighs
+    on every item alike (None: never reached; the first round of the first ``first`` items always runs)."""
+    samples: list[list[float]] = [[] for _ in fns]
+    n = len(fns)
+    for r in range(ROUNDS):
+        for i, fn in enumerate(fns):
+            if (r or i >= first) and time.perf_counter() >= deadline:
+                return [statistics.median(x) if x else None for x in samples]
+            left = (n - i) + (ROUNDS - 1 - r) * n
+            samples[i].append(time_call(fn, device, _target(deadline, left), blocks=1))
+    return [statistics.median(x) if x else None for x in samples]
 
 
 def spread(items: Sequence[Any]) -> list[Any]:
@@ -86,19 +107,18 @@ def bench_gemm(
     shapes: Sequence[tuple[int, int, int]], dtype: str, device: torch.device, deadline: float
 ) -> list[dict[str, Any]]:
     """Plain GEMMs ``[m, k] x [k, n]`` in ``dtype`` (``fp8``: ``torch._scaled_mm`` with unit scales, BF16 out)."""
-    out = []
-    items = spread(sorted(shapes, key=lambda s: s[0] * s[1] * s[2]))
-    for i, (m, n, k) in enumerate(items):
-        if i and time.perf_counter() >= deadline:  # the first item always: every table has a point
-            break
+    items, fns = [], []
+    for m, n, k in spread(sorted(shapes, key=lambda s: s[0] * s[1] * s[2])):
         try:
             fn = _gemm_fn(m, n, k, dtype, device)
-            sec = time_call(fn, device, _target(deadline, len(items) - i))
+            fn()
         except (RuntimeError, TypeError, NotImplementedError):
             continue  # this device or build cannot run the kernel (e.g. fp8 before Hopper/MI300)
-        kernel = "_scaled_mm" if dtype == "fp8" else "matmul"
-        out.append(_gemm_point(dtype, m, n, k, 1, sec, kernel))
-    return out
+        items.append((m, n, k))
+        fns.append(fn)
+    kernel = "_scaled_mm" if dtype == "fp8" else "matmul"
+    times = measure_rounds(fns, device, deadline)
+    return [_gemm_point(dtype, m, n, k, 1, t, kernel) for (m, n, k), t in zip(items, times, strict=True) if t]
 
 
 def _gemm_point(dtype: str, m: int, n: int, k: int, count: int, sec: float, kernel: str) -> dict[str, Any]:
@@ -135,16 +155,15 @@ def bench_grouped_gemm(
 ) -> list[dict[str, Any]]:
     """Grouped GEMMs of ``count`` experts, ``m`` tokens each, ``[m, k] x [k, n]``: ``torch._grouped_mm`` where
     the build has it on this device, else a batched GEMM (``torch.bmm``: equal groups in one kernel)."""
-    out = []
     dt = TORCH_DTYPES[dtype]
     items = spread(sorted(shapes, key=lambda s: s[0] * s[1] * s[2] * s[3]))
-    for i, (m, n, k, count) in enumerate(items):
-        if i and time.perf_counter() >= deadline:  # the first item always: every table has a point
-            break
-        fn, kernel = _grouped_fn(m, n, k, count, dt, device)
-        sec = time_call(fn, device, _target(deadline, len(items) - i))
-        out.append(_gemm_point(dtype, m, n, k, count, sec, kernel))
-    return out
+    fns = [_grouped_fn(m, n, k, count, dt, device) for m, n, k, count in items]
+    times = measure_rounds([fn for fn, _ in fns], device, deadline)
+    return [
+        _gemm_point(dtype, m, n, k, count, t, kernel)
+        for (m, n, k, count), (_, kernel), t in zip(items, fns, times, strict=True)
+        if t
+    ]
 
 
 def _grouped_fn(
@@ -170,18 +189,21 @@ def bench_attention(
     """Causal ``scaled_dot_product_attention`` of (seq, head_dim, heads, batch), forward and forward+backward;
     rates in the physics' FLOP count (forward 2·b·h·s²·d for the causal half, backward
     :data:`~primus_optuna.physics.flops.ATTN_BWD_FACTOR` times that)."""
-    out = []
     dt = TORCH_DTYPES[dtype]
-    items = spread(sorted(shapes, key=lambda s: s[0] * s[0] * s[1] * s[2] * s[3]))
-    for i, (seq, d, heads, batch) in enumerate(items):
-        if i and time.perf_counter() >= deadline:  # the first item always: every table has a point
-            break
-        fwd, fwd_bwd = _attention_fns(seq, d, heads, batch, dt, device)
-        target = _target(deadline, len(items) - i)
+    items, fns = [], []
+    for seq, d, heads, batch in spread(sorted(shapes, key=lambda s: s[0] * s[0] * s[1] * s[2] * s[3])):
         try:
-            t_f = time_call(fwd, device, target / 2)
-            t_fb = time_call(fwd_bwd, device, target / 2)
+            fwd, fwd_bwd = _attention_fns(seq, d, heads, batch, dt, device)
+            fwd_bwd()
         except (RuntimeError, NotImplementedError):
+            continue
+        items.append((seq, d, heads, batch))
+        fns += [fwd, fwd_bwd]
+    times = measure_rounds(fns, device, deadline, first=2)  # a forward and its forward + backward
+    out = []
+    for j, (seq, d, heads, batch) in enumerate(items):
+        t_f, t_fb = times[2 * j], times[2 * j + 1]
+        if not t_f or not t_fb:
             continue
         t_b = max(t_fb - t_f, t_f * 0.1)
         flops = 2.0 * batch * heads * seq * seq * d
@@ -224,21 +246,19 @@ def bench_memory(
     sizes: Sequence[int], dtype: str, device: torch.device, deadline: float
 ) -> list[dict[str, Any]]:
     """Copies, adds and RMSNorms of ``sizes`` elements (rows of 1024) in ``dtype``: bytes read + written."""
-    out = []
     dt = TORCH_DTYPES[dtype]
     elt = ELT_BYTES[dtype]
-    items = spread(sorted(sizes))
-    for i, n in enumerate(items):
-        if i and time.perf_counter() >= deadline:  # the first item always: every table has a point
-            break
-        kernels = _memory_fns(n, elt, dt, device)
-        target = _target(deadline, len(items) - i) / len(kernels)
-        for name, (fn, nbytes) in kernels.items():
-            sec = time_call(fn, device, target)
-            out.append(
-                {"kernel": name, "bytes": nbytes, "seconds": sec, "gbs": nbytes / sec / 1e9, "dtype": dtype}
-            )
-    return out
+    calls = [
+        (name, nbytes, fn)
+        for n in spread(sorted(sizes))
+        for name, (fn, nbytes) in _memory_fns(n, elt, dt, device).items()
+    ]
+    times = measure_rounds([fn for _, _, fn in calls], device, deadline)
+    return [
+        {"kernel": name, "bytes": nbytes, "seconds": t, "gbs": nbytes / t / 1e9, "dtype": dtype}
+        for (name, nbytes, _), t in zip(calls, times, strict=True)
+        if t
+    ]
 
 
 def _memory_fns(
