@@ -15,7 +15,7 @@ from ..physics.calibration import family_constants
 from ..physics.comm import Topology, bus_bandwidth_table, format_bus_bandwidth
 from ..physics.layer_mix import StageMix, stage_mixes
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
-from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
+from ..physics.throughput import estimate_throughput, format_throughput, measured_sources, throughput_section
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ._common import (
@@ -150,6 +150,9 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
     doc = estimate_document(spec, sp, config)
     if explain_comm:
         doc["communication"] = comm_section(spec)
+    measured = measured_sources(spec)
+    if measured:  # the terms a hardware profile prices (cluster.profile)
+        doc["measured"] = measured
     if as_json:
         emit_json(doc)
         raise SystemExit(0 if doc["legal"] else 1)
@@ -170,6 +173,8 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
         click.echo("memory: not estimated (the configuration's sizes do not divide)")
     if doc["legal"]:
         click.echo(format_throughput(estimate_throughput(spec, config)))
+    for term, source in measured.items():
+        click.echo(f"  {term} priced from {source}")
     if explain_comm:
         click.echo(format_bus_bandwidth(bus_bandwidth_table(comm_topology(spec))))
     if not doc["legal"]:

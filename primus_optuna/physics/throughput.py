@@ -1029,6 +1029,13 @@ def _mla_shared_recompute_seconds(
 
 
 # --- presentation (for the ``estimate`` command) ------------------------------------------------------------
+def measured_sources(spec: StudySpec) -> dict[str, str]:
+    """Which step-time terms a study's hardware profile (``cluster.profile``) prices, and from what (empty: every
+    constant is the catalog's)."""
+    measured = _context(spec).measured
+    return dict(measured.sources) if measured is not None else {}
+
+
 def throughput_section(est: ThroughputEstimate) -> dict[str, Any]:
     """The ``"throughput"`` section of ``estimate --json``."""
     return est.to_dict()
@@ -1058,5 +1065,6 @@ __all__ = [
     "estimate_throughput",
     "estimate_throughput_all",
     "format_throughput",
+    "measured_sources",
     "throughput_section",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,11 @@ def test_a_study_estimated_with_the_measured_profile(cpu_profile: Path, tmp_path
     (tmp_path / "s.yaml").write_text(text)
     result = CliRunner().invoke(cli, ["estimate", str(tmp_path / "s.yaml"), "--json"])
     assert result.exit_code == 0, result.output
-    assert '"tokens_per_s_per_gpu"' in result.output
+    doc = json.loads(result.output)
+    assert doc["throughput"]["tokens_per_s_per_gpu"] > 0
+    assert set(doc["measured"]) >= {"gemm", "attention", "memory"}
+    text = CliRunner().invoke(cli, ["estimate", str(tmp_path / "s.yaml")]).output
+    assert "gemm priced from hardware profile" in text
 
 
 def test_study_shapes_are_the_layers_gemms_and_attention() -> None:
