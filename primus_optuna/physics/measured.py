@@ -82,12 +82,13 @@ def fit_memory(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float
 
 
 def _table(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    """log(size) and rate, sorted, the median rate of each distinct size."""
+    """log(size) and rate, sorted; the shapes of one size (a GEMM's forward, input-gradient and weight-gradient
+    layouts) at their harmonic-mean rate: the rate of running each of them once, as a layer's passes do."""
     by: dict[float, list[float]] = {}
     for s, r in points:
         by.setdefault(s, []).append(r)
     xs = sorted(by)
-    return [math.log(x) for x in xs], [statistics.median(by[x]) for x in xs]
+    return [math.log(x) for x in xs], [statistics.harmonic_mean(by[x]) for x in xs]
 
 
 class MeasuredCurve:
@@ -231,6 +232,10 @@ def profile_constants(
         sources["memory"] = (
             f"hardware profile: memory-bound kernels {mem.bandwidth_gbs:,.0f} GB/s + {mem.kernel_us:.1f} µs per kernel"
         )
+    if profile.device.kind == "cpu" and profile.op_overhead_us:
+        # one thread issues and runs every kernel: the framework's per-op cost adds to each kernel's
+        kernel = max(kernel or 0.0, profile.op_overhead_us * 1e-6)
+        sources["kernels"] = f"hardware profile: {kernel * 1e6:.1f} µs per kernel (eager op under autograd)"
     return ProfileTerms(replace(k, **changes), hbm, kernel, sources)
 
 

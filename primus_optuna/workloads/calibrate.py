@@ -70,8 +70,9 @@ def _default_attention(device: str) -> list[tuple[int, int, int, int]]:
 def study_shapes(
     spec: StudySpec,
 ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int]], list[tuple[int, int, int, int]]]:
-    """The study's GEMMs (m, n, k), grouped GEMMs (tokens per expert, n, k, local experts) and attention calls
-    (seq, head_dim, heads, batch) at its tp, mbs, cp and ep candidates (at most three of each)."""
+    """The study's GEMMs (m, n, k) with their backward layouts, grouped GEMMs (tokens per expert, n, k, local
+    experts) and attention calls (seq, head_dim, heads, batch) at its tp, mbs, cp and ep candidates (at most
+    three of each)."""
     cand = Space(spec).candidates
     md, seq = spec.model, spec.workload.seq_length
 
@@ -95,6 +96,8 @@ def study_shapes(
                 else:
                     for x in g.mlp:
                         gemms.add((max(1, round(x.m)), round(x.n), round(x.k)))
+    # backward runs each GEMM twice more at the same work: dgrad [m, n] x [n, k] and wgrad [k, m] x [m, n]
+    gemms |= {(m, k, n) for m, n, k in gemms} | {(k, n, m) for m, n, k in gemms}
     heads = md.num_attention_heads
     attention: set[tuple[int, int, int, int]] = set()
     for cp in few("cp"):
@@ -236,7 +239,10 @@ def _measure(
     out["gemm"] += mb.bench_gemm(gemms, extra[0], dev, stop)
     out["gemm"] += mb.bench_grouped_gemm(grouped, compute, dev, until("grouped_gemm"))
     out["attention"] = mb.bench_attention(attention, compute, dev, until("attention"))
-    out["memory"] = mb.bench_memory(MEMORY_ELEMENTS[device], compute, dev, until("memory"))
+    start = time.perf_counter()
+    stop = until("memory")
+    out["memory"] = mb.bench_memory(MEMORY_ELEMENTS[device], compute, dev, start + 0.9 * (stop - start))
+    out["op_overhead_us"] = mb.op_overhead(dev, stop) * 1e6
     shape = _allocator_shape(study)
     stop = until("allocator")
     out["allocator"] = (

@@ -275,6 +275,21 @@ def _memory_fns(
     }
 
 
+def op_overhead(device: torch.device, deadline: float, ops: int = 20) -> float:
+    """Seconds per kernel of an eager op under autograd on a tiny tensor: a chain of ``ops`` multiplications,
+    forward and backward (2·ops kernels), so the cost is the framework's per-op work, not the data's."""
+    x = torch.randn(16, 16, device=device, requires_grad=True)
+
+    def chain() -> None:
+        y = x
+        for _ in range(ops):
+            y = y * 1.0001
+        y.sum().backward()
+
+    t = measure_rounds([chain], device, deadline)[0]
+    return (t or 0.0) / (2 * ops + 2)
+
+
 def allocator_reserve(shape: LayerShape, dtype: str, device: torch.device, steps: int = 3) -> dict[str, Any]:
     """``max_memory_reserved`` against ``max_memory_allocated`` over a few forward + backward passes of one
     transformer layer of ``shape`` (GPU only: torch's caching allocator is CUDA's)."""
@@ -463,6 +478,8 @@ __all__ = [
     "bench_gemm",
     "bench_grouped_gemm",
     "bench_memory",
+    "measure_rounds",
+    "op_overhead",
     "spread",
     "time_call",
 ]

@@ -112,3 +112,11 @@ def test_the_profile_content_enters_the_space_hash() -> None:
     # no profile: the hash of a study file written before the field existed
     assert space_hash(local_study()) == space_hash(StudySpec.from_yaml(STUDIES / "local-gpt-cpu.yaml"))
     assert not math.isnan(estimate_throughput(a, Space(a).baseline).tokens_per_s_per_gpu)
+
+
+def test_on_cpu_the_eager_op_cost_adds_to_every_kernel() -> None:
+    prof = synthetic_profile(kernel_us=1.0, extra={"op_overhead_us": 12.0})
+    assert _context(local_study(prof)).kernel_s == pytest.approx(12e-6)
+    # a GPU's host issues kernels ahead of them: its per-op cost is not added
+    gpu = synthetic_profile(kernel_us=1.0, kind="cuda", extra={"op_overhead_us": 12.0})
+    assert _context(local_study(gpu)).kernel_s == pytest.approx(1e-6, rel=1e-6)
