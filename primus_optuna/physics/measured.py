@@ -233,9 +233,9 @@ def profile_constants(
             f"hardware profile: memory-bound kernels {mem.bandwidth_gbs:,.0f} GB/s + {mem.kernel_us:.1f} µs per kernel"
         )
     if profile.device.kind == "cpu" and profile.op_overhead_us:
-        # one thread issues and runs every kernel: the framework's per-op cost adds to each kernel's
+        # one thread issues and runs every kernel: the framework's per-kernel cost adds to each kernel's
         kernel = max(kernel or 0.0, profile.op_overhead_us * 1e-6)
-        sources["kernels"] = f"hardware profile: {kernel * 1e6:.1f} µs per kernel (eager op under autograd)"
+        sources["kernels"] = f"hardware profile: {kernel * 1e6:.1f} µs per kernel (a tiny layer's fixed cost)"
     return ProfileTerms(replace(k, **changes), hbm, kernel, sources)
 
 

@@ -18,7 +18,7 @@ GEMMs, attention and memory-bound kernels from its tables instead of the catalog
          fwd_tflops: 520.0, bwd_tflops: 440.0}
     memory:                    # memory-bound kernels: bytes read + written per call
       - {kernel: copy, bytes: 268435456, seconds: 0.0001, gbs: 2684.0, dtype: bf16}
-    op_overhead_us: 9.5        # an eager op's own cost under autograd, per kernel
+    op_overhead_us: 9.5        # the framework's own cost per kernel (a tiny layer's forward + backward)
     allocator: {applicable: true, allocated_gib: 10.2, reserved_gib: 11.1, reserve_fraction: 0.081}
     collectives:
       backend: nccl
@@ -207,8 +207,9 @@ class HardwareProfile(_Strict):
     attention: list[AttentionPoint] = Field(default_factory=list)
     memory: list[MemoryPoint] = Field(default_factory=list)
     op_overhead_us: float | None = Field(default=None, ge=0)
-    """an eager op's own cost under autograd (a chain of tiny multiplications, forward and backward, per kernel):
-    on CPU the same thread issues and runs each kernel, so it adds to every kernel's fixed cost"""
+    """the framework's own cost per kernel: a tiny transformer layer's forward and backward (its arithmetic
+    negligible) over the kernels the step-time model counts in a layer; on CPU the same thread issues and runs
+    each kernel, so it adds to every kernel's fixed cost"""
     allocator: AllocatorReserve = Field(
         default_factory=lambda: AllocatorReserve(applicable=False, reason="not measured")
     )

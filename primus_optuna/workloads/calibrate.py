@@ -242,7 +242,7 @@ def _measure(
     start = time.perf_counter()
     stop = until("memory")
     out["memory"] = mb.bench_memory(MEMORY_ELEMENTS[device], compute, dev, start + 0.9 * (stop - start))
-    out["op_overhead_us"] = mb.op_overhead(dev, stop) * 1e6
+    out["op_overhead_us"] = mb.op_overhead(compute, dev, stop) * 1e6
     shape = _allocator_shape(study)
     stop = until("allocator")
     out["allocator"] = (

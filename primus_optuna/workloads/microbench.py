@@ -1,5 +1,6 @@
 """Torch microbenchmarks of one node for the hardware profile (``primus-optuna calibrate``): GEMMs (plain, FP8
-through ``torch._scaled_mm``, grouped), causal SDPA forward and backward, memory-bound kernels, the caching
+through ``torch._scaled_mm``, grouped), causal SDPA forward and backward, memory-bound kernels, the framework's own
+cost per kernel (a tiny transformer layer), the caching
 allocator's reserve on a transformer layer, and collectives among the local devices through torch.distributed.
 
 Every function takes a ``deadline`` (``time.perf_counter()`` value) and measures the items it is given in rounds
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 
 from ..physics.flops import ATTN_BWD_FACTOR
 from ..physics.shapes import LayerShape
+from ..physics.throughput import KERNELS_DENSE
 from .layer import build_layer, make_input
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -275,19 +277,24 @@ def _memory_fns(
     }
 
 
-def op_overhead(device: torch.device, deadline: float, ops: int = 20) -> float:
-    """Seconds per kernel of an eager op under autograd on a tiny tensor: a chain of ``ops`` multiplications,
-    forward and backward (2·ops kernels), so the cost is the framework's per-op work, not the data's."""
-    x = torch.randn(16, 16, device=device, requires_grad=True)
+TINY_LAYER = LayerShape(hidden=64, heads=2, groups=2, head_dim=32, ffn=128, seq=16, mbs=1)
+"""a transformer layer whose arithmetic is negligible: its forward and backward time is the framework's own"""
 
-    def chain() -> None:
-        y = x
-        for _ in range(ops):
-            y = y * 1.0001
-        y.sum().backward()
 
-    t = measure_rounds([chain], device, deadline)[0]
-    return (t or 0.0) / (2 * ops + 2)
+def op_overhead(dtype: str, device: torch.device, deadline: float) -> float:
+    """Seconds per kernel of the framework's own work: the forward and backward of :data:`TINY_LAYER` (this
+    package's eager transformer layer: norms, projections, SDPA, SwiGLU MLP, residuals, as custom autograd
+    functions) over the kernels the step-time model counts in a dense layer's forward and backward
+    (3 × (4 GEMMs + attention + :data:`~primus_optuna.physics.throughput.KERNELS_DENSE`))."""
+    dt = TORCH_DTYPES[dtype]
+    layer = build_layer(TINY_LAYER, dtype=dt, device=device)
+    x = make_input(TINY_LAYER, dtype=dt, device=device)
+
+    def step() -> None:
+        layer(x).float().sum().backward()
+
+    t = measure_rounds([step], device, deadline)[0]
+    return (t or 0.0) / (3 * (4 + 1 + KERNELS_DENSE))
 
 
 def allocator_reserve(shape: LayerShape, dtype: str, device: torch.device, steps: int = 3) -> dict[str, Any]:

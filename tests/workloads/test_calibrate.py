@@ -49,6 +49,7 @@ def test_calibrate_cpu_writes_a_profile_with_gloo_collectives(cpu_profile: Path)
     assert prof.gemm_points("fp32") and prof.attention and prof.memory
     assert prof.fitted.gemm["fp32"].points == len(prof.gemm_points("fp32")) and prof.fitted.memory is not None
     assert prof.allocator.applicable is False and "CPU" in prof.allocator.reason
+    assert prof.op_overhead_us is not None and prof.op_overhead_us > 0
     coll = prof.collectives
     assert coll.backend == "gloo" and coll.ranks == 2
     measured = {p.op for p in coll.points}
