@@ -87,6 +87,10 @@ _LAZY: dict[str, str] = {
     "serve_dashboard": "record.dashboard",
     # spec import
     "import_primus_yaml": "spec.primus_import",
+    # hardware profile (calibrate measures with torch)
+    "HardwareProfile": "spec.profile",
+    "load_profile": "spec.profile",
+    "calibrate": "workloads.calibrate",
 }
 
 

@@ -5,6 +5,12 @@ by two torchrun processes, dp=2) into a fresh SQLite storage, then prints every 
 measurement and ``estimate_error`` (= estimate / measured - 1) with their mean and median.
 
 python scripts/bench_runners.py [--study studies/local-gpt-cpu.yaml] [--n-trials 12] [--keep DIR]
+python scripts/bench_runners.py --calibrate-s 60      # calibrate this CPU first, then run with that profile
+python scripts/bench_runners.py --hardware-profile P  # run with an existing hardware profile
+
+``--calibrate-s`` runs ``primus-optuna calibrate --device cpu --study STUDY --budget-s N`` right before the
+study (the machine's load then is the run's) and the study with ``cluster.profile`` set to what it wrote;
+each measured trial's catalog estimate (the study without the profile) is printed beside it.
 
 ``--profile`` also times the Mixtral 8x22B layer of the flagship baseline (mbs 1 and 2) with the profile
 runner at ``--scale`` on this CPU and prints it next to the step-time model's per-layer compute: a smoke
@@ -24,6 +30,29 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def calibrate_cpu(study: Path, budget_s: float, out: Path) -> float:
+    """``primus-optuna calibrate --device cpu`` of ``study``'s shapes into ``out``; returns its wall seconds."""
+    exe = shutil.which("primus-optuna") or str(Path(sys.executable).with_name("primus-optuna"))
+    cmd = [exe, "calibrate", "--device", "cpu", "--study", str(study), "--budget-s", str(budget_s)]
+    t0 = time.perf_counter()
+    proc = subprocess.run([*cmd, "--out", str(out), "--no-progress"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"primus-optuna calibrate failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    print(proc.stdout.strip())
+    return time.perf_counter() - t0
+
+
+def with_profile(study: Path, profile: Path, workdir: Path) -> Path:
+    """A copy of ``study`` in ``workdir`` whose ``cluster.profile`` is ``profile``."""
+    import yaml
+
+    data = yaml.safe_load(study.read_text())
+    data["cluster"]["profile"] = str(profile.resolve())
+    out = workdir / study.name
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
 
 
 def run_study(study: Path, n_trials: int, workdir: Path) -> tuple[str, str, float]:
@@ -48,16 +77,26 @@ def run_study(study: Path, n_trials: int, workdir: Path) -> tuple[str, str, floa
     return storage, proc.stdout, wall
 
 
-def table(storage: str) -> list[str]:
+def table(storage: str, catalog_study: Path | None = None) -> list[str]:
+    """Each trial's estimate, measurement and error; with ``catalog_study`` (the study without its profile)
+    also the catalog's estimate of each measured configuration and its error."""
     import optuna
+
+    from primus_optuna.physics.throughput import estimate_throughput
+    from primus_optuna.search.configs import trial_config
+    from primus_optuna.space import Space
+    from primus_optuna.spec import StudySpec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     summaries = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summaries[0].study_name, storage=storage)
+    catalog = StudySpec.from_yaml(catalog_study) if catalog_study else None
+    space = Space(catalog) if catalog else None
     lines = [
-        f"{'trial':>5} {'configuration':<42} {'estimate':>9} {'measured':>9} {'error':>8} {'peak GiB':>8}",
+        f"{'trial':>5} {'configuration':<42} {'estimate':>9} {'measured':>9} {'error':>8} {'peak GiB':>8}"
+        + ("  catalog estimate, error" if catalog else ""),
     ]
-    errors = []
+    errors, catalog_errors = [], []
     for t in study.trials:
         ua = t.user_attrs
         if t.state != optuna.trial.TrialState.COMPLETE or "measured_tokens_per_s_per_gpu" not in ua:
@@ -67,15 +106,24 @@ def table(storage: str) -> list[str]:
         err = ua["estimate_error"]
         errors.append(err)
         peak = ua.get("measured_peak_memory_gib")
-        lines.append(
+        line = (
             f"{t.number:>5} {ua['config_key']:<42} {ua['estimate_tokens_per_s_per_gpu']:>9.1f} "
             f"{ua['measured_tokens_per_s_per_gpu']:>9.1f} {err:>+8.1%} {peak if peak is not None else '-':>8}"
         )
-    if errors:
-        lines.append(
-            f"estimate_error over {len(errors)} measured trials: mean {statistics.mean(errors):+.1%}, "
-            f"median {statistics.median(errors):+.1%}, mean |error| {statistics.mean(abs(e) for e in errors):.1%}"
-        )
+        if catalog is not None and space is not None:
+            config = trial_config(space, t)
+            if config is not None:
+                est = estimate_throughput(catalog, config).tokens_per_s_per_gpu
+                catalog_errors.append(est / ua["measured_tokens_per_s_per_gpu"] - 1)
+                line += f"  {est:>9.1f} {catalog_errors[-1]:>+8.1%}"
+        lines.append(line)
+    for name, errs in (("estimate_error", errors), ("catalog estimate_error", catalog_errors)):
+        if errs:
+            lines.append(
+                f"{name} over {len(errs)} measured trials: mean {statistics.mean(errs):+.1%}, "
+                f"median {statistics.median(errs):+.1%}, mean |error| {statistics.mean(abs(e) for e in errs):.1%}, "
+                f"max |error| {max(abs(e) for e in errs):.1%}"
+            )
     return lines
 
 
@@ -122,12 +170,29 @@ def main() -> None:
         "--profile", action="store_true", help="also profile the Mixtral layer (CPU smoke figure)"
     )
     ap.add_argument("--scale", type=float, default=0.03)
+    ap.add_argument(
+        "--calibrate-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="calibrate this CPU for the study first (this budget), then run the study with that profile",
+    )
+    ap.add_argument("--hardware-profile", type=Path, default=None, help="run the study with this profile")
     args = ap.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-runners-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    storage, out, wall = run_study(args.study.resolve(), args.n_trials, workdir)
+    study = args.study.resolve()
+    profile = args.hardware_profile
+    if args.calibrate_s is not None:
+        profile = workdir / "cpu-profile.yaml"
+        wall = calibrate_cpu(study, args.calibrate_s, profile)
+        print(f"primus-optuna calibrate --device cpu --budget-s {args.calibrate_s:g}: {wall:.0f} s wall")
+    catalog = None
+    if profile is not None:
+        catalog, study = study, with_profile(study, profile, workdir)
+    storage, out, wall = run_study(study, args.n_trials, workdir)
     print(f"primus-optuna run {args.study.name} --n-trials {args.n_trials}: {wall:.0f} s wall")
-    for line in table(storage):
+    for line in table(storage, catalog):
         print(line)
     if args.profile:
         print(f"\nMixtral 8x22B layer, flagship baseline, profile runner at scale {args.scale} on this CPU:")

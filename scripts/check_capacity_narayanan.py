@@ -68,7 +68,7 @@ def main() -> None:
         rows = {r.gpus: r for r in table.rows(spec.cluster.gpu.name)}
         flops = narayanan_flops(gbs, 2048, layers, h, 51200)
 
-        def tflops(n: int, flops: float = flops) -> float | None:
+        def tflops(n: int, flops: float = flops, rows: dict = rows) -> float | None:
             r = rows.get(n)
             return None if r is None or r.best is None else flops / r.best.throughput.step_time_s / n / 1e12
 

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "report": "report_cmd:report",
     "dashboard": "report_cmd:dashboard",
     "export": "report_cmd:export",
+    "calibrate": "calibrate_cmd:calibrate",
 }
 
 

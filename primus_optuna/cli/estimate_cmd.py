@@ -17,7 +17,7 @@ from ..physics.comm import Topology, bus_bandwidth_table, format_bus_bandwidth
 from ..physics.layer_mix import StageMix, stage_mixes
 from ..physics.memory import BREAKDOWN_KEYS, MemoryEstimate, estimate_memory
 from ..physics.network import study_topology
-from ..physics.throughput import estimate_throughput, format_throughput, throughput_section
+from ..physics.throughput import estimate_throughput, format_throughput, measured_sources, throughput_section
 from ..physics.uncertainty import estimate_band
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
@@ -167,6 +167,9 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
     if explain_comm:
         doc["communication"] = comm_section(spec)
         doc["communication_sources"] = comm_sources(spec)
+    measured = measured_sources(spec)
+    if measured:  # the terms a hardware profile prices (cluster.profile)
+        doc["measured"] = measured
     if as_json:
         emit_json(doc)
         raise SystemExit(0 if doc["legal"] else 1)
@@ -189,6 +192,8 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
         est = estimate_throughput(spec, config)
         click.echo(format_throughput(est))
         click.echo(f"error band: {estimate_band(spec).describe(est.tokens_per_s_per_gpu)}")
+    for term, source in measured.items():
+        click.echo(f"  {term} priced from {source}")
     if explain_comm:
         click.echo(comm_sources(spec))
         click.echo(format_bus_bandwidth(bus_bandwidth_table(comm_topology(spec))))

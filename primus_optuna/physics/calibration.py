@@ -89,6 +89,9 @@ class FamilyConstants:
     attention_bwd_rate: float = 1.0
     """flash-attention backward's rate per FLOP relative to forward's (1 = the same; fitted where kernel
     measurements exist: scripts/check_attention.py)"""
+    attention_bwd: EfficiencyCurve | None = None
+    """backward's own curve (a measured hardware profile's, :mod:`.measured`); None: ``attention`` at
+    ``attention_bwd_rate``"""
     fp8_attention: Fp8AttentionRates | None = None
     """FP8 dot-product attention's rates (None: no FP8 kernel data, priced as BF16 attention)"""
     hbm_eff: float = 0.8

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ..spec.network import COLLECTIVES, Row, bus_factor
 from ..spec.study import StudySpec
-from .calibration import family_constants
+from .calibration import FamilyConstants, family_constants
 from .comm import Group, Topology
 
 MEASURED = "measured"
@@ -166,10 +166,10 @@ class MeasuredNetwork:
         return nbytes * bus_factor(coll, n) / (bw_lo + w * (bw_hi - bw_lo))
 
 
-def study_topology(spec: StudySpec) -> Topology:
-    """The study's collective model: the catalog's, with its GPU family's efficiencies, and the cluster's
-    measured collectives (``cluster.network``) where it has them."""
+def study_topology(spec: StudySpec, k: FamilyConstants | None = None) -> Topology:
+    """The study's collective model: the catalog's, with its GPU family's efficiencies (or ``k``'s: a hardware
+    profile's), and the cluster's measured collectives (``cluster.network``) where it has them."""
     c = spec.cluster
-    k = family_constants(c.gpu)
+    k = k or family_constants(c.gpu)
     net = MeasuredNetwork(c.network.rows, c.gpus_per_node) if c.network is not None else None
     return Topology(c.gpu, c.gpus_per_node, k.coll_eff, k.a2a_eff, k.a2a_inter_eff, measured=net)

@@ -352,8 +352,35 @@ def simulate_chunks(
         # Megatron-Core refuses it: megatron/core/pipeline_parallel/schedules.py:1160-1180@d98e8a64
         raise ValueError(f"interleaved schedule needs micro-batches ({m}) a multiple of pp={pp}")
     sh = _shape(schedule, pp, v, m)
-    nv, last, st, nvm = sh.nv, sh.last, sh.st, sh.nvm
-    f_orders, b_orders, chunk_of, dep_of = sh.f_orders, sh.b_orders, sh.chunk_of, sh.dep_of
+    dur_f, dur_b, dur_w, sends, delay_f, delay_b = _pass_durations(sh, pp, fs, bs, ws, c, zb, asynchronous)
+    # per pass: the asynchronous transfer delay on its input, its duration
+    delay_of = _per_pass(delay_f, delay_b, m)
+    dur_of = _per_pass(dur_f, dur_b, m)
+    if not zb:  # 1F1B, interleaved: Megatron's fixed order
+        makespan, busy, path = _static(sh, pp, dur_of, delay_of, asynchronous)
+        return makespan, busy, sends, path
+    if zbv:
+        run = _greedy_zbv(sh, schedule, pp, vpp, m, dur_of, dur_w, delay_of, delay_f, delay_b)
+    else:
+        run = _greedy_zbh1(sh, schedule, pp, vpp, m, dur_of, dur_w)
+    makespan, busy, recs, end_op = run
+    return makespan, busy, sends, _greedy_critical_path(sh, recs, end_op)
+
+
+def _pass_durations(
+    sh: _Shape,
+    pp: int,
+    fs: list[float],
+    bs: list[float],
+    ws: list[float],
+    c: float,
+    zb: bool,
+    asynchronous: bool,
+) -> tuple[list[float], list[float], list[float], list[int], list[float], list[float]]:
+    """Per chunk its F, B and W durations with the blocking sends they include (W inside B unless ``zb``), the
+    blocking sends per stage and micro-batch, and per chunk the asynchronous transfer delay on its forward and
+    backward input (interleaved)."""
+    nv, last, st = sh.nv, sh.last, sh.st
     dur_f, dur_b, dur_w = [0.0] * nv, [0.0] * nv, [0.0] * nv
     sends = [0] * pp
     for k in range(nv):
@@ -367,14 +394,177 @@ def simulate_chunks(
             bk += c
             sends[st[k]] += 1
         dur_f[k], dur_b[k], dur_w[k] = fk, bk, wk
-    # per pass: the asynchronous transfer delay on its input, its duration
     delay_f = [c if asynchronous and k > 0 and st[k - 1] != st[k] else 0.0 for k in range(nv)]
     delay_b = [c if asynchronous and k < last and st[k + 1] != st[k] else 0.0 for k in range(nv)]
-    delay_of = _per_pass(delay_f, delay_b, m)
-    dur_of = _per_pass(dur_f, dur_b, m)
-    if not zb:  # 1F1B, interleaved: Megatron's fixed order
-        makespan, busy, path = _static(sh, pp, dur_of, delay_of, asynchronous)
-        return makespan, busy, sends, path
+    return dur_f, dur_b, dur_w, sends, delay_f, delay_b
+
+
+def _greedy_zbh1(
+    sh: _Shape,
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    dur_of: list[float],
+    dur_w: list[float],
+) -> tuple[float, list[float], list[tuple[int, int, int, int]], int]:
+    """ZB-H1's greedy simulation: one forward and one backward queue per stage, blocking sends.
+
+    Returns (makespan, busy time per stage, per pass run its kind (0 F, 1 B, 2 W), chunk, binding predecessor
+    and 1 when that predecessor is an asynchronous transfer; the pass that ends last)."""
+    nvm = sh.nvm
+    chunk_of = sh.chunk_of
+    fin = [-1.0] * (2 * nvm)
+    ids = [-1] * (2 * nvm)
+    # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor (sends block: no
+    # transfer binds)
+    recs: list[tuple[int, int, int, int]] = []
+    rec_append = recs.append
+    last_op = [-1] * pp
+    last_end = [0.0] * pp
+    end_op = -1
+    pend_w: list[list[int]] = [[] for _ in range(pp)]
+    # in flight = forwards whose B has not run; W passes deferred at most wmax per stage
+    inflight_all = [0] * pp
+    caps, feeds, wakes = sh.caps, sh.feeds, sh.wakes
+    wmax = pp - 1
+    remaining = list(sh.remaining)
+    busy = [0.0] * pp
+    free = [0.0] * pp
+    version = [0] * pp
+    heap = [(0.0, s, s, 0) for s in range(pp)]
+    seq = pp
+    waiting: list[int] = []
+    makespan = 0.0
+    inf = float("inf")
+    heappop, heappush = heapq.heappop, heapq.heappush
+    fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
+    ids.extend((-1, -1))
+    f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
+    f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
+    b_at = list(sh.b_start)
+    n_op = 0
+    while heap:
+        t, _, s, ver = heappop(heap)
+        if ver != version[s] or remaining[s] == 0:
+            continue
+        fs = free[s]
+        if fs > t:
+            t = fs
+        while True:
+            if len(pend_w[s]) > wmax:
+                k = pend_w[s].pop(0)
+                d = dur_w[k]
+                end = t + d
+                busy[s] += d
+                kind, dep_id, dep_t = 2, -1, -1.0
+                break
+            bp = b_at[s]
+            rb = fin[b_dep[bp]]
+            if rb < 0:
+                rb = inf
+            elif rb <= t:  # a ready backward first (the forward head is not needed)
+                op = b_op[bp]
+                b_at[s] = bp + 1
+                d = dur_of[op]
+                end = t + d
+                fin[op] = end
+                ids[op] = n_op
+                busy[s] += d
+                kind, dep_t = 1, rb
+                dep_id = ids[b_dep[bp]]
+                k = chunk_of[op]
+                inflight_all[s] -= 1
+                pend_w[s].append(k)
+                break
+            if inflight_all[s] < caps[s]:
+                fp = f_at[s]
+                j = f_dep[fp]
+                rf = fin[j]
+                if rf < 0:
+                    rf = inf
+            else:
+                rf = inf
+            if rf <= t:
+                op = f_op[fp]
+                f_at[s] = fp + 1
+                d = dur_of[op]
+                end = t + d
+                fin[op] = end
+                ids[op] = n_op
+                busy[s] += d
+                kind, dep_t = 0, rf
+                dep_id = ids[j]
+                k = chunk_of[op]
+                inflight_all[s] += 1
+                break
+            if pend_w[s]:
+                k = pend_w[s].pop(0)
+                d = dur_w[k]
+                end = t + d
+                busy[s] += d
+                kind, dep_id, dep_t = 2, -1, -1.0
+                break
+            nxt = rb if rb < rf else rf
+            if nxt < inf and (not heap or nxt <= heap[0][0]):
+                t = nxt
+                continue
+            # blocked: wait for a dependency (or for another stage to produce one)
+            free[s] = t
+            waiting.append(s)
+            if nxt < inf:
+                seq += 1
+                heappush(heap, (nxt, seq, s, version[s]))
+            elif not heap:
+                raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
+            end = -1.0
+            break
+        if end < 0:
+            continue
+        bound = dep_id >= 0 and dep_t > last_end[s]
+        rec_append((kind, k, dep_id if bound else last_op[s], 0))  # sends block: no transfer binds
+        last_op[s] = n_op
+        last_end[s] = end
+        free[s] = end
+        if end > makespan:
+            makespan, end_op = end, n_op
+        n_op += 1
+        remaining[s] -= 1
+        if remaining[s]:
+            seq += 1
+            heappush(heap, (end, seq, s, version[s]))
+        # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
+        if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
+            still = []
+            for w_ in waiting:
+                if w_ != s and s in feeds[w_]:
+                    version[w_] += 1
+                    seq += 1
+                    heappush(heap, (free[w_], seq, w_, version[w_]))
+                elif w_ != s:
+                    still.append(w_)
+            waiting = still
+    return makespan, busy, recs, end_op
+
+
+def _greedy_zbv(
+    sh: _Shape,
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    dur_of: list[float],
+    dur_w: list[float],
+    delay_of: list[float],
+    delay_f: list[float],
+    delay_b: list[float],
+) -> tuple[float, list[float], list[tuple[int, int, int, int]], int]:
+    """ZB-V's greedy simulation: per stage a forward and a backward queue of each of its chunks.
+
+    Returns (makespan, busy time per stage, per pass run its kind (0 F, 1 B, 2 W), chunk, binding predecessor
+    and 1 when that predecessor is an asynchronous transfer; the pass that ends last)."""
+    nvm = sh.nvm
+    f_orders, b_orders, chunk_of, dep_of = sh.f_orders, sh.b_orders, sh.chunk_of, sh.dep_of
     fin = [-1.0] * (2 * nvm)
     ids = [-1] * (2 * nvm)
     # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
@@ -391,8 +581,7 @@ def simulate_chunks(
     # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
     inflight = [[0] * len(q) for q in f_orders]
     inflight_all = [0] * pp
-    queue_of, caps, qcap, feeds, wakes = sh.queue_of, sh.caps, sh.qcap, sh.feeds, sh.wakes
-    f_first = schedule in ("interleaved", "zbv")  # Megatron's steady state: one forward, then one backward
+    queue_of, caps, qcap, feeds = sh.queue_of, sh.caps, sh.qcap, sh.feeds
     wmax = pp - 1
     remaining = list(sh.remaining)
     busy = [0.0] * pp
@@ -404,117 +593,6 @@ def simulate_chunks(
     makespan = 0.0
     inf = float("inf")
     heappop, heappush = heapq.heappop, heapq.heappush
-    if not zbv:  # ZB-H1: one forward and one backward queue per stage, blocking sends
-        fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
-        ids.extend((-1, -1))
-        f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
-        f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
-        b_at = list(sh.b_start)
-        n_op = 0
-        while heap:
-            t, _, s, ver = heappop(heap)
-            if ver != version[s] or remaining[s] == 0:
-                continue
-            fs = free[s]
-            if fs > t:
-                t = fs
-            while True:
-                if zb and len(pend_w[s]) > wmax:
-                    k = pend_w[s].pop(0)
-                    d = dur_w[k]
-                    end = t + d
-                    busy[s] += d
-                    kind, dep_id, dep_t = 2, -1, -1.0
-                    break
-                bp = b_at[s]
-                rb = fin[b_dep[bp]]
-                if rb < 0:
-                    rb = inf
-                elif rb <= t:  # a ready backward first (the forward head is not needed)
-                    op = b_op[bp]
-                    b_at[s] = bp + 1
-                    d = dur_of[op]
-                    end = t + d
-                    fin[op] = end
-                    ids[op] = n_op
-                    busy[s] += d
-                    kind, dep_t = 1, rb
-                    dep_id = ids[b_dep[bp]]
-                    k = chunk_of[op]
-                    inflight_all[s] -= 1
-                    if zb:
-                        pend_w[s].append(k)
-                    break
-                if inflight_all[s] < caps[s]:
-                    fp = f_at[s]
-                    j = f_dep[fp]
-                    rf = fin[j]
-                    if rf < 0:
-                        rf = inf
-                else:
-                    rf = inf
-                if rf <= t:
-                    op = f_op[fp]
-                    f_at[s] = fp + 1
-                    d = dur_of[op]
-                    end = t + d
-                    fin[op] = end
-                    ids[op] = n_op
-                    busy[s] += d
-                    kind, dep_t = 0, rf
-                    dep_id = ids[j]
-                    k = chunk_of[op]
-                    inflight_all[s] += 1
-                    break
-                if zb and pend_w[s]:
-                    k = pend_w[s].pop(0)
-                    d = dur_w[k]
-                    end = t + d
-                    busy[s] += d
-                    kind, dep_id, dep_t = 2, -1, -1.0
-                    break
-                nxt = rb if rb < rf else rf
-                if nxt < inf and (not heap or nxt <= heap[0][0]):
-                    t = nxt
-                    continue
-                # blocked: wait for a dependency (or for another stage to produce one)
-                free[s] = t
-                waiting.append(s)
-                if nxt < inf:
-                    seq += 1
-                    heappush(heap, (nxt, seq, s, version[s]))
-                elif not heap:
-                    raise RuntimeError(
-                        f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})"
-                    )
-                end = -1.0
-                break
-            if end < 0:
-                continue
-            bound = dep_id >= 0 and dep_t > last_end[s]
-            rec_append((kind, k, dep_id if bound else last_op[s], 0))  # sends block: no transfer binds
-            last_op[s] = n_op
-            last_end[s] = end
-            free[s] = end
-            if end > makespan:
-                makespan, end_op = end, n_op
-            n_op += 1
-            remaining[s] -= 1
-            if remaining[s]:
-                seq += 1
-                heappush(heap, (end, seq, s, version[s]))
-            # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
-            if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
-                still = []
-                for w_ in waiting:
-                    if w_ != s and s in feeds[w_]:
-                        version[w_] += 1
-                        seq += 1
-                        heappush(heap, (free[w_], seq, w_, version[w_]))
-                    elif w_ != s:
-                        still.append(w_)
-                waiting = still
-        heap = []
     while heap:
         t, _, s, ver = heappop(heap)
         if ver != version[s] or remaining[s] == 0:
@@ -528,7 +606,7 @@ def simulate_chunks(
         f_qs, f_p, f_n = f_orders[s], f_ptr[s], f_len[s]
         infl, qc, cap = inflight[s], qcap[s], caps[s]
         while True:
-            if zb and len(pw) > wmax:
+            if len(pw) > wmax:
                 k = pw.pop(0)
                 d = dur_w[k]
                 end = t + d
@@ -555,11 +633,11 @@ def simulate_chunks(
                         dep = 0.0 if j < 0 else fin[j]
                         if dep >= 0:
                             dep += delay_of[op]
-                            if dep >= 0 and (dep < rf or (dep == rf and zbv)):
+                            if dep >= 0 and dep <= rf:  # ZB-V: a tie goes to the later queue
                                 rf, best_f = dep, qi
             run_b = best_b >= 0 and rb <= t
             run_f = best_f >= 0 and rf <= t
-            if run_b and run_f and f_first:
+            if run_b and run_f:  # Megatron's steady state: one forward, then one backward
                 run_b = False
             if run_b:
                 op = b_qs[best_b][b_p[best_b]]
@@ -575,8 +653,7 @@ def simulate_chunks(
                 q_ = queue_of[k]
                 infl[q_] -= 1
                 inflight_all[s] -= 1
-                if zb:
-                    pw.append(k)
+                pw.append(k)
                 break
             if run_f:
                 op = f_qs[best_f][f_p[best_f]]
@@ -643,7 +720,17 @@ def simulate_chunks(
             waiting = still
     if any(remaining):
         raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
-    # the critical path: its passes per chunk and kind, and the sends / transfers it waits for
+    return makespan, busy, recs, end_op
+
+
+def _greedy_critical_path(
+    sh: _Shape,
+    recs: list[tuple[int, int, int, int]],
+    end_op: int,
+) -> tuple[list[int], list[int], list[int], int]:
+    """The critical path of a greedy (zero-bubble) simulation back from ``end_op``: its passes per chunk and
+    kind and the blocking sends and asynchronous transfers it waits for (as :func:`simulate_chunks` returns it)."""
+    nv, last, st = sh.nv, sh.last, sh.st
     cf, cb, cw = [0] * nv, [0] * nv, [0] * nv
     cc = 0
     op = end_op
@@ -652,16 +739,14 @@ def simulate_chunks(
         cc += dly
         if kind == 0:
             cf[k] += 1
-            cc += not asynchronous and k < last and st[k + 1] != st[k]
+            cc += k < last and st[k + 1] != st[k]
         elif kind == 1:
             cb[k] += 1
-            cc += not asynchronous and k > 0 and st[k - 1] != st[k]
-            if not zb:
-                cw[k] += 1
+            cc += k > 0 and st[k - 1] != st[k]
         else:
             cw[k] += 1
         op = pred
-    return makespan, busy, sends, (cf, cb, cw, cc)
+    return cf, cb, cw, cc
 
 
 def _per_pass(per_chunk_f: list[float], per_chunk_b: list[float], m: int) -> list[float]:

@@ -58,6 +58,7 @@ from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_c
 from .comm import Group, Topology
 from .flops import (
     Gemm,
+    LayerGemms,
     attention_mix,
     causal_pairs,
     layer_gemms,
@@ -69,6 +70,7 @@ from .flops import (
 from .fused_mlp import TE_FUSED_GROUPED_MLP, eager_glu_clamp, fused_grouped_mlp
 from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, gemm_seconds
 from .layer_mix import StageMix, chunk_counts, even_fallback, rank_layer_params, stage_mixes
+from .measured import ProfileTerms, profile_constants
 from .network import study_topology
 from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing
 from .shapes import embedding_params, output_params
@@ -225,7 +227,16 @@ class _Context:
         m, w, gpu = spec.model, spec.workload, spec.cluster.gpu
         self.model = m
         self.k: FamilyConstants = family_constants(gpu)
-        self.topo: Topology = study_topology(spec)  # the catalog's, with cluster.network's measurements
+        self.measured: ProfileTerms | None = None
+        if spec.cluster.profile is not None:
+            # the one place a hardware profile enters: its measured GEMM, attention and memory-bound curves in
+            # place of the family's constants (physics.measured)
+            head_width = (m.head_dim + (m.v_head_dim if m.multi_latent_attention else m.head_dim)) / 2
+            self.measured = profile_constants(
+                self.k, spec.cluster.profile, gpu.bf16_tflops * 1e12, head_width
+            )
+            self.k = self.measured.constants
+        self.topo: Topology = study_topology(spec, self.k)  # with cluster.network's measurements
         self.seq = w.seq_length
         self.gbs = w.global_batch_size
         self.world = spec.world
@@ -258,11 +269,14 @@ class _Context:
         self.fp8_attn = self.k.fp8_attention if w.fp8_dot_product_attention else None
         self.fp8_recipe = w.fp8_recipe
         self.attn_rates = self.fp8_attn.rates(w.fp8_recipe) if self.fp8_attn is not None else (1.0, 1.0)
-        gpu_kernel = gpu.vendor in ("nvidia", "amd")
-        # (a head width at or above the reference: factor 1)
+        # (a head width at or above the reference: factor 1; a measured profile's curve is at the model's width)
+        gpu_kernel = gpu.vendor in ("nvidia", "amd") and self.measured is None
         self.attn_head_width = (m.head_dim + v_dim) / 2 if gpu_kernel else float(ATTN_REFERENCE_HEAD_DIM)
         self.hbm = gpu.hbm_bw_tbs * 1e12 * self.k.hbm_eff
         self.kernel_s = self.k.kernel_us * 1e-6
+        if self.measured is not None and self.measured.hbm_bytes_per_s is not None:
+            self.hbm = self.measured.hbm_bytes_per_s
+            self.kernel_s = self.measured.kernel_s or 0.0
         self.host_s = self.k.host_kernel_us * 1e-6
         self.peak = gpu.peak_tflops(w.precision) * 1e12
         self.tokens_per_step = spec.tokens_per_step
@@ -322,15 +336,58 @@ class _Context:
         return t + self.kernel_s
 
     def layer(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str, moe: bool = True) -> _Layer:
-        """One layer of the given kind (``moe=False``: a dense layer of an MoE model, ``moe_layer_freq``)."""
+        """One layer of the given kind (``moe=False``: a dense layer of an MoE model, ``moe_layer_freq``):
+        its linear GEMMs, core attention, memory-bound kernels, TP/CP/EP communication and host floor."""
         key = (tp, cp, ep, mbs, dispatcher, moe)
         lay = self.layers.get(key)
         if lay is not None:
             return lay
-        md, k, topo = self.model, self.k, self.topo
-        d = md.head_dim
-        g = layer_gemms(md, self.seq, mbs, tp, cp, ep, moe=moe)
-        is_moe = g.grouped
+        g = layer_gemms(self.model, self.seq, mbs, tp, cp, ep, moe=moe)
+        attn_lin, mlp_lin, expert_f = self._linear(g)
+        if self.flash:
+            core_f, core_b = self._flash_attention(g, tp, cp, mbs)
+        else:
+            core_f, core_b = self._unfused_attention(tp, cp, mbs)
+        other_f, kernels = self._memory_bound(g, tp, cp, mbs)
+        tp_f, tp_b, tp_b_zb, blocks = self._tp_comm(g, tp, cp, mbs)
+        # host issue floor: a pass never runs faster than the host issues its kernels (backward: twice as many)
+        n_kernels = (
+            len(g.attention)
+            + len(g.mlp)
+            + len(g.shared)
+            + (1 if self.flash else 3)
+            + kernels
+            + 2 * blocks * (tp > 1)
+        )
+        host_f = max(0.0, n_kernels * self.host_s - (attn_lin + mlp_lin + core_f + other_f + tp_f))
+        host_b = max(
+            0.0, 2 * n_kernels * self.host_s - (2 * (attn_lin + mlp_lin) + core_b + 2 * other_f + tp_b)
+        )
+        cp_f, cp_b = self._cp_comm(tp, cp, mbs, core_f, core_b)
+        ep_f, ep_b = self._ep_comm(tp, cp, ep, mbs, dispatcher) if g.grouped else (0.0, 0.0)
+        lay = _Layer(
+            attn_lin,
+            core_f,
+            core_b,
+            mlp_lin,
+            other_f,
+            tp_f,
+            tp_b,
+            tp_b_zb,
+            cp_f,
+            cp_b,
+            ep_f,
+            ep_b,
+            expert_f,
+            host_f,
+            host_b,
+        )
+        self.layers[key] = lay
+        return lay
+
+    def _linear(self, g: LayerGemms) -> tuple[float, float, float]:
+        """Forward seconds of the layer's linear GEMMs: (attention projections, MLP or router + experts + shared
+        experts, the experts' grouped GEMMs alone)."""
         attn_lin = sum(self.gemm(x) for x in g.attention)
         if g.grouped:
             router, *experts = g.mlp
@@ -340,62 +397,75 @@ class _Context:
             expert_f = 0.0
             mlp_lin = sum(self.gemm(x) for x in g.mlp)
         mlp_lin += sum(self.gemm(x) for x in g.shared)  # shared experts: a TP-split dense MLP
+        return attn_lin, mlp_lin, expert_f
+
+    def _flash_attention(self, g: LayerGemms, tp: int, cp: int, mbs: int) -> tuple[float, float]:
+        """(forward, backward) seconds of fused flash attention at the family's attention curve, indexed by the
+        keys each query sees (per kind of layer: full causal, sliding window).
+
+        Context parallelism as TransformerEngine runs it (ModelSpec.cp_comm_type): the p2p ring (load-balanced:
+        the sequence cut in 2·cp chunks) runs 2·cp − 1 kernels per pass over at most seq/(2·cp) keys per query
+        each (the slowest rank's steps: one chunk of keys for all its queries), each followed by an output/LSE
+        correction (read and write the fp32 partial output and the LSE); a2a runs one kernel over the whole
+        sequence for heads/cp."""
+        md, k = self.model, self.k
         heads_per_mbs = md.num_attention_heads / tp
-        heads = mbs * heads_per_mbs
-        if self.flash:
-            # fused kernels at the family's attention curve, indexed by the keys each query sees (per kind of
-            # layer: full causal, sliding window). Context parallelism as TransformerEngine runs it
-            # (ModelSpec.cp_comm_type): the p2p ring (load-balanced: the sequence cut in 2·cp chunks) runs
-            # 2·cp − 1 kernels per pass over at most seq/(2·cp) keys per query each (the slowest rank's steps:
-            # one chunk of keys for all its queries), each followed by an output/LSE correction (read and write
-            # the fp32 partial output and the LSE); a2a runs one kernel over the whole sequence for heads/cp
-            a2a = cp > 1 and self.cp_a2a
-            n_kern = 1 if a2a else 2 * cp - 1
-            correction = 0.0
-            if cp > 1 and not a2a:
-                out_elems = mbs * (self.seq / cp) * heads_per_mbs * d
-                correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
-            fixed = n_kern * self.kernel_s + correction
-            width = self.attn_head_width
-            core_f = core_b = fixed
-            rate_f, rate_b = self.attn_rates
-            for share, pairs in self.attn_mix:
-                # FP8 attention's backward may visit more pairs than the mask keeps (Fp8AttentionRates)
-                pairs_b = self.fp8_attn.backward_pairs(pairs, self.full_pairs) if self.fp8_attn else pairs
-                for bwd, p in ((False, pairs), (True, pairs_b)):
-                    fl = share * g.core_attention_flops * p / self.mean_pairs
-                    span = p / self.seq if a2a else min(p / self.seq, self.seq / (2 * cp))
-                    t = flash_attention_seconds(
-                        k.attention,
-                        fl,
-                        self.bf16_peak * (rate_b if bwd else rate_f),
-                        width,
-                        span=span,
-                        backward=bwd,
-                        bwd_rate=k.attention_bwd_rate,
-                    )
-                    if bwd:
-                        core_b += t
-                    else:
-                        core_f += t
-        else:
-            # unfused: the full s x s score GEMMs QK^T and PV (masked, not skipped), batched over heads, at the
-            # GEMM curve, plus the traffic over the materialised 16-bit scores (Megatron's ParallelAttention,
-            # megatron/model/transformer.py@488f8c02:319-372): forward baddbmm writes the scores (2 B), the
-            # fused scale-mask-softmax reads and writes them (4), the dropout reads and writes them and writes
-            # its 1-byte mask (5), P·V reads them (2): 13 B per score; backward: dP written (2), P read for dV
-            # (2), dropout backward (5), softmax backward (read the output and the grad, write: 6), dS read
-            # for dQ and dK (4): 19 B
-            sq = self.seq / cp
-            score_gemm = Gemm(sq, self.seq, d, heads)
-            gemm_t = 2 * self.gemm(score_gemm, linear=False)
-            scores = heads * sq * self.seq
-            core_f = gemm_t + UNFUSED_FWD_BYTES * scores / self.hbm + 4 * self.kernel_s
-            core_b = 2 * gemm_t + UNFUSED_BWD_BYTES * scores / self.hbm + 5 * self.kernel_s
-        # memory-bound kernels, forward (bytes on this rank)
+        a2a = cp > 1 and self.cp_a2a
+        n_kern = 1 if a2a else 2 * cp - 1
+        correction = 0.0
+        if cp > 1 and not a2a:
+            out_elems = mbs * (self.seq / cp) * heads_per_mbs * md.head_dim
+            correction = (cp - 1) * (3 * out_elems * 4 / self.hbm + self.kernel_s)
+        fixed = n_kern * self.kernel_s + correction
+        width = self.attn_head_width
+        core_f = core_b = fixed
+        rate_f, rate_b = self.attn_rates
+        for share, pairs in self.attn_mix:
+            # FP8 attention's backward may visit more pairs than the mask keeps (Fp8AttentionRates)
+            pairs_b = self.fp8_attn.backward_pairs(pairs, self.full_pairs) if self.fp8_attn else pairs
+            for bwd, p in ((False, pairs), (True, pairs_b)):
+                fl = share * g.core_attention_flops * p / self.mean_pairs
+                span = p / self.seq if a2a else min(p / self.seq, self.seq / (2 * cp))
+                t = flash_attention_seconds(
+                    k.attention_bwd if bwd and k.attention_bwd is not None else k.attention,
+                    fl,
+                    self.bf16_peak * (rate_b if bwd else rate_f),
+                    width,
+                    span=span,
+                    backward=bwd,
+                    bwd_rate=k.attention_bwd_rate,
+                )
+                if bwd:
+                    core_b += t
+                else:
+                    core_f += t
+        return core_f, core_b
+
+    def _unfused_attention(self, tp: int, cp: int, mbs: int) -> tuple[float, float]:
+        """(forward, backward) seconds of unfused attention: the full s x s score GEMMs QK^T and PV (masked, not
+        skipped), batched over heads, at the GEMM curve, plus the traffic over the materialised 16-bit scores
+        (Megatron's ParallelAttention, megatron/model/transformer.py@488f8c02:319-372): forward baddbmm writes
+        the scores (2 B), the fused scale-mask-softmax reads and writes them (4), the dropout reads and writes
+        them and writes its 1-byte mask (5), P·V reads them (2): 13 B per score; backward: dP written (2), P
+        read for dV (2), dropout backward (5), softmax backward (read the output and the grad, write: 6), dS
+        read for dQ and dK (4): 19 B."""
+        heads = mbs * (self.model.num_attention_heads / tp)
+        sq = self.seq / cp
+        score_gemm = Gemm(sq, self.seq, self.model.head_dim, heads)
+        gemm_t = 2 * self.gemm(score_gemm, linear=False)
+        scores = heads * sq * self.seq
+        core_f = gemm_t + UNFUSED_FWD_BYTES * scores / self.hbm + 4 * self.kernel_s
+        core_b = 2 * gemm_t + UNFUSED_BWD_BYTES * scores / self.hbm + 5 * self.kernel_s
+        return core_f, core_b
+
+    def _memory_bound(self, g: LayerGemms, tp: int, cp: int, mbs: int) -> tuple[float, int]:
+        """Forward seconds of the layer's memory-bound kernels (norms, residuals, rotary, dropout, activation,
+        MoE routing and permutation, FP8 casts) at HBM bandwidth plus a fixed cost per kernel, and how many
+        kernels they are."""
+        md = self.model
+        d = md.head_dim
         h = md.hidden_size
         tokens = mbs * self.seq / cp
-        sp = tp > 1 and self.sp
         local = rank_tokens(tokens, tp, self.sp)
         a, kv = md.num_attention_heads / tp, md.query_groups / tp
         nbytes = 20 * local * h * ACT / 2  # 2 norms (read+write) + 2 residual adds (2 reads, 1 write)
@@ -408,7 +478,7 @@ class _Context:
         )
         if self.dropout:
             nbytes += 2 * local * h * (2 * ACT + 1)
-        if is_moe:
+        if g.grouped:
             copies = local * md.moe_router_topk
             nbytes += expert_act_bytes(md, copies, self.eager_clamp)
             nbytes += permute_bytes(md, copies, local)
@@ -424,7 +494,7 @@ class _Context:
         if self.fp8:
             # TransformerEngine casts each linear layer's input to FP8 (read bf16, write fp8, amax) in forward;
             # backward casts and transposes the output gradient (counted by backward's 2x of these kernels)
-            lin_inputs = list(g.attention + g.mlp[(1 if is_moe else 0) :] + g.shared)
+            lin_inputs = list(g.attention + g.mlp[(1 if g.grouped else 0) :] + g.shared)
             nbytes += sum(x.m * x.k * x.count * self.cast_bytes for x in lin_inputs)
             kernels += len(lin_inputs)
         if self.fp8_attn is not None:
@@ -438,22 +508,28 @@ class _Context:
             nbytes += tokens * (qkv_elems * (self.cast_bytes + (1 if recipe == "mxfp8" else 0)) + o_bytes)
             kernels += 2 if o_bytes else 1
         kernels += self.rope_kernels
-        other_f = nbytes / self.hbm + kernels * self.kernel_s
-        # TP with sequence parallelism as TransformerEngine runs it, per block (attention; MLP unless MoE with
-        # etp = 1): forward all-gather of the norm output (FP8 under FP8) before the column-parallel GEMM and
-        # reduce-scatter after the row-parallel one; backward the synchronous all-gather of the output grad
-        # (row-parallel dgrad), the input re-gather for the column-parallel wgrad (hidden under its dgrad)
-        # and the dgrad reduce-scatter (hidden under its wgrad, exposed when wgrad is deferred: zero-bubble).
-        # tp_comm_overlap (userbuffers) hides the others under their adjacent GEMMs. Hidden time still costs
-        # the interference fraction.
-        full = tokens * h * ACT
+        return nbytes / self.hbm + kernels * self.kernel_s, kernels
+
+    def _tp_comm(self, g: LayerGemms, tp: int, cp: int, mbs: int) -> tuple[float, float, float, int]:
+        """Exposed TP communication (forward, backward, backward with the weight gradient deferred) and the
+        number of TP blocks, with sequence parallelism as TransformerEngine runs it, per block (attention; MLP
+        unless MoE with etp = 1): forward all-gather of the norm output (FP8 under FP8) before the
+        column-parallel GEMM and reduce-scatter after the row-parallel one; backward the synchronous all-gather
+        of the output grad (row-parallel dgrad), the input re-gather for the column-parallel wgrad (hidden
+        under its dgrad) and the dgrad reduce-scatter (hidden under its wgrad, exposed when wgrad is deferred:
+        zero-bubble). tp_comm_overlap (userbuffers) hides the others under their adjacent GEMMs. Hidden time
+        still costs the interference fraction."""
+        k, topo = self.k, self.topo
+        tokens = mbs * self.seq / cp
+        sp = tp > 1 and self.sp
+        full = tokens * self.model.hidden_size * ACT
         tp_grp = Group(tp, 1)
         keep = 1.0 - k.overlap_interference
         ag = topo.all_gather(full, tp_grp)
         ag_in = topo.all_gather(full * self.lin_bytes / ACT, tp_grp)
         rs = topo.reduce_scatter(full, tp_grp)
         # blocks: attention (MLA: first and last projection), the dense MLP, or an MoE layer's shared experts
-        mlp_block = g.shared if is_moe else g.mlp
+        mlp_block = g.shared if g.grouped else g.mlp
         cols = [self.gemm(g.attention[0])] + ([self.gemm(mlp_block[0])] if mlp_block else [])
         rows = [self.gemm(g.attention[-1])] + ([self.gemm(mlp_block[1])] if mlp_block else [])
         tp_f = tp_b = tp_b_zb = 0.0
@@ -483,80 +559,59 @@ class _Context:
         tp_f *= 1.0 - k.tp_overlap
         tp_b *= 1.0 - k.tp_overlap
         tp_b_zb *= 1.0 - k.tp_overlap
-        blocks = len(cols)
-        # host issue floor: a pass never runs faster than the host issues its kernels (backward: twice as many)
-        n_kernels = (
-            len(g.attention)
-            + len(g.mlp)
-            + len(g.shared)
-            + (1 if self.flash else 3)
-            + kernels
-            + 2 * blocks * (tp > 1)
-        )
-        host_f = max(0.0, n_kernels * self.host_s - (attn_lin + mlp_lin + core_f + other_f + tp_f))
-        host_b = max(
-            0.0, 2 * n_kernels * self.host_s - (2 * (attn_lin + mlp_lin) + core_b + 2 * other_f + tp_b)
-        )
-        # CP: ring exchange of this rank's K/V chunk (cp - 1 steps); backward also moves dK/dV. a2a
-        # (TE AttnFuncWithCPAndQKVOA2A, context_parallel.py@d0067d0d:4170-4923): all-to-alls of Q, K, V before
-        # the kernel and of O after it, of dO and of dQ, dK, dV in backward, none hidden
-        cp_f = cp_b = 0.0
-        if cp > 1 and self.cp_a2a:
-            cp_grp = Group(cp, tp)
+        return tp_f, tp_b, tp_b_zb, len(cols)
+
+    def _cp_comm(self, tp: int, cp: int, mbs: int, core_f: float, core_b: float) -> tuple[float, float]:
+        """Exposed CP communication (forward, backward): ring exchange of this rank's K/V chunk (cp - 1 steps),
+        backward also moves dK/dV, hidden under the core attention up to ``cp_overlap``. a2a (TE
+        AttnFuncWithCPAndQKVOA2A, context_parallel.py@d0067d0d:4170-4923): all-to-alls of Q, K, V before the
+        kernel and of O after it, of dO and of dQ, dK, dV in backward, none hidden."""
+        if cp <= 1:
+            return 0.0, 0.0
+        md, topo = self.model, self.topo
+        d = md.head_dim
+        tokens = mbs * self.seq / cp
+        a, kv = md.num_attention_heads / tp, md.query_groups / tp
+        cp_grp = Group(cp, tp)
+        if self.cp_a2a:
             qkv = tokens * (a + 2 * kv) * d * ACT
             o = tokens * a * self.v_dim * ACT
             cp_f = topo.all_to_all(qkv, cp_grp) + topo.all_to_all(o, cp_grp)
             cp_b = topo.all_to_all(o, cp_grp) + topo.all_to_all(qkv, cp_grp)
-        elif cp > 1:
-            cp_grp = Group(cp, tp)
-            step = topo.p2p(tokens * 2 * kv * d * ACT, cp_grp)
-            lat = (cp - 1) * (topo.intra_lat if topo.intra(cp_grp) else topo.inter_lat)
-            cp_f = max(lat, (cp - 1) * step - k.cp_overlap * core_f)
-            cp_b = max(lat, 2 * (cp - 1) * step - k.cp_overlap * core_b)
-        # EP: dispatch + combine all-to-all per MoE layer and pass
-        ep_f = ep_b = 0.0
-        if is_moe:
-            # dispatch + combine per MoE layer and pass; the compute stream waits for them (no overlap with
-            # the same micro-batch's experts: only ``ep_overlap`` hides them, behind another micro-batch)
-            ep_grp = Group(ep, 1)
-            sync = k.moe_sync_us * 1e-6
-            if dispatcher == "deepep":
-                one = topo.deepep_dispatch(
-                    local,
-                    h * ACT,
-                    md.moe_router_topk,
-                    md.experts,
-                    ep_grp,
-                    k.deepep_intra_eff,
-                    k.deepep_inter_eff,
-                    md.moe_router_num_groups,
-                    md.moe_router_group_topk,
-                )
-                sync_f = 0.0 if self.spec.workload.moe_sync_free else sync
-            else:
-                one = topo.all_to_all(local * md.moe_router_topk * h * ACT, ep_grp)
-                sync_f = sync
-            ep_f = 2 * one + sync_f  # the host waits for the token counts once per dispatch, forward only
-            ep_b = 2 * one
-        lay = _Layer(
-            attn_lin,
-            core_f,
-            core_b,
-            mlp_lin,
-            other_f,
-            tp_f,
-            tp_b,
-            tp_b_zb,
-            cp_f,
-            cp_b,
-            ep_f,
-            ep_b,
-            expert_f,
-            host_f,
-            host_b,
-        )
-        self.layers[key] = lay
-        return lay
+            return cp_f, cp_b
+        step = topo.p2p(tokens * 2 * kv * d * ACT, cp_grp)
+        lat = (cp - 1) * (topo.intra_lat if topo.intra(cp_grp) else topo.inter_lat)
+        cp_f = max(lat, (cp - 1) * step - self.k.cp_overlap * core_f)
+        cp_b = max(lat, 2 * (cp - 1) * step - self.k.cp_overlap * core_b)
+        return cp_f, cp_b
+
+    def _ep_comm(self, tp: int, cp: int, ep: int, mbs: int, dispatcher: str) -> tuple[float, float]:
+        """Exposed EP communication of an MoE layer (forward, backward): dispatch + combine per pass, all-to-all
+        or DeepEP; the compute stream waits for them (no overlap with the same micro-batch's experts: only
+        ``ep_overlap`` hides them, behind another micro-batch), and the host waits for the token counts once
+        per dispatch, forward only."""
+        md, k, topo = self.model, self.k, self.topo
+        local = rank_tokens(mbs * self.seq / cp, tp, self.sp)
+        h = md.hidden_size
+        ep_grp = Group(ep, 1)
+        sync = k.moe_sync_us * 1e-6
+        if dispatcher == "deepep":
+            one = topo.deepep_dispatch(
+                local,
+                h * ACT,
+                md.moe_router_topk,
+                md.experts,
+                ep_grp,
+                k.deepep_intra_eff,
+                k.deepep_inter_eff,
+                md.moe_router_num_groups,
+                md.moe_router_group_topk,
+            )
+            sync_f = 0.0 if self.spec.workload.moe_sync_free else sync
+        else:
+            one = topo.all_to_all(local * md.moe_router_topk * h * ACT, ep_grp)
+            sync_f = sync
+        return 2 * one + sync_f, 2 * one
 
     def logits_times(self, tp: int, cp: int, mbs: int) -> tuple[float, float, float]:
         """(F, B, W) of the output layer + cross entropy on the last stage (BF16 GEMMs; MXFP8 with
@@ -1017,6 +1072,13 @@ def _mla_shared_recompute_seconds(
 
 
 # --- presentation (for the ``estimate`` command) ------------------------------------------------------------
+def measured_sources(spec: StudySpec) -> dict[str, str]:
+    """Which step-time terms a study's hardware profile (``cluster.profile``) prices, and from what (empty: every
+    constant is the catalog's)."""
+    measured = _context(spec).measured
+    return dict(measured.sources) if measured is not None else {}
+
+
 def throughput_section(est: ThroughputEstimate) -> dict[str, Any]:
     """The ``"throughput"`` section of ``estimate --json``."""
     return est.to_dict()
@@ -1046,5 +1108,6 @@ __all__ = [
     "estimate_throughput",
     "estimate_throughput_all",
     "format_throughput",
+    "measured_sources",
     "throughput_section",
 ]

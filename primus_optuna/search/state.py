@@ -194,9 +194,10 @@ def space_hash(spec: StudySpec) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-CLUSTER_HASHED_WHEN_SET: tuple[str, ...] = ("network",)
-"""cluster fields added after studies were written: they enter the hash only when set (a network file's
-measured rows do, so a changed file is not silently mixed with trials estimated under the old one)"""
+CLUSTER_HASHED_WHEN_SET: tuple[str, ...] = ("network", "profile")
+"""cluster fields added after studies were written: they enter the hash only when set, with their content (a
+network file's measured rows, a hardware profile's tables), so a changed file is not silently mixed with trials
+estimated under the old one"""
 
 
 def hashed_cluster(cluster: dict[str, Any]) -> dict[str, Any]:

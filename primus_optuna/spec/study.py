@@ -34,6 +34,7 @@ from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
 from .network import NetworkSpec, network_field
 from .optimizer import OPTIMIZER_DTYPE_FIELDS, PRECISION_AWARE_FIELDS  # noqa: F401 (re-exported)
+from .profile import HardwareProfile, load_profile, profile_from_data
 from .recompute import parse_recompute
 from .strict import StrictIntModel
 
@@ -152,6 +153,29 @@ class ClusterSpec(_Strict):
                     f"{self.gpus_per_node}; give measurements of this cluster (or fix gpus_per_node)"
                 )
         return self
+
+    profile: HardwareProfile | None = None
+    """the node's hardware profile (``primus-optuna calibrate``): a path relative to the study file, read when
+    the study is loaded (its content, not its path, is the study's: it enters the space hash); the physics
+    prices GEMMs, attention and memory-bound kernels from its tables instead of the catalog's constants"""
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _load_profile(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, str | Path):
+            path = Path(v)
+            if not path.is_absolute():
+                path = Path((info.context or {}).get("base_dir", ".")) / path
+            try:
+                return load_profile(path)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        if isinstance(v, dict):
+            try:
+                return profile_from_data(v, "the profile")
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("gpu", mode="before")
     @classmethod

@@ -45,7 +45,9 @@ def test_json_rows_answers_and_the_study_size_as_plan(study):
     top = plan_space(StudySpec.from_yaml(study), top=1).top[0]
     assert doc["rows"][0]["config"] == top.config.to_params()
     assert doc["rows"][0]["tokens_per_s_per_gpu"] == top.tokens_per_s_per_gpu
-    assert all(x["band"]["text"] and x["band"]["regime"]["family"] for x in doc["rows"])  # each row's error band
+    assert all(
+        x["band"]["text"] and x["band"]["regime"]["family"] for x in doc["rows"]
+    )  # each row's error band
     assert set(doc["answers"]) == {"fewest", "cheapest", "cheapest_by", "fastest"}
     assert doc["answers"]["cheapest_by"] == "cost"
 

@@ -475,6 +475,7 @@ def test_gpus_per_host_keeps_the_space_hash():
         == base
     )
 
+
 def test_capacity_section_targets_and_token_counts():
     from primus_optuna.spec.study import token_count
 
