@@ -7,7 +7,8 @@ each measures its shapes ends first, so that a short
 budget still spans their range (:func:`~primus_optuna.workloads.microbench.spread`). The shapes are the
 study's own when one is given (every GEMM of a layer and the output layer at each tp and mbs candidate, the
 MoE experts' grouped GEMMs, attention at the sequence each cp candidate leaves and around it), else a default
-grid per device. Torch is imported when measuring starts (through :mod:`primus_optuna.workloads.microbench`).
+grid per device. On CPU every rank (process) runs the same measurements at once, as the ranks of a training
+share the cores, caches and memory bandwidth; a GPU is measured alone. Torch is imported when measuring starts (through :mod:`primus_optuna.workloads.microbench`).
 
 Example::
 
@@ -189,7 +190,17 @@ def calibrate(
         say("collectives", 0.0)
         share = max(0.5, SHARES["collectives"] * budget_s - STARTUP_S[device])
         collectives = mb.bench_collectives(count, device, COLLECTIVE_SIZES[device], share, threads=threads)
-        data = _measure(mb, dev, compute, extra, gemms, grouped, attention, device, t_start, end, say, study)
+        args = (mb, dev, compute, extra, gemms, grouped, attention, device, t_start, end)
+        # CPU: the ranks share the cores, caches and memory bandwidth, so every rank runs the same benchmarks at
+        # once (forked siblings) and this process's timings are kept; a GPU is measured alone
+        siblings = _start_siblings(count - 1, args, study) if device == "cpu" else []
+        try:
+            data = _measure(*args, say, study)
+        finally:
+            for proc in siblings:
+                proc.join(timeout=10)
+                if proc.is_alive():
+                    proc.terminate()
         data["collectives"] = collectives
     finally:
         torch.set_num_threads(old_threads)
@@ -204,6 +215,21 @@ def calibrate(
     )
     data["fitted"] = fit_tables(data, compute, head_dim)
     return HardwareProfile.model_validate(data)
+
+
+def _start_siblings(n: int, args: tuple[Any, ...], study: StudySpec | None) -> list[Any]:
+    """``n`` forked processes running the same measurements as this one (their results dropped)."""
+    import torch.multiprocessing as tmp
+
+    ctx = tmp.get_context("fork")
+    procs = [ctx.Process(target=_measure, args=(*args, _quiet, study), daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    return procs
+
+
+def _quiet(section: str, fraction: float) -> None:
+    """A sibling's progress: none."""
 
 
 def _measure(
