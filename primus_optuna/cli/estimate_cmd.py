@@ -142,10 +142,14 @@ def comm_section(spec: StudySpec) -> list[dict[str, Any]]:
 
 def comm_sources(spec: StudySpec) -> str:
     """Which collectives come from the cluster's measurements (which files) and which from the catalog."""
-    net = spec.cluster.network
+    net, profile = spec.cluster.network, spec.cluster.profile
+    own = sorted({p.op for p in profile.collectives.points}) if profile is not None else []
+    node = f"; within a node also from the hardware profile: {', '.join(own)}" if own else ""
     if net is None:
-        return "collectives: catalog constants for all (no cluster.network)"
-    return f"collectives: {net.describe()}"
+        if not own:
+            return "collectives: catalog constants for all (no cluster.network)"
+        return f"collectives: catalog constants across nodes (no cluster.network){node}"
+    return f"collectives: {net.describe()}{node}"
 
 
 @click.command()

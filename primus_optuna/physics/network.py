@@ -171,5 +171,24 @@ def study_topology(spec: StudySpec, k: FamilyConstants | None = None) -> Topolog
     profile's), and the cluster's measured collectives (``cluster.network``) where it has them."""
     c = spec.cluster
     k = k or family_constants(c.gpu)
-    net = MeasuredNetwork(c.network.rows, c.gpus_per_node) if c.network is not None else None
+    rows = measured_rows(spec)
+    net = MeasuredNetwork(rows, c.gpus_per_node) if rows else None
     return Topology(c.gpu, c.gpus_per_node, k.coll_eff, k.a2a_eff, k.a2a_inter_eff, measured=net)
+
+
+def measured_rows(spec: StudySpec) -> list[Row]:
+    """The collectives measured on this cluster: ``cluster.network``'s rows, and the hardware profile's own-node
+    ones (``calibrate``: all ranks on one node) for each (collective, ranks per node) scope the network file
+    does not measure."""
+    c = spec.cluster
+    rows: list[Row] = list(c.network.rows) if c.network is not None else []
+    profile = c.profile
+    if profile is None:
+        return rows
+    have = {(r[0], r[2]) for r in rows}
+    rows += [
+        (p.op, p.ranks, p.ranks, float(p.bytes), p.busbw_gbs)
+        for p in profile.collectives.points
+        if (p.op, p.ranks) not in have and p.ranks <= c.gpus_per_node and p.busbw_gbs > 0
+    ]
+    return rows

@@ -124,3 +124,31 @@ def test_a_study_with_a_slow_network_file_gets_slower_communication_at_scale():
     assert topo.priced_by("reduce_scatter", GiB, Group(64, 1)) == MEASURED
     assert topo.priced_by("all_to_all", GiB, Group(64, 1)) == CATALOG
     assert math.isfinite(b.step_time_s)
+
+
+def test_the_hardware_profiles_own_node_collectives_price_collectives_inside_the_node() -> None:
+    """``calibrate``'s collectives (all ranks on one node) join the measured network for the scopes that
+    ``cluster.network`` does not measure: a node measured slow is priced slow, a catalog one is not."""
+    from primus_optuna.physics.network import measured_rows
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import STUDIES
+    from tests.helpers.profiles import synthetic_profile
+
+    points = [
+        {"op": "all_reduce", "ranks": 2, "bytes": b, "seconds": 1.0, "algbw_gbs": 0.05, "busbw_gbs": 0.05}
+        for b in (2**16, 2**20, 2**24)
+    ]
+    data = yaml.safe_load((STUDIES / "local-gpt-cpu.yaml").read_text())
+    plain = StudySpec.from_dict(data)
+    data["cluster"]["profile"] = synthetic_profile(
+        extra={"collectives": {"backend": "gloo", "ranks": 2, "points": points, "unsupported": {}}}
+    )
+    spec = StudySpec.from_dict(data)
+    assert [r[:3] for r in measured_rows(spec)] == [("all_reduce", 2, 2)] * 3
+    assert measured_rows(plain) == []
+    g = Group(2, 1)  # two ranks on one node
+    slow = study_topology(spec).all_reduce(2**20, g)
+    assert slow == pytest.approx(
+        2**20 * 1.0 / 0.05e9, rel=0.05
+    )  # busbw 0.05 GB/s, all-reduce factor 1 at n=2
+    assert slow > 10 * study_topology(plain).all_reduce(2**20, g)
