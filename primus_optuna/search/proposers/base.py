@@ -110,6 +110,10 @@ class Context:
     def covered(self) -> set[TrainingConfig]:
         return self.state.covered | self.exclude
 
+    def allowed(self, config: TrainingConfig) -> bool:
+        """Whether ``config`` keeps the axes a wrapping ``PartialFixedSampler`` fixes (``sampler.fixed``)."""
+        return all(getattr(config, a) == v for a, v in getattr(self.sampler, "fixed", {}).items())
+
     @cached_property
     def warm(self) -> list[Any]:
         from ..warm_start import warm_start_observations

@@ -16,7 +16,7 @@ class Retry:
 
     def propose(self, ctx: Context) -> Proposal | None:
         for config, failed in ctx.state.retry:
-            if config in ctx.exclude:
+            if config in ctx.exclude or not ctx.allowed(config):
                 continue
             ua = failed.user_attrs
             why = ua.get("failure_reason") or "failed"
