@@ -4,6 +4,9 @@ A measured trial that reports its peak memory gives a ratio measured / estimated
 :data:`COMPARABLE`); a trial that ran out of memory gives a lower bound (the device's capacity / its estimated
 peak, kept up to :data:`MAX_OOM_BOUND`). The calibration's ``scale`` is the
 median ratio, raised to every lower bound, so a configuration that ran out of memory stays out after refitting.
+Whatever the bound, an out-of-memory run also closes every configuration estimated at least as large
+(``oom_peak_gib``: the smallest estimated peak that ran out of memory), unless a run estimated at least as large
+completed with a measurement (``measured_peak_gib``: the largest such estimate).
 The memory prefilter compares ``scale × estimated peak`` with the usable memory, so the filter learns from the
 cluster: a model that is pessimistic for a stack (e.g. MoE recipes with memory features the axes do not
 describe, see docs/benchmarks.md) stops throwing away configurations once a few measurements came back.
@@ -38,37 +41,80 @@ class MemoryCalibration:
     scale: float = 1.0
     n_trials: int = 0
     n_oom: int = 0
+    oom_peak_gib: float | None = None
+    """the smallest estimated peak (GiB) of a run that ran out of memory"""
+    measured_peak_gib: float | None = None
+    """the largest estimated peak (GiB) of a run that completed with a measurement"""
 
     @property
     def is_identity(self) -> bool:
-        return self.scale == 1.0
+        return self.scale == 1.0 and self.oom_peak_gib is None
+
+    def fits_peak(self, peak_gib: float, usable_gib: float) -> bool:
+        """Whether an estimated peak fits: scaled, and not at least as large as one that ran out of memory
+        (unless a measured run at least as large completed)."""
+        if peak_gib * self.scale > usable_gib:
+            return False
+        return not self.oom_dominated(peak_gib)
+
+    def oom_dominated(self, peak_gib: float) -> bool:
+        """Whether a configuration estimated at ``peak_gib`` is at least as large as one that ran out of memory
+        and larger than every measured run that completed."""
+        if self.oom_peak_gib is None or peak_gib < self.oom_peak_gib:
+            return False
+        return self.measured_peak_gib is None or peak_gib > self.measured_peak_gib
 
     @classmethod
-    def fit(cls, ratios: Iterable[float], oom_bounds: Iterable[float] = ()) -> MemoryCalibration:
+    def fit(
+        cls,
+        ratios: Iterable[float],
+        oom_bounds: Iterable[float] = (),
+        *,
+        oom_peaks: Iterable[float] = (),
+        measured_peaks: Iterable[float] = (),
+    ) -> MemoryCalibration:
         """``ratios``: measured / estimated peak of completed runs; ``oom_bounds``: capacity / estimated peak
-        of runs that ran out of memory (the true ratio was at least this)."""
+        of runs that ran out of memory (the true ratio was at least this); ``oom_peaks``: this study's
+        out-of-memory runs' estimated peaks; ``measured_peaks``: its completed measured runs' estimated peaks."""
         r = [x for x in ratios if COMPARABLE[0] <= x <= COMPARABLE[1]]
         b = [x for x in oom_bounds if 0 < x <= MAX_OOM_BOUND]
-        if not r and not b:
+        oom = [x for x in oom_peaks if x > 0]
+        fine = [x for x in measured_peaks if x > 0]
+        if not r and not b and not oom:
             return cls()
         scale = statistics.median(r) if r else 1.0
         if b:
             scale = max(scale, max(b))
-        return cls(scale=scale, n_trials=len(r), n_oom=len(b))
+        return cls(
+            scale=scale,
+            n_trials=len(r),
+            n_oom=len(b),
+            oom_peak_gib=min(oom) if oom else None,
+            measured_peak_gib=max(fine) if fine and oom else None,
+        )
 
     def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:
         """The calibrated peak (GiB) and whether it fits the usable memory."""
         peak = estimate.peak_gib * self.scale
-        return peak, peak <= estimate.usable_gib
+        return peak, self.fits_peak(estimate.peak_gib, estimate.usable_gib)
 
     def describe(self) -> str:
         src = f"{self.n_trials} measured peak{'s' if self.n_trials != 1 else ''}"
         if self.n_oom:
             src += f", {self.n_oom} out-of-memory run{'s' if self.n_oom != 1 else ''}"
-        return f"calibrated ×{self.scale:.2f} from {src}"
+        out = f"calibrated ×{self.scale:.2f} from {src}"
+        if self.oom_peak_gib is not None:
+            out += f"; a run estimated at {self.oom_peak_gib:.1f} GiB ran out of memory"
+            if self.measured_peak_gib is not None:
+                out += f", one estimated at {self.measured_peak_gib:.1f} GiB completed"
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scale": self.scale, "n_trials": self.n_trials, "n_oom": self.n_oom}
+        out: dict[str, Any] = {"scale": self.scale, "n_trials": self.n_trials, "n_oom": self.n_oom}
+        if self.oom_peak_gib is not None:
+            out["oom_peak_gib"] = self.oom_peak_gib
+            out["measured_peak_gib"] = self.measured_peak_gib
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> MemoryCalibration:
@@ -78,4 +124,6 @@ class MemoryCalibration:
             scale=float(data.get("scale", 1.0)),
             n_trials=int(data.get("n_trials", 0)),
             n_oom=int(data.get("n_oom", 0)),
+            oom_peak_gib=data.get("oom_peak_gib"),
+            measured_peak_gib=data.get("measured_peak_gib"),
         )

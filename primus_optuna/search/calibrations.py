@@ -87,6 +87,8 @@ def calibrations_of(
     pairs: list[Pair] = [p.to_pair(space) for p in ws.pairs] if step else []
     ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
     capacity = spec.cluster.gpu.hbm_gib
+    oom_peaks: list[float] = []
+    measured_peaks: list[float] = []
     for e in evidence:
         est_peak = e.attrs.get("memory_peak_gib")
         if step and e.measured is not None and e.config is not None:
@@ -97,8 +99,12 @@ def calibrations_of(
             ratios.append(float(e.attrs["measured_peak_memory_gib"]) / float(est_peak))
         elif e.attrs.get("failure_reason") == "oom":
             bounds.append(capacity / float(est_peak))
+            oom_peaks.append(float(est_peak))
+        if e.state == "COMPLETE" and e.attrs.get("source", "analytical") != "analytical":
+            measured_peaks.append(float(est_peak))
     fit = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
-    return StudyCalibrations(fit, MemoryCalibration.fit(ratios, bounds), pairs, ratios, bounds)
+    memory = MemoryCalibration.fit(ratios, bounds, oom_peaks=oom_peaks, measured_peaks=measured_peaks)
+    return StudyCalibrations(fit, memory, pairs, ratios, bounds)
 
 
 def trial_evidence(

@@ -74,7 +74,15 @@ def memory_attrs(
         return estimate.fits, attrs
     peak, fits = calibration.apply(estimate)
     attrs["memory_peak_calibrated_gib"] = round(peak, 3)
-    if not fits:
+    if (
+        not fits and peak <= estimate.usable_gib
+    ):  # fits by the scale, but as large as a run that ran out of memory
+        attrs["prune_reason"] = (
+            f"memory: estimated {estimate.peak_gib:.1f} GiB on stage {estimate.peak_stage}, at least the "
+            f"{calibration.oom_peak_gib:.1f} GiB estimated for a run of this study that ran out of memory, and no "
+            "run this large completed with a measurement"
+        )
+    elif not fits:
         attrs["prune_reason"] = (
             f"memory: {peak:.1f} GiB on stage {estimate.peak_stage} > {estimate.usable_gib:.1f} GiB usable "
             f"(model {estimate.peak_gib:.1f} GiB, {calibration.describe()})"

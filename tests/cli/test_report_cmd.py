@@ -158,3 +158,13 @@ def test_export_header_says_whether_the_value_was_measured(storage: str, tmp_pat
     )
     r = invoke("export", "--storage", url)
     assert "tokens/s/GPU (estimated): " in r.output.splitlines()[0], r.output
+
+
+def test_report_to_an_unwritable_folder_is_one_error(storage: str, tmp_path: Path) -> None:
+    """Issue 39 item 12: exit 2 and one message naming --out, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = invoke("report", "--storage", storage, "--study-name", "small", "--out", blocker / "report")
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "cannot write the report there" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1

@@ -44,7 +44,7 @@ def counts_as_tried(t: FrozenTrial, mem_cal: MemoryCalibration) -> bool:
         return False
     if t.state == TrialState.PRUNED and reason.startswith("memory") and not mem_cal.is_identity:
         peak, usable = attrs.get("memory_peak_gib"), attrs.get("memory_usable_gib")
-        if peak and usable and float(peak) * mem_cal.scale <= float(usable):
+        if peak and usable and mem_cal.fits_peak(float(peak), float(usable)):
             return False
     return True
 
