@@ -1,21 +1,15 @@
-"""One account of a study: :class:`StudySummary`, from which the run summary (``run``'s last lines),
-``run --json``, the report's executive summary and the dashboard's study note are all written, so a figure
-reads the same everywhere.
+""":class:`StudySummary`: the study's account (:class:`~primus_optuna.record.account.StudyAccount`: trials
+by state and reason, launched/failed/stopped jobs, sources of values, GPU-hours spent and not spent) with its
+best trial, gain and next commands; the run summary (``run``'s last lines), ``run --json``, the report's
+executive summary and the dashboard's study note are all written from it, so a figure reads the same
+everywhere.
 
-Rules (one each):
+Rules beside the account's:
 
-- **trials** by state, with the RUNNING and WAITING ones and the placeholders (a trial the sampler ran with
-  nothing left to propose, ``prune_reason: exhausted``) counted as such;
-- **launched**: every trial whose job started on the GPUs (:func:`~primus_optuna.record.budget.account`):
-  completed measurements, failures while running (out of memory, timeout, no throughput, interrupted after
-  launch) and the jobs stopped early; **estimated**: completed trials of the analytical runner;
-- **reasons**: one vocabulary for pruned and failed trials, :func:`reason_category` (the words before the
-  first ``:`` or ``(``: ``memory``, ``duplicate``, ``slow``, ``oom``, ``timeout``, ``interrupted``, ...);
 - **baseline and centre**: the study's baseline trial (its configuration) and the sweep's centre (the trial
   the sweep started from; the baseline itself unless it is illegal or does not fit); the gain is over the
   baseline when it completed, else over the centre, and says which;
-- **GPU-hours** from :func:`~primus_optuna.record.report.gpu_hours.gpu_hours_account`; **LLM** usage from
-  :func:`llm_usage` (the study's stored accounting);
+- **LLM** usage from :func:`llm_usage` (the study's stored accounting);
 - **peak memory** of a trial: the measured peak when the run measured one, the estimate and the calibrated
   estimate (the one the memory filter compares) beside it.
 
@@ -30,7 +24,6 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from ..physics.memory_calibration import MemoryCalibration
 from ..redaction import redact_url
 from ..run.base import value_kind
+from ..search.attrs import reason_category  # noqa: F401 (re-exported: the one classifier)
 from ..space.megatron_args import export_refusal
 from ..spec import StudySpec
-from .budget import account, reason_category
+from .account import StudyAccount, study_account
 from .storage import sibling_dir, storage_file
 
 if TYPE_CHECKING:  # the report package imports this module (its executive summary)
@@ -121,8 +115,9 @@ class TrialBrief:
 
     @property
     def value_kind(self) -> str:
-        """How the value came about: ``measured``, ``projected`` (a profile) or ``estimated``."""
-        return value_kind(self.source) or "estimated"
+        """How the value came about: ``measured``, ``projected`` (a profile), ``estimated`` or ``from your
+        objective`` (an objective that records no source)."""
+        return value_kind(self.source) or "from your objective"
 
     def peak_text(self) -> str:
         """``peak memory X GiB measured (estimate Y GiB, calibrated Z GiB)``: measured first."""
@@ -241,6 +236,7 @@ class StudySummary:
     gpu_hours: GpuHours
     llm_model: str | None
     llm: LLMUsage
+    account: StudyAccount
     pareto: list[TrialBrief] = field(default_factory=list)
     noise: str = ""
     exhausted: bool = False
@@ -300,8 +296,8 @@ class StudySummary:
             )
         return (
             f"GPU-hours: {g.spent:.2f} spent on {self.launched} launched job{'s' * (self.launched != 1)}; "
-            f"not spent: {mem}, {g.saved_early_stop:.2f} thanks to early stopping ({g.stopped} slow "
-            f"job{'s' * (g.stopped != 1)} stopped)"
+            f"not spent: {mem}, {g.saved_early_stop:.2f} thanks to early stopping ({g.stopped} "
+            f"job{'s' * (g.stopped != 1)} stopped early)"
         )
 
     def llm_text(self) -> str:
@@ -365,6 +361,7 @@ class StudySummary:
             "placeholders": self.placeholders,
         }
         d["gpu_hours"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in d["gpu_hours"].items()}
+        d["account"] = self.account.to_dict()
         return d
 
 
@@ -387,17 +384,7 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
     """The :class:`StudySummary` of a study read back from storage (or live); ``exhausted``: the sampler has
     nothing left to propose (``PrimusSampler.is_exhausted``, known to a live study only)."""
     rows = rec.trials
-    states = Counter(t.state.lower() for t in rows)
-    placeholders = sum(
-        1 for t in rows if t.state == "PRUNED" and reason_category(t.attr("prune_reason")) == "exhausted"
-    )
-    acc = account(((t.state, t.attrs, t.duration_s) for t in rows), rec.spec.world)
-    pruned = Counter(
-        reason_category(t.attr("prune_reason"))
-        for t in rows
-        if t.state == "PRUNED" and reason_category(t.attr("prune_reason")) != "exhausted"
-    )
-    failed = Counter(reason_category(t.attr("failure_reason") or "error") for t in rows if t.state == "FAIL")
+    acc = study_account(rec)
     mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
     best_row, base_row = rec.best, rec.baseline
     centre_row = next(
@@ -415,25 +402,22 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
     est_gain = None
     if best_row is not None and base_row is not None and best_row.estimate and base_row.estimate:
         est_gain = best_row.estimate / base_row.estimate - 1.0
-    from .report.gpu_hours import gpu_hours_account  # the report package imports this module
-
-    g = gpu_hours_account(rec)
     return StudySummary(
         study=rec.study_name,
         storage=redact_url(rec.storage_url),
         model=rec.spec.model.name,
         n_trials_target=rec.spec.search.n_trials,
-        trials=len(rows),
-        by_state=dict(states),
-        placeholders=placeholders,
+        trials=acc.trials,
+        by_state=acc.by_state,
+        placeholders=acc.placeholders,
         launched=acc.launched,
-        launched_failed=acc.failed_launched,
-        estimated=acc.analytical,
-        pruned_by_reason=dict(pruned.most_common()),
-        pruned_before_launch=dict(acc.pruned_before_launch.most_common()),
-        stopped_early=acc.pruned_other,
-        failed_by_reason=dict(failed.most_common()),
-        trials_by_phase=dict(Counter(t.phase if t.phase != "-" else "?" for t in rows)),
+        launched_failed=acc.launched_failed,
+        estimated=acc.estimated,
+        pruned_by_reason=acc.pruned_by_reason,
+        pruned_before_launch=acc.pruned_before_launch,
+        stopped_early=acc.stopped_early,
+        failed_by_reason=acc.failed_by_reason,
+        trials_by_phase=acc.by_phase,
         best=_brief(best_row, mcal) if best_row else None,
         baseline=_brief(base_row, mcal) if base_row else None,
         centre=_brief(centre_row, mcal) if centre_row else None,
@@ -443,12 +427,19 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         gain_over=gain_over,
         estimated_gain=est_gain,
         gpus=rec.spec.world,
-        gpu_hours=GpuHours(g.spent, g.saved_memory, g.memory_pruned, g.saved_early_stop, g.stopped),
+        gpu_hours=GpuHours(
+            acc.gpu_hours_spent,
+            acc.gpu_hours_saved_memory,
+            acc.memory_pruned,
+            acc.gpu_hours_saved_early_stop,
+            acc.stopped_early,
+        ),
         llm_model=rec.llm_model,
         llm=llm_usage(rec.llm),
+        account=acc,
         pareto=[_brief(t, mcal) for t in rec.pareto()],
         noise=_noise(rec.complete),
-        exhausted=exhausted or placeholders > 0,
+        exhausted=exhausted or acc.placeholders > 0,
         next=next_commands(rec.storage_url, rec.study_name, program, suggested_export(rec.spec))
         if rec.storage_url
         else [],

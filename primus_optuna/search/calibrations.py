@@ -30,6 +30,7 @@ from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from .attrs import FAILURE_REASON
 from .configs import trial_config
 from .learner import trial_measurement
 from .state import stored_spec, warm_start_data
@@ -97,7 +98,7 @@ def calibrations_of(
             continue
         if e.state == "COMPLETE" and e.attrs.get("measured_peak_memory_gib"):
             ratios.append(float(e.attrs["measured_peak_memory_gib"]) / float(est_peak))
-        elif e.attrs.get("failure_reason") == "oom":
+        elif e.attrs.get(FAILURE_REASON) == "oom":
             bounds.append(capacity / float(est_peak))
             oom_peaks.append(float(est_peak))
         if e.state == "COMPLETE" and e.attrs.get("source", "analytical") != "analytical":

@@ -57,6 +57,7 @@ from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
+from .attrs import FAILURE_REASON, PRUNE_REASON
 from .calibrations import study_calibrations
 from .configs import (
     complete_config,
@@ -279,7 +280,7 @@ class PrimusSampler(BaseSampler):
                 )
             elif trial.system_attrs.get(EXHAUSTED):
                 reason = str(trial.system_attrs[EXHAUSTED])
-                study._storage.set_trial_user_attr(trial._trial_id, "prune_reason", reason)
+                study._storage.set_trial_user_attr(trial._trial_id, PRUNE_REASON, reason)
                 raise optuna.TrialPruned(reason)
         return self._independent.sample_independent(study, trial, param_name, param_distribution)
 
@@ -312,7 +313,7 @@ class PrimusSampler(BaseSampler):
         except KeyboardInterrupt:
             # Optuna fails a trial interrupted in the objective, not one interrupted while the sampler decides
             # (``study.ask``): without this it stays RUNNING, and without a heartbeat for ever
-            self._set_user_attrs(study, trial, {"phase": INTERRUPTED, "failure_reason": INTERRUPTED})
+            self._set_user_attrs(study, trial, {"phase": INTERRUPTED, FAILURE_REASON: INTERRUPTED})
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             raise
         if proposal is None:
@@ -322,7 +323,7 @@ class PrimusSampler(BaseSampler):
                     " with " + ", ".join(f"{k}={v}" for k, v in fixed.items()) + " (PartialFixedSampler)"
                 )
             set_trial_state(study, trial, EXHAUSTED, reason)
-            self._set_user_attrs(study, trial, {"phase": "exhausted", "prune_reason": reason})
+            self._set_user_attrs(study, trial, {"phase": "exhausted", PRUNE_REASON: reason})
 
     def _refuse_changed_spec(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Refuse a study created from another search space (as ``primus-optuna run`` does on resume): the
@@ -338,7 +339,7 @@ class PrimusSampler(BaseSampler):
                 "stored_spec(study)), or create a new study",
             )
         except SpecError:
-            study._storage.set_trial_user_attr(trial._trial_id, "failure_reason", "spec_changed")
+            study._storage.set_trial_user_attr(trial._trial_id, FAILURE_REASON, "spec_changed")
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             raise
         self._checked.add(key)
@@ -559,7 +560,7 @@ class PrimusSampler(BaseSampler):
             return None, reason
         fits, attrs = memory_attrs(estimate_memory(self.spec, config), memory_calibration)
         if not fits:
-            return None, attrs["prune_reason"]
+            return None, attrs[PRUNE_REASON]
         if config in exclude:
             return None, "duplicate: already tried or queued"
         return config, ""

@@ -30,6 +30,7 @@ from optuna.distributions import CategoricalDistribution
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
+from .attrs import PRUNE_REASON
 from .configs import (
     complete_config,
     config_from_params,
@@ -92,7 +93,7 @@ def suggest_config(
     sa = system_attrs(trial)
     if sa.get(EXHAUSTED):
         reason = str(sa[EXHAUSTED])
-        trial.set_user_attr("prune_reason", reason)
+        trial.set_user_attr(PRUNE_REASON, reason)
         raise optuna.TrialPruned(reason)
     dists = {**axis_distributions(space), **recorded_distributions(trial.study)}
     params = {a: trial.suggest_categorical(a, list(dists[a].choices)) for a in AXES}
@@ -107,12 +108,12 @@ def suggest_config(
             reason = f"{reason} (the configuration {suggested.key()} was given as is: refused, not replaced)"
             log.warning("trial %d: %s", trial.number, reason)
         if not map_illegal or len(fixed) == len(AXES):
-            trial.set_user_attr("prune_reason", reason)
+            trial.set_user_attr(PRUNE_REASON, reason)
             raise optuna.TrialPruned(reason)
         # the axes a PartialFixedSampler or enqueue_trial fixed never move
         config = nearest_legal(space, suggested, fixed=tuple(a for a in AXES if a in fixed))
         if config is None:
-            trial.set_user_attr("prune_reason", reason)
+            trial.set_user_attr(PRUNE_REASON, reason)
             raise optuna.TrialPruned(reason)
         moves = sum(getattr(config, a) != getattr(suggested, a) for a in AXES)
         set_trial_state(
