@@ -212,17 +212,8 @@ class StudySummary:
     storage: str
     model: str
     n_trials_target: int
-    trials: int
-    by_state: dict[str, int]
-    placeholders: int
-    launched: int
-    launched_failed: int
-    estimated: int
-    pruned_by_reason: dict[str, int]
-    pruned_before_launch: dict[str, int]
-    stopped_early: int
-    failed_by_reason: dict[str, int]
-    trials_by_phase: dict[str, int]
+    account: StudyAccount
+    """the counts and GPU-hours (:mod:`~primus_optuna.record.account`); the properties below read it"""
     best: TrialBrief | None
     baseline: TrialBrief | None
     centre: TrialBrief | None
@@ -232,16 +223,73 @@ class StudySummary:
     gain_over: str | None
     """``baseline``, ``centre`` or ``None`` (no completed reference)"""
     estimated_gain: float | None
-    gpus: int
-    gpu_hours: GpuHours
     llm_model: str | None
     llm: LLMUsage
-    account: StudyAccount
     pareto: list[TrialBrief] = field(default_factory=list)
     noise: str = ""
     exhausted: bool = False
     """every legal configuration that fits has been tried (a placeholder trial, or the sampler says so)"""
     next: list[str] = field(default_factory=list)
+
+    # --- the account's figures -----------------------------------------------------------------------------
+    @property
+    def trials(self) -> int:
+        return self.account.trials
+
+    @property
+    def by_state(self) -> dict[str, int]:
+        return self.account.by_state
+
+    @property
+    def placeholders(self) -> int:
+        return self.account.placeholders
+
+    @property
+    def launched(self) -> int:
+        return self.account.launched
+
+    @property
+    def launched_failed(self) -> int:
+        return self.account.launched_failed
+
+    @property
+    def estimated(self) -> int:
+        return self.account.estimated
+
+    @property
+    def pruned_by_reason(self) -> dict[str, int]:
+        return self.account.pruned_by_reason
+
+    @property
+    def pruned_before_launch(self) -> dict[str, int]:
+        return self.account.pruned_before_launch
+
+    @property
+    def stopped_early(self) -> int:
+        return self.account.stopped_early
+
+    @property
+    def failed_by_reason(self) -> dict[str, int]:
+        return self.account.failed_by_reason
+
+    @property
+    def trials_by_phase(self) -> dict[str, int]:
+        return self.account.by_phase
+
+    @property
+    def gpus(self) -> int:
+        return self.account.gpus
+
+    @property
+    def gpu_hours(self) -> GpuHours:
+        a = self.account
+        return GpuHours(
+            a.gpu_hours_spent,
+            a.gpu_hours_saved_memory,
+            a.memory_pruned,
+            a.gpu_hours_saved_early_stop,
+            a.stopped_early,
+        )
 
     # --- text ----------------------------------------------------------------------------------------------
     def trials_text(self) -> str:
@@ -348,6 +396,23 @@ class StudySummary:
     def to_dict(self) -> dict[str, Any]:
         """``run --json``: every figure of :meth:`lines`, machine-readable."""
         d = asdict(self)
+        d["account"] = self.account.to_dict()
+        for key in (
+            "trials",
+            "by_state",
+            "placeholders",
+            "launched",
+            "launched_failed",
+            "estimated",
+            "pruned_by_reason",
+            "pruned_before_launch",
+            "stopped_early",
+            "failed_by_reason",
+            "trials_by_phase",
+            "gpus",
+        ):
+            d[key] = getattr(self, key)
+        d["gpu_hours"] = asdict(self.gpu_hours)
         d["gain_over_baseline"] = self.gain if self.gain_over == "baseline" else None
         d["budget"] = {
             "n_trials": self.n_trials_target,
@@ -361,7 +426,6 @@ class StudySummary:
             "placeholders": self.placeholders,
         }
         d["gpu_hours"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in d["gpu_hours"].items()}
-        d["account"] = self.account.to_dict()
         return d
 
 
@@ -407,17 +471,7 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         storage=redact_url(rec.storage_url),
         model=rec.spec.model.name,
         n_trials_target=rec.spec.search.n_trials,
-        trials=acc.trials,
-        by_state=acc.by_state,
-        placeholders=acc.placeholders,
-        launched=acc.launched,
-        launched_failed=acc.launched_failed,
-        estimated=acc.estimated,
-        pruned_by_reason=acc.pruned_by_reason,
-        pruned_before_launch=acc.pruned_before_launch,
-        stopped_early=acc.stopped_early,
-        failed_by_reason=acc.failed_by_reason,
-        trials_by_phase=acc.by_phase,
+        account=acc,
         best=_brief(best_row, mcal) if best_row else None,
         baseline=_brief(base_row, mcal) if base_row else None,
         centre=_brief(centre_row, mcal) if centre_row else None,
@@ -426,17 +480,8 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         gain=gain,
         gain_over=gain_over,
         estimated_gain=est_gain,
-        gpus=rec.spec.world,
-        gpu_hours=GpuHours(
-            acc.gpu_hours_spent,
-            acc.gpu_hours_saved_memory,
-            acc.memory_pruned,
-            acc.gpu_hours_saved_early_stop,
-            acc.stopped_early,
-        ),
         llm_model=rec.llm_model,
         llm=llm_usage(rec.llm),
-        account=acc,
         pareto=[_brief(t, mcal) for t in rec.pareto()],
         noise=_noise(rec.complete),
         exhausted=exhausted or acc.placeholders > 0,
