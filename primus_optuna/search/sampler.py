@@ -11,7 +11,10 @@ from storage at each decision (:mod:`~primus_optuna.search.proposers`):
 - a heartbeat retry copies the system attrs, so it runs the same decision (also when the worker was killed
   while choosing: a retry without a decision decides afresh); ``study.add_trial`` covers the point it
   measured; an enqueued trial runs its params (a partial ``enqueue_trial`` is completed with the nearest
-  configuration that fits, with a warning);
+  configuration that fits, with a warning, its ``fixed_params`` untouched; one without axis params gets the
+  chain's decision; an illegal full one is refused by ``suggest_config``); under a ``PartialFixedSampler`` the
+  chain decides with the fixed axes held;
+- a study created from another study file (another search space) is refused, as ``primus-optuna run`` does;
 - threads of one process decide one at a time; other processes see a decision as soon as it is written, and a
   worker that finds its choice claimed by another in-flight trial gives its claim up and chooses again (when
   only later trials share it, it waits a moment for them to give way and looks again: the claim a trial keeps
@@ -22,8 +25,10 @@ from storage at each decision (:mod:`~primus_optuna.search.proposers`):
   are sampled by an independent :class:`~optuna.samplers.RandomSampler` (``seed``; reseeded by
   :meth:`reseed_rng`).
 
-Every proposed trial gets user attrs ``phase`` (sweep|warm_start|planner|fallback|enqueued), ``proposer``,
-``rationale``, ``config_key``, ``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also
+When the objective asks for its first axis (an objective that never does records nothing as run, its claim is
+withdrawn and a warning says so), every proposed trial gets user attrs ``phase``
+(sweep|warm_start|planner|fallback|enqueued), ``proposer``, ``rationale``, ``config_key``,
+``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also
 ``sweep_index``, ``sweep_axis`` and ``sweep_value``; retries ``retry_of``. Creating the sampler's first trial
 stores the study file in the study (``primus:spec``), so report, export, ``--warm-start`` and the dashboard
 work on a study made with the Python API.
