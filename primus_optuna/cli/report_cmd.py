@@ -84,7 +84,14 @@ def report(storage: str, study_name: str | None, out: str | None) -> None:
     from ..record.report import build_report, default_report_dir
 
     study, url = _study(storage, study_name)
-    paths = build_report(url, study.study_name, out or default_report_dir(study.study_name, url))
+    folder = out or default_report_dir(study.study_name, url)
+    try:
+        paths = build_report(url, study.study_name, folder)
+    except OSError as exc:
+        raise SpecError(
+            f"--out {str(folder)!r}: cannot write the report there ({exc.strerror or exc}); pass a folder you "
+            "can write to"
+        ) from None
     click.echo(f"wrote {paths['md'].resolve()}")
     click.echo(f"wrote {paths['html'].resolve()}")
 

@@ -14,9 +14,6 @@ import click
 from ..run.interrupt import stop_signal
 from ._common import F, check_storage_url, seconds_option, study_argument, trial_value_text, user_errors
 
-ANALYTICAL_HEARTBEAT_S = 10
-"""analytical trials take milliseconds: a short heartbeat makes a killed run's trial retryable within 30 s"""
-
 
 def _summary(study: Any, storage_url: str) -> Any:
     """The study's :class:`~primus_optuna.record.summary.StudySummary` (one account for every view)."""
@@ -255,21 +252,13 @@ def run(
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
     import optuna
 
-    from ..errors import SpecError
-    from ..physics.plan import no_fit_message
     from ..record.dashboard import note_hook, refresh_study_note
-    from ..record.earlier import open_earlier_studies
     from ..record.report import default_report_dir
-    from ..record.storage import HEARTBEAT_INTERVAL_S, open_study
     from ..run.base import RunFailure
-    from ..run.factory import make_runner
     from ..run.interrupt import exit_code, raise_if_stopped
     from ..run.launch_guard import RepeatedLaunchFailure
-    from ..run.objective import make_objective, requeue_interrupted
-    from ..search.early_stop import study_pruner
-    from ..search.sampler import PrimusSampler
-    from ..search.warm_start import apply_warm_start
-    from ..space import Space
+    from ..run.objective import requeue_interrupted
+    from ..session import open_session
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -278,93 +267,44 @@ def run(
     from ..record.storage import default_storage_url
 
     check_storage_url(storage or default_storage_url(spec))
-    if study_name is not None and ("/" in study_name or "\\" in study_name):
-        raise SpecError(f"--study-name {study_name!r}: no '/' or '\\' in a study name (it names files)")
-    space = Space(spec)
-    no_fit = no_fit_message(spec, space)
-    if no_fit:  # every trial would be pruned: say so and create nothing
-        raise SpecError(no_fit)
-    runner = make_runner(spec, runner_kind)
-    check = getattr(runner, "preflight", None)
-    if callable(check):  # a missing checkout or launcher is one error now, not a failed launch per trial
-        check()
-    if n_jobs > 1 and getattr(runner, "launches_jobs", False) and runner.kind != "slurm":
-        raise SpecError(
-            f"--n-jobs {n_jobs}: the {runner.kind} runner launches each trial on the study's {spec.world} GPUs, "
-            f"so {n_jobs} parallel trials would share them; run one `primus-optuna run` worker per allocation "
-            "instead, all with the same --storage (docs/scaling-out.md), or use the slurm runner, whose "
-            "jobs get their own allocations"
-        )
-    model = None if no_llm else (llm_model or spec.llm.model)
-    llm = None
-    preflight_lines: list[str] = []
-    if model:  # a missing key or a wrong URL is one error now, not a failed call per trial later
-        from ..search.llm_preflight import preflight
-        from ..search.planner import require_api_key
-
-        overrides = {"model": model, "mode": llm_mode, "max_calls": llm_max_calls, "timeout_s": llm_timeout}
-        llm = spec.llm.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-        require_api_key(llm, llm_api_base or spec.llm.api_base)
-        preflight_lines = preflight(llm, llm_api_base or spec.llm.api_base)
-    # the heartbeat lets a resumed or parallel run fail and retry the trial of a killed worker instead of leaving
-    # it RUNNING (its sweep point would then never run); on SQLite it costs tens of ms per trial
-    if heartbeat is None:
-        heartbeat = ANALYTICAL_HEARTBEAT_S if runner.kind == "analytical" else HEARTBEAT_INTERVAL_S
-    # read the earlier studies first: a refused warm start writes nothing
-    ws = open_earlier_studies(spec, warm_sources, force=force_warm_start) if warm_sources else None
-    handle = open_study(
+    session = open_session(
         spec,
         storage=storage,
         study_name=study_name,
-        pruner=study_pruner(
-            spec, launches_jobs=getattr(runner, "launches_jobs", False), early_stop=not no_early_stop
-        ),
-        runs_dir=runs_dir,
-        heartbeat_interval=heartbeat or None,
-    )
-    st = handle.study
-    if ws is not None:
-        click.echo(apply_warm_start(st, spec, ws), err=as_json)
-    st.sampler = PrimusSampler(
-        spec,
-        seed=spec.search.seed if seed is None else seed,
-        llm=llm,
-        proposals_per_round=spec.llm.proposals_per_round,
-        artifact_store=handle.artifact_store,
-        cache_dir=handle.cache_dir if llm else None,
+        n_trials=n_trials,
+        runner_kind=runner_kind,
+        llm_model="" if no_llm else llm_model,
         llm_api_base=llm_api_base,
-    )
-    objective = make_objective(
-        spec,
-        runner,
-        space=st.sampler.space,
-        artifact_store=handle.artifact_store,
-        runs_dir=handle.runs_dir,
+        llm_overrides={"mode": llm_mode, "max_calls": llm_max_calls, "timeout_s": llm_timeout},
+        seed=seed,
+        n_jobs=n_jobs,
+        runs_dir=runs_dir,
+        heartbeat=heartbeat,
+        early_stop=not no_early_stop,
+        warm_sources=warm_sources,
+        force_warm_start=force_warm_start,
         trial_hooks=(note_hook,),
     )
-    n = n_trials or spec.search.n_trials
+    handle, st, runner, objective, llm, n = (
+        session.handle,
+        session.study,
+        session.runner,
+        session.objective,
+        session.llm,
+        session.n_trials,
+    )
 
     def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
         click.echo(text, err=as_json)
 
-    from ..physics.memory import estimate_memory
-
-    design = st.sampler.design  # the centre the sampler actually uses, and why
-    if design.centre_note:
-        base = space.canonical(space.baseline)
-        reasons = space.check(base)
-        mem = estimate_memory(spec, base) if not reasons else None
-        why = "; ".join(reasons) or (f"estimated {mem.reason()}" if mem is not None and not mem.fits else "")
-        say(
-            f"warning: {design.centre_note}" + (f" ({why})" if why else "") + f"; the sweep starts from "
-            f"{design.centre.key()}"
-        )
-    for line in [*spec.cluster.warnings(), *space.axis_warnings()]:
+    if session.warm_start is not None:
+        say(session.warm_start)
+    for line in session.warnings:
         say(f"warning: {line}")
     first_new = len(st.trials)
     guard = RepeatedLaunchFailure(first_trial=first_new)
     verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
-    for line in preflight_lines:
+    for line in session.preflight:
         say(line)
     say(
         f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"

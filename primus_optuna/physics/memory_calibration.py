@@ -4,6 +4,9 @@ A measured trial that reports its peak memory gives a ratio measured / estimated
 :data:`COMPARABLE`); a trial that ran out of memory gives a lower bound (the device's capacity / its estimated
 peak, kept up to :data:`MAX_OOM_BOUND`). The calibration's ``scale`` is the
 median ratio, raised to every lower bound, so a configuration that ran out of memory stays out after refitting.
+Whatever the bound, an out-of-memory run also closes every configuration estimated at least as large
+(``oom_peak_gib``: the smallest estimated peak that ran out of memory), unless a run estimated at least as large
+completed with a measurement (``measured_peak_gib``: the largest such estimate).
 The memory prefilter compares ``scale × estimated peak`` with the usable memory, so the filter learns from the
 cluster: a model that is pessimistic for a stack (e.g. MoE recipes with memory features the axes do not
 describe, see docs/benchmarks.md) stops throwing away configurations once a few measurements came back.
@@ -47,10 +50,32 @@ class MemoryCalibration:
     reserve_gib: float = 0.0
     """the framework's allocator reserve over the allocated peak (GiB; 0: none learned)"""
     n_reserve: int = 0
+    oom_peak_gib: float | None = None
+    """the smallest estimated peak (GiB) of a run that ran out of memory"""
+    measured_peak_gib: float | None = None
+    """the largest estimated peak (GiB) of a run that completed with a measurement"""
 
     @property
     def is_identity(self) -> bool:
-        return self.scale == 1.0 and self.reserve_gib == 0.0
+        return self.scale == 1.0 and self.reserve_gib == 0.0 and self.oom_peak_gib is None
+
+    def fits_peak(self, peak_gib: float, usable_gib: float, capacity_gib: float | None = None) -> bool:
+        """Whether an estimated peak fits: scaled, within the device with the learned reserve (strictly below:
+        a run that ran out bounds its own reserved estimate at capacity), and not at least as large as one that
+        ran out of memory (unless a measured run at least as large completed)."""
+        peak = peak_gib * self.scale
+        if peak > usable_gib:
+            return False
+        if self.reserve_gib > 0 and capacity_gib is not None and peak + self.reserve_gib >= capacity_gib:
+            return False
+        return not self.oom_dominated(peak_gib)
+
+    def oom_dominated(self, peak_gib: float) -> bool:
+        """Whether a configuration estimated at ``peak_gib`` is at least as large as one that ran out of memory
+        and larger than every measured run that completed."""
+        if self.oom_peak_gib is None or peak_gib < self.oom_peak_gib:
+            return False
+        return self.measured_peak_gib is None or peak_gib > self.measured_peak_gib
 
     @classmethod
     def fit(
@@ -59,34 +84,45 @@ class MemoryCalibration:
         oom_bounds: Iterable[float] = (),
         reserves: Iterable[float] = (),
         capacity_gib: float | None = None,
+        *,
+        oom_peaks: Iterable[float] = (),
+        measured_peaks: Iterable[float] = (),
     ) -> MemoryCalibration:
         """``ratios``: measured / estimated peak of completed runs; ``oom_bounds``: capacity / estimated peak
         of runs that ran out of memory (the true ratio was at least this); ``reserves``: reserved − allocated
         peak (GiB) of runs that printed both. With a reserve and the device's ``capacity_gib`` an out-of-memory
         run bounds the allocated ratio by (capacity − reserve) / estimated peak: it ran out when its allocated
-        peak plus the reserve exceeded the device, which the gate's reserved check then refuses again."""
+        peak plus the reserve exceeded the device, which the gate's reserved check then refuses again.
+        ``oom_peaks``: this study's out-of-memory runs' estimated peaks; ``measured_peaks``: its completed
+        measured runs' estimated peaks."""
         r = [x for x in ratios if COMPARABLE[0] <= x <= COMPARABLE[1]]
         v = [max(0.0, x) for x in reserves]
         reserve = statistics.median(v) if v else 0.0
         share = 1.0 - reserve / capacity_gib if capacity_gib and reserve < capacity_gib else 1.0
         b = [x * share for x in oom_bounds if 0 < x <= MAX_OOM_BOUND]
-        if not r and not b and not v:
+        oom = [x for x in oom_peaks if x > 0]
+        fine = [x for x in measured_peaks if x > 0]
+        if not r and not b and not v and not oom:
             return cls()
         scale = statistics.median(r) if r else 1.0
         if b:
             scale = max(scale, max(b))
-        return cls(scale=scale, n_trials=len(r), n_oom=len(b), reserve_gib=reserve, n_reserve=len(v))
+        return cls(
+            scale=scale,
+            n_trials=len(r),
+            n_oom=len(b),
+            reserve_gib=reserve,
+            n_reserve=len(v),
+            oom_peak_gib=min(oom) if oom else None,
+            measured_peak_gib=max(fine) if fine and oom else None,
+        )
 
     def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:
-        """The calibrated peak (GiB) and whether it fits: the usable memory, and with a learned reserve the
-        reserved estimate (:meth:`reserved`) the device's capacity."""
+        """The calibrated peak (GiB) and whether it fits (:meth:`fits_peak`): the usable memory, with a learned
+        reserve the reserved estimate (:meth:`reserved`) the device's capacity, and no out-of-memory run as
+        large."""
         peak = estimate.peak_gib * self.scale
-        fits = peak <= estimate.usable_gib
-        if (
-            self.reserve_gib > 0
-        ):  # strictly below: a run that ran out bounds its own reserved estimate at capacity
-            fits = fits and peak + self.reserve_gib < estimate.capacity_gib
-        return peak, fits
+        return peak, self.fits_peak(estimate.peak_gib, estimate.usable_gib, estimate.capacity_gib)
 
     def reserved(self, estimate: MemoryEstimate) -> float:
         """The reserved estimate (GiB): the calibrated peak plus the learned reserve."""
@@ -101,12 +137,19 @@ class MemoryCalibration:
             text += f", reserve +{self.reserve_gib:.1f} GiB from {self.n_reserve} reserved peak" + (
                 "s" if self.n_reserve != 1 else ""
             )
+        if self.oom_peak_gib is not None:
+            text += f"; a run estimated at {self.oom_peak_gib:.1f} GiB ran out of memory"
+            if self.measured_peak_gib is not None:
+                text += f", one estimated at {self.measured_peak_gib:.1f} GiB completed"
         return text
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"scale": self.scale, "n_trials": self.n_trials, "n_oom": self.n_oom}
         if self.n_reserve:
             out.update(reserve_gib=self.reserve_gib, n_reserve=self.n_reserve)
+        if self.oom_peak_gib is not None:
+            out["oom_peak_gib"] = self.oom_peak_gib
+            out["measured_peak_gib"] = self.measured_peak_gib
         return out
 
     @classmethod
@@ -119,4 +162,6 @@ class MemoryCalibration:
             n_oom=int(data.get("n_oom", 0)),
             reserve_gib=float(data.get("reserve_gib", 0.0)),
             n_reserve=int(data.get("n_reserve", 0)),
+            oom_peak_gib=data.get("oom_peak_gib"),
+            measured_peak_gib=data.get("measured_peak_gib"),
         )

@@ -134,7 +134,7 @@ def no_fit_message(
     if "full" not in space.candidates["recompute"]:
         hints.append("allow recompute: full in search.axes")
     hints.append("allow larger tp/pp/ep/cp in search.axes or lower workload.seq_length")
-    if margin > 0:
+    if margin > 0 and mem.peak_gib <= mem.capacity_gib:  # only when the whole device would hold it
         hints.append("lower search.memory_safety_margin")
     return (
         f"no configuration fits: the smallest peak is {mem.peak_gib:.1f} GiB on stage {mem.peak_stage} with "

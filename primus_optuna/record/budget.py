@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,8 +23,8 @@ from typing import Any
 
 import optuna
 
-PREFILTER = ("memory", "illegal", "duplicate")
-"""prune-reason categories decided before launch"""
+from ..search.attrs import EXHAUSTED, PREFILTER, reason_category, trial_reason  # noqa: F401 (re-exported)
+from .account import launched_job
 
 
 @dataclass
@@ -58,13 +57,6 @@ class BudgetAccounting:
         }
 
 
-def reason_category(reason: Any) -> str:
-    """The category of a prune or failure reason, one vocabulary for both: its words before the first ``:``
-    or ``(`` (``memory``, ``duplicate``, ``slow``, ``exhausted``, ``oom``, ``timeout``, ``interrupted``, ...)."""
-    text = str(reason or "").strip()
-    return re.split(r"[:(]", text, maxsplit=1)[0].strip() or "unknown"
-
-
 def budget_accounting(trials: Iterable[optuna.trial.FrozenTrial], gpus: int | None) -> BudgetAccounting:
     """Account for Optuna ``trials`` on a cluster of ``gpus`` GPUs (``None``: unknown, no GPU-hours)."""
     rows = []
@@ -86,31 +78,20 @@ def account(rows: Iterable[tuple[str, dict[str, Any], float | None]], gpus: int 
         if state in ("RUNNING", "WAITING"):
             continue
         acc.trials += 1
-        source = ua.get("source")
-        if state == "PRUNED":
-            cat = reason_category(ua.get("prune_reason"))
-            if cat in PREFILTER:
-                acc.pruned_before_launch[cat] += 1
-                continue
-            if cat == "exhausted":  # a placeholder: nothing was left to propose
-                acc.trials -= 1
-                continue
-            acc.pruned_other += 1  # stopped while running (e.g. an early-stopping pruner): it spent GPU time
-            launched = source != "analytical"
-        else:
-            # a failed trial ran a job unless it was interrupted before one started (no GPU-hours recorded)
-            reason = ua.get("failure_reason")
-            launched = (state == "COMPLETE" and source not in (None, "analytical")) or (
-                state == "FAIL"
-                and reason is not None
-                and (reason != "interrupted" or ua.get("gpu_hours") is not None)
-            )
-        if state == "COMPLETE" and source == "analytical":
+        cat = trial_reason(state, ua)
+        if state == "PRUNED" and cat in PREFILTER:
+            acc.pruned_before_launch[cat] += 1
+            continue
+        if state == "PRUNED" and cat == EXHAUSTED:  # a placeholder: nothing was left to propose
+            acc.trials -= 1
+            continue
+        if state == "COMPLETE" and ua.get("source") == "analytical":
             acc.analytical += 1
-        if not launched:
+        if not launched_job(state, ua):  # the one rule (record.account)
             continue
         acc.launched += 1
         acc.failed_launched += state == "FAIL"
+        acc.pruned_other += state == "PRUNED"  # stopped while running (e.g. an early-stopping pruner)
         if gpus and seconds is not None:
             hours.append(seconds / 3600.0 * gpus)
     acc.gpu_hours_spent = sum(hours)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..redaction import redact
+from ..search.attrs import FAILURE_REASON, PRUNE_REASON
 from ..spec.study import AXES
 from .report import StudyRecord, fmt_gib, fmt_pct, fmt_tok, record_of
 from .summary import study_summary as summarize_study
@@ -75,8 +76,8 @@ def trial_note(attrs: dict[str, Any], params: dict[str, Any] | None = None, numb
         for k, v in sorted(breakdown.items(), key=lambda kv: -float(kv[1] or 0)):
             lines.append(f"| {k} | {float(v):.4f} | {float(v) / total:.0%} |")
     for key, label in (
-        ("prune_reason", "Pruned"),
-        ("failure_reason", "Failed"),
+        (PRUNE_REASON, "Pruned"),
+        (FAILURE_REASON, "Failed"),
         ("fallback_reason", "Fallback"),
     ):
         if attrs.get(key):

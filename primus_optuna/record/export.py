@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from ..search.attrs import EXHAUSTED, MEMORY, PRUNE_REASON, reason_category
 from ..space import TrainingConfig
 from ..space.megatron_args import (
     PRIMUS_ONLY,
@@ -305,7 +306,7 @@ def select_trial(study: Any, number: int | None = None) -> Any:
     if not done:
         trials = study.get_trials(deepcopy=False)
         pruned_mem = [
-            t for t in trials if str(t.user_attrs.get("prune_reason", "")).startswith(("memory", "exhausted"))
+            t for t in trials if reason_category(t.user_attrs.get(PRUNE_REASON)) in (MEMORY, EXHAUSTED)
         ]
         if trials and len(pruned_mem) == len(trials):
             raise SpecError(

@@ -29,7 +29,15 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
 from ..errors import SpecError
-from ..search.state import SPACE_HASH, hashed_workload, space_hash, store_spec, stored_spec_data  # noqa: F401 (re-exported)
+from ..search.state import (  # noqa: F401 (re-exported)
+    SPACE_HASH,
+    changed_fields,
+    hashed_workload,
+    refuse_changed_space,
+    space_hash,
+    store_spec,
+    stored_spec_data,
+)
 from ..spec import StudySpec
 
 HEARTBEAT_INTERVAL_S = 30
@@ -131,44 +139,6 @@ def _schema_race(exc: BaseException) -> bool:
     return any(k in text for k in ("uniqueviolation", "already exists", "duplicate key", "integrityerror"))
 
 
-HASHED_SECTIONS = ("model", "cluster", "workload", "search")
-
-
-def _short(value: Any, width: int = 80) -> str:
-    """``repr(value)``, a long list as its length (e.g. ``cluster.network``'s measured rows)."""
-    text = repr(value)
-    if len(text) <= width:
-        return text
-    if isinstance(value, list):
-        return f"[{len(value)} items]"
-    return text[: width - 3] + "..."
-
-
-def changed_fields(stored: Any, spec: StudySpec, limit: int = 8) -> str:
-    """``search.axes.mbs: [1, 2] -> [1, 2, 4]; ...``: the space-defining fields of the stored study file
-    (study attr ``primus_spec``) that differ from ``spec`` ("" when there is no stored copy)."""
-    if not isinstance(stored, dict):
-        return ""
-    new = spec.to_public_dict()
-    diffs: list[str] = []
-
-    def walk(a: Any, b: Any, path: str) -> None:
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in sorted(set(a) | set(b), key=str):
-                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
-        elif a != b:
-            diffs.append(f"{path}: {_short(a)} -> {_short(b)}")
-
-    for section in HASHED_SECTIONS:
-        a, b = stored.get(section), new.get(section)
-        if section == "search":
-            a = {k: v for k, v in (a or {}).items() if k not in ("n_trials", "seed")}
-            b = {k: v for k, v in (b or {}).items() if k not in ("n_trials", "seed")}
-        walk(a, b, section)
-    more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
-    return "; ".join(diffs[:limit]) + more
-
-
 def directions(spec: StudySpec) -> list[str]:
     """``maximize`` tokens/s/GPU, ``minimize`` peak memory."""
     return ["maximize" if o == "tokens_per_s_per_gpu" else "minimize" for o in spec.search.objectives]
@@ -214,23 +184,10 @@ def open_study(
     existed = name in {
         s.study_name for s in optuna.study.get_all_study_summaries(store, include_best_trial=False)
     }
-    h = space_hash(spec)
     if existed:
-        attrs = optuna.load_study(study_name=name, storage=store).user_attrs
-        old = attrs.get(SPACE_HASH)
-        if old is not None and old != h:
-            changed = changed_fields(
-                stored_spec_data(optuna.load_study(study_name=name, storage=store)), spec
-            )
-            raise SpecError(
-                f"study {name!r} in {url} was created from a different search space (hash {old}, this study "
-                f"file gives {h})"
-                + (f"; changed: {changed}" if changed else "")
-                + ": the study file was edited between runs in a way that changes the space or "
-                "its estimates (axes, model, cluster or GPU figures, workload, objectives, memory margin, "
-                "baseline or sweep order) — or a primus-optuna upgrade changed a catalog figure the study used. "
-                "Restore the file, or start a new study with --study-name NAME or another --storage."
-            )
+        refuse_changed_space(
+            optuna.load_study(study_name=name, storage=store), spec, where=f"study {name!r} in {url}"
+        )
     try:
         study = optuna.create_study(
             study_name=name,

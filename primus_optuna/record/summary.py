@@ -1,21 +1,15 @@
-"""One account of a study: :class:`StudySummary`, from which the run summary (``run``'s last lines),
-``run --json``, the report's executive summary and the dashboard's study note are all written, so a figure
-reads the same everywhere.
+""":class:`StudySummary`: the study's account (:class:`~primus_optuna.record.account.StudyAccount`: trials
+by state and reason, launched/failed/stopped jobs, sources of values, GPU-hours spent and not spent) with its
+best trial, gain and next commands; the run summary (``run``'s last lines), ``run --json``, the report's
+executive summary and the dashboard's study note are all written from it, so a figure reads the same
+everywhere.
 
-Rules (one each):
+Rules beside the account's:
 
-- **trials** by state, with the RUNNING and WAITING ones and the placeholders (a trial the sampler ran with
-  nothing left to propose, ``prune_reason: exhausted``) counted as such;
-- **launched**: every trial whose job started on the GPUs (:func:`~primus_optuna.record.budget.account`):
-  completed measurements, failures while running (out of memory, timeout, no throughput, interrupted after
-  launch) and the jobs stopped early; **estimated**: completed trials of the analytical runner;
-- **reasons**: one vocabulary for pruned and failed trials, :func:`reason_category` (the words before the
-  first ``:`` or ``(``: ``memory``, ``duplicate``, ``slow``, ``oom``, ``timeout``, ``interrupted``, ...);
 - **baseline and centre**: the study's baseline trial (its configuration) and the sweep's centre (the trial
   the sweep started from; the baseline itself unless it is illegal or does not fit); the gain is over the
   baseline when it completed, else over the centre, and says which;
-- **GPU-hours** from :func:`~primus_optuna.record.report.gpu_hours.gpu_hours_account`; **LLM** usage from
-  :func:`llm_usage` (the study's stored accounting);
+- **LLM** usage from :func:`llm_usage` (the study's stored accounting);
 - **peak memory** of a trial: the measured peak when the run measured one, the estimate and the calibrated
   estimate (the one the memory filter compares) beside it;
 - **error band** of the estimates (:mod:`~primus_optuna.physics.uncertainty`): the error of the study's own
@@ -35,7 +29,6 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,9 +45,10 @@ from ..physics.uncertainty import (
 )
 from ..redaction import redact_url
 from ..run.base import value_kind
+from ..search.attrs import reason_category  # noqa: F401 (re-exported: the one classifier)
 from ..space.megatron_args import export_refusal, uses_primus
 from ..spec import StudySpec
-from .budget import account, reason_category
+from .account import StudyAccount, study_account
 from .storage import sibling_dir, storage_file
 
 if TYPE_CHECKING:  # the report package imports this module (its executive summary)
@@ -135,8 +129,9 @@ class TrialBrief:
 
     @property
     def value_kind(self) -> str:
-        """How the value came about: ``measured``, ``projected`` (a profile) or ``estimated``."""
-        return value_kind(self.source) or "estimated"
+        """How the value came about: ``measured``, ``projected`` (a profile), ``estimated`` or ``from your
+        objective`` (an objective that records no source)."""
+        return value_kind(self.source) or "from your objective"
 
     def peak_text(self) -> str:
         """``peak memory X GiB measured (estimate Y GiB, calibrated Z GiB)``: measured first."""
@@ -233,17 +228,8 @@ class StudySummary:
     storage: str
     model: str
     n_trials_target: int
-    trials: int
-    by_state: dict[str, int]
-    placeholders: int
-    launched: int
-    launched_failed: int
-    estimated: int
-    pruned_by_reason: dict[str, int]
-    pruned_before_launch: dict[str, int]
-    stopped_early: int
-    failed_by_reason: dict[str, int]
-    trials_by_phase: dict[str, int]
+    account: StudyAccount
+    """the counts and GPU-hours (:mod:`~primus_optuna.record.account`); the properties below read it"""
     best: TrialBrief | None
     baseline: TrialBrief | None
     centre: TrialBrief | None
@@ -253,8 +239,6 @@ class StudySummary:
     gain_over: str | None
     """``baseline``, ``centre`` or ``None`` (no completed reference)"""
     estimated_gain: float | None
-    gpus: int
-    gpu_hours: GpuHours
     llm_model: str | None
     llm: LLMUsage
     pareto: list[TrialBrief] = field(default_factory=list)
@@ -266,6 +250,66 @@ class StudySummary:
     exhausted: bool = False
     """every legal configuration that fits has been tried (a placeholder trial, or the sampler says so)"""
     next: list[str] = field(default_factory=list)
+
+    # --- the account's figures -----------------------------------------------------------------------------
+    @property
+    def trials(self) -> int:
+        return self.account.trials
+
+    @property
+    def by_state(self) -> dict[str, int]:
+        return self.account.by_state
+
+    @property
+    def placeholders(self) -> int:
+        return self.account.placeholders
+
+    @property
+    def launched(self) -> int:
+        return self.account.launched
+
+    @property
+    def launched_failed(self) -> int:
+        return self.account.launched_failed
+
+    @property
+    def estimated(self) -> int:
+        return self.account.estimated
+
+    @property
+    def pruned_by_reason(self) -> dict[str, int]:
+        return self.account.pruned_by_reason
+
+    @property
+    def pruned_before_launch(self) -> dict[str, int]:
+        return self.account.pruned_before_launch
+
+    @property
+    def stopped_early(self) -> int:
+        return self.account.stopped_early
+
+    @property
+    def failed_by_reason(self) -> dict[str, int]:
+        return self.account.failed_by_reason
+
+    @property
+    def trials_by_phase(self) -> dict[str, int]:
+        return self.account.by_phase
+
+    @property
+    def gpus(self) -> int:
+        return self.account.gpus
+
+    @property
+    def gpu_hours(self) -> GpuHours:
+        a = self.account
+        return GpuHours(
+            a.gpu_hours_spent,
+            a.gpu_hours_saved_memory,
+            a.memory_pruned,
+            a.gpu_hours_saved_early_stop,
+            a.stopped_early,
+        )
 
     # --- text ----------------------------------------------------------------------------------------------
     def trials_text(self) -> str:
@@ -351,8 +395,8 @@ class StudySummary:
             )
         return (
             f"GPU-hours: {g.spent:.2f} spent on {self.launched} launched job{'s' * (self.launched != 1)}; "
-            f"not spent: {mem}, {g.saved_early_stop:.2f} thanks to early stopping ({g.stopped} slow "
-            f"job{'s' * (g.stopped != 1)} stopped)"
+            f"not spent: {mem}, {g.saved_early_stop:.2f} thanks to early stopping ({g.stopped} "
+            f"job{'s' * (g.stopped != 1)} stopped early)"
         )
 
     def llm_text(self) -> str:
@@ -405,6 +449,23 @@ class StudySummary:
     def to_dict(self) -> dict[str, Any]:
         """``run --json``: every figure of :meth:`lines`, machine-readable."""
         d = asdict(self)
+        d["account"] = self.account.to_dict()
+        for key in (
+            "trials",
+            "by_state",
+            "placeholders",
+            "launched",
+            "launched_failed",
+            "estimated",
+            "pruned_by_reason",
+            "pruned_before_launch",
+            "stopped_early",
+            "failed_by_reason",
+            "trials_by_phase",
+            "gpus",
+        ):
+            d[key] = getattr(self, key)
+        d["gpu_hours"] = asdict(self.gpu_hours)
         d["gain_over_baseline"] = self.gain if self.gain_over == "baseline" else None
         d["band"] = self.band.to_dict() if self.band else None
         d["gain_band"] = self.gain_band.to_dict() if self.gain_band else None
@@ -476,17 +537,7 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
     """The :class:`StudySummary` of a study read back from storage (or live); ``exhausted``: the sampler has
     nothing left to propose (``PrimusSampler.is_exhausted``, known to a live study only)."""
     rows = rec.trials
-    states = Counter(t.state.lower() for t in rows)
-    placeholders = sum(
-        1 for t in rows if t.state == "PRUNED" and reason_category(t.attr("prune_reason")) == "exhausted"
-    )
-    acc = account(((t.state, t.attrs, t.duration_s) for t in rows), rec.spec.world)
-    pruned = Counter(
-        reason_category(t.attr("prune_reason"))
-        for t in rows
-        if t.state == "PRUNED" and reason_category(t.attr("prune_reason")) != "exhausted"
-    )
-    failed = Counter(reason_category(t.attr("failure_reason") or "error") for t in rows if t.state == "FAIL")
+    acc = study_account(rec)
     mcal = MemoryCalibration.from_dict(rec.user_attrs.get("memory_calibration"))
     best_row, base_row = rec.best, rec.baseline
     centre_row = next(
@@ -504,25 +555,12 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
     est_gain = None
     if best_row is not None and base_row is not None and best_row.estimate and base_row.estimate:
         est_gain = best_row.estimate / base_row.estimate - 1.0
-    from .report.gpu_hours import gpu_hours_account  # the report package imports this module
-
-    g = gpu_hours_account(rec)
     return StudySummary(
         study=rec.study_name,
         storage=redact_url(rec.storage_url),
         model=rec.spec.model.name,
         n_trials_target=rec.spec.search.n_trials,
-        trials=len(rows),
-        by_state=dict(states),
-        placeholders=placeholders,
-        launched=acc.launched,
-        launched_failed=acc.failed_launched,
-        estimated=acc.analytical,
-        pruned_by_reason=dict(pruned.most_common()),
-        pruned_before_launch=dict(acc.pruned_before_launch.most_common()),
-        stopped_early=acc.pruned_other,
-        failed_by_reason=dict(failed.most_common()),
-        trials_by_phase=dict(Counter(t.phase if t.phase != "-" else "?" for t in rows)),
+        account=acc,
         best=_brief(best_row, mcal) if best_row else None,
         baseline=_brief(base_row, mcal) if base_row else None,
         centre=_brief(centre_row, mcal) if centre_row else None,
@@ -531,8 +569,6 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         gain=gain,
         gain_over=gain_over,
         estimated_gain=est_gain,
-        gpus=rec.spec.world,
-        gpu_hours=GpuHours(g.spent, g.saved_memory, g.memory_pruned, g.saved_early_stop, g.stopped),
         llm_model=rec.llm_model,
         llm=llm_usage(rec.llm),
         pareto=[_brief(t, mcal) for t in rec.pareto()],
@@ -541,7 +577,7 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
             rec, best_row, {"baseline": base_row, "centre": centre_row}.get(gain_over or "")
         ),
         noise=_noise(rec.complete),
-        exhausted=exhausted or placeholders > 0,
+        exhausted=exhausted or acc.placeholders > 0,
         next=next_commands(rec.storage_url, rec.study_name, program, suggested_export(rec.spec))
         if rec.storage_url
         else [],

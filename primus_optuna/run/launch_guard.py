@@ -15,6 +15,7 @@ import re
 
 import optuna
 
+from ..search.attrs import FAILURE_REASON
 from .base import LaunchFailure
 
 LIMIT = 3
@@ -26,7 +27,7 @@ def _signature(trial: optuna.trial.FrozenTrial) -> str | None:
     between identical failures); None for any other outcome."""
     if trial.state != optuna.trial.TrialState.FAIL:
         return None
-    if trial.user_attrs.get("failure_reason") != LaunchFailure.reason:
+    if trial.user_attrs.get(FAILURE_REASON) != LaunchFailure.reason:
         return None
     lines = [ln.strip() for ln in str(trial.user_attrs.get("log_tail", "")).splitlines() if ln.strip()]
     return re.sub(r"\d+", "#", lines[-1]) if lines else ""

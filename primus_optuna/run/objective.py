@@ -36,10 +36,11 @@ import optuna
 from ..physics.memory import estimate_memory
 from ..physics.throughput import estimate_throughput
 from ..redaction import looks_secret, redact
+from ..search.attrs import FAILURE_REASON, LAUNCHED, PRUNE_REASON, RUN_ATTRS
 from ..search.configs import trial_config
 from ..search.pruner import MemoryPrefilterPruner, prune_if_infeasible
 from ..search.sampler import INTERRUPTED
-from ..search.state import CONFIG, store_spec
+from ..search.state import CONFIG, store_spec, system_attrs
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
@@ -106,6 +107,15 @@ def set_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
             trial.set_user_attr(k, v)
 
 
+def forget_inherited_run(trial: optuna.Trial) -> None:
+    """A heartbeat retry starts with the failed trial's user attrs (Optuna copies them: optuna 5.1.0
+    optuna/storages/_callbacks.py:72-90); what that run left (its log, GPU-hours, measurement) is not this
+    trial's: cleared to ``None`` before the retry runs."""
+    if "failed_trial" not in system_attrs(trial):
+        return
+    set_attrs(trial, {k: None for k in RUN_ATTRS if trial.user_attrs.get(k) is not None})
+
+
 def make_objective(
     spec: StudySpec,
     runner: Runner | None = None,
@@ -138,7 +148,7 @@ def make_objective(
         try:
             return run_trial(trial)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: FAIL as interrupted, re-run first on resume
-            failed: dict[str, Any] = {"failure_reason": INTERRUPTED, "interrupted_by": _signal_name(exc)}
+            failed: dict[str, Any] = {FAILURE_REASON: INTERRUPTED, "interrupted_by": _signal_name(exc)}
             started = getattr(exc, "log_path", None) is not None  # a job had been launched (its log exists)
             if launches and started and trial.datetime_start is not None:
                 wall = (datetime.now() - trial.datetime_start).total_seconds()
@@ -150,6 +160,7 @@ def make_objective(
 
     def run_trial(trial: optuna.Trial) -> Any:
         study = trial.study
+        forget_inherited_run(trial)
         store_spec(
             study, spec
         )  # a Python-API study becomes a full citizen (report, export, warm start, note)
@@ -159,8 +170,8 @@ def make_objective(
             raise Interrupted(signum)
         dup = duplicate_of(study, trial, space, config)
         if dup:
-            trial.set_user_attr("prune_reason", dup)
-            _notify(hooks, trial, {"config_key": config.key(), "prune_reason": dup})
+            trial.set_user_attr(PRUNE_REASON, dup)
+            _notify(hooks, trial, {"config_key": config.key(), PRUNE_REASON: dup})
             raise optuna.TrialPruned(dup)
         mem = estimate_memory(spec, config)
         est = estimate_throughput(spec, config)
@@ -176,7 +187,7 @@ def make_objective(
             if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
                 if trial.should_prune():
                     # the pruner wrote the (possibly calibrated) reason to storage; trial.user_attrs is a cache
-                    reason = _stored_attrs(trial).get("prune_reason") or mem.reason()
+                    reason = _stored_attrs(trial).get(PRUNE_REASON) or mem.reason()
                     raise optuna.TrialPruned(reason)
             else:
                 prune_if_infeasible(trial, spec, config)
@@ -184,7 +195,7 @@ def make_objective(
             _notify(
                 hooks,
                 trial,
-                {**attrs, "prune_reason": _stored_attrs(trial).get("prune_reason", mem.reason())},
+                {**attrs, PRUNE_REASON: _stored_attrs(trial).get(PRUNE_REASON, mem.reason())},
             )
             raise
         workdir = (fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
@@ -195,11 +206,13 @@ def make_objective(
         )
         if launches and not multi:
             context.on_iteration = _follower(trial)
+        if launches:
+            set_attrs(trial, {LAUNCHED: True})  # before the job starts: a killed worker's trial keeps it
         try:
             m, repeated = _measure(runner, config, context)
         except EarlyStopped as exc:
             stopped = {
-                "prune_reason": hide(str(exc)),
+                PRUNE_REASON: hide(str(exc)),
                 "iterations_run": exc.iterations,
                 **_hours(exc.wall_s, spec.world, "gpu_hours"),
             }
@@ -218,13 +231,13 @@ def make_objective(
             set_attrs(trial, stopped)
             _attach_log(artifact_store, trial, exc.log_path, hide)
             _notify(hooks, trial, {**attrs, **stopped})
-            raise optuna.TrialPruned(stopped["prune_reason"]) from None
+            raise optuna.TrialPruned(stopped[PRUNE_REASON]) from None
         except RunFailure as exc:
             # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
             # stored, uploaded or re-raised (Optuna logs the exception) unredacted
             exc.args = tuple(hide(str(a)) for a in exc.args)
             exc.log_tail = hide(exc.log_tail or str(exc))
-            failed = {"failure_reason": exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
+            failed = {FAILURE_REASON: exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
             if launches:
                 failed.update(_hours(exc.wall_s, spec.world, "gpu_hours"))
             if exc.reason == "oom" and _memory_fitted(trial, mem):
@@ -316,7 +329,7 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
     retried = {t.user_attrs.get("retry_of") for t in trials}
     out = []
     for t in trials:
-        if t.state != optuna.trial.TrialState.FAIL or t.user_attrs.get("failure_reason") != INTERRUPTED:
+        if t.state != optuna.trial.TrialState.FAIL or t.user_attrs.get(FAILURE_REASON) != INTERRUPTED:
             continue
         if t.number in retried or t.user_attrs.get("retry_of") in out:
             continue
@@ -338,7 +351,7 @@ def _follower(trial: optuna.Trial) -> Callable[[LiveIteration, bool], str | None
     def on_iteration(it: LiveIteration, live: bool) -> str | None:
         trial.report(it.tokens_per_s_per_gpu, it.iteration)
         if live and trial.should_prune():
-            return _stored_attrs(trial).get("prune_reason") or (
+            return _stored_attrs(trial).get(PRUNE_REASON) or (
                 f"slow: stopped by {type(trial.study.pruner).__name__} at iteration {it.iteration}"
             )
         return None

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import platform
 import statistics
@@ -48,6 +47,7 @@ from ..physics.gemm_efficiency import layer_gemm_seconds
 from ..physics.layer_mix import stage_mixes
 from ..physics.shapes import LayerShape
 from ..physics.throughput import estimate_throughput
+from ..search.logs import get_logger
 from ..space import TrainingConfig
 from ..spec import StudySpec
 from ..spec.recompute import parse_recompute
@@ -61,7 +61,7 @@ CPU_WARNING = (
     "warning: trial %s is profiled on the CPU (runner.options.device: cpu) for a %s study: its tokens/s/GPU "
     "is a smoke-test figure, not the GPU's"
 )
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 LAYER_TERMS = ("compute_attention", "compute_mlp", "recompute")
 CACHE_NAME = "profile_cache.json"
 

@@ -30,6 +30,7 @@ from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import ThroughputEstimate, estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from .attrs import FAILURE_REASON
 from .configs import trial_config
 from .learner import trial_measurement
 from .state import stored_spec, warm_start_data
@@ -92,6 +93,8 @@ def calibrations_of(
     ratios, bounds = list(ws.memory_ratios), list(ws.oom_bounds)
     reserves = list(ws.memory_reserves)
     capacity = spec.cluster.gpu.hbm_gib
+    oom_peaks: list[float] = []
+    measured_peaks: list[float] = []
     for e in evidence:
         est_peak = e.attrs.get("memory_peak_gib")
         if step and e.measured is not None and e.config is not None:
@@ -105,10 +108,15 @@ def calibrations_of(
                     float(e.attrs["measured_reserved_memory_gib"])
                     - float(e.attrs["measured_peak_memory_gib"])
                 )
-        elif e.attrs.get("failure_reason") == "oom":
+        elif e.attrs.get(FAILURE_REASON) == "oom":
             bounds.append(capacity / float(est_peak))
+            oom_peaks.append(float(est_peak))
+        if e.state == "COMPLETE" and e.attrs.get("source", "analytical") != "analytical":
+            measured_peaks.append(float(est_peak))
     fit = Calibration.fit([(est, m) for _, est, m in pairs]) if pairs else Calibration()
-    memory = MemoryCalibration.fit(ratios, bounds, reserves, capacity)
+    memory = MemoryCalibration.fit(
+        ratios, bounds, reserves, capacity, oom_peaks=oom_peaks, measured_peaks=measured_peaks
+    )
     return StudyCalibrations(fit, memory, pairs, ratios, bounds, reserves)
 
 

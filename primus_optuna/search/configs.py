@@ -17,9 +17,17 @@ from ..errors import SpecError
 from ..space import Space, TrainingConfig
 from ..spec.study import AXES, BOOL_AXES
 from .nearest import Nearest
-from .state import CONFIG, PROPOSAL, system_attrs
+from .state import CONFIG, FIXED_PARAMS, PROPOSAL, system_attrs
 
-__all__ = ["complete_config", "config_from_params", "legal_config", "nearest_legal", "trial_config"]
+__all__ = [
+    "complete_config",
+    "config_from_params",
+    "fixed_axes",
+    "legal_config",
+    "nearest_legal",
+    "partial_fixed_axes",
+    "trial_config",
+]
 
 _NEAREST: weakref.WeakKeyDictionary[Space, Any] = weakref.WeakKeyDictionary()
 
@@ -53,8 +61,8 @@ def trial_config(space: Space, trial: Any) -> TrainingConfig | None:
             return config
         if isinstance(sa.get(PROPOSAL), dict) and sa[PROPOSAL].get("config"):
             return complete_config(space, sa[PROPOSAL]["config"])
-        if sa.get("fixed_params"):
-            return complete_config(space, sa["fixed_params"])
+        if sa.get(FIXED_PARAMS):
+            return complete_config(space, sa[FIXED_PARAMS])
     except SpecError:
         return None
     return None
@@ -84,3 +92,25 @@ def nearest_legal(space: Space, config: TrainingConfig, fixed: tuple[str, ...] =
     if nearest is None:
         nearest = _NEAREST[space] = Nearest(space)
     return nearest.nearest(config, lambda c: True, None, fixed=fixed)
+
+
+def partial_fixed_axes(sampler: Any) -> dict[str, Any]:
+    """The axes fixed by Optuna ``PartialFixedSampler`` wrappers of ``sampler`` (the outermost wins): their
+    ``sample_independent`` returns the fixed value and never asks the base sampler (optuna 5.1.0
+    optuna/samplers/_partial_fixed.py:94-112), so the base sampler must decide with them."""
+    out: dict[str, Any] = {}
+    while sampler is not None:
+        fixed = getattr(sampler, "_fixed_params", None)
+        if isinstance(fixed, dict):
+            out.update({k: v for k, v in fixed.items() if k in AXES and k not in out})
+        sampler = getattr(sampler, "_base_sampler", None)
+    return out
+
+
+def fixed_axes(study: Any, trial: Any) -> dict[str, Any]:
+    """The axes a trial's sampler cannot choose: those a ``PartialFixedSampler`` fixes and those enqueued
+    (``enqueue_trial``'s ``fixed_params`` come first: optuna 5.1.0 optuna/trial/_trial.py:613)."""
+    out = partial_fixed_axes(getattr(study, "sampler", None))
+    enqueued = system_attrs(trial).get(FIXED_PARAMS) or {}
+    out.update({k: v for k, v in enqueued.items() if k in AXES})
+    return out

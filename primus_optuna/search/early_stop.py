@@ -33,6 +33,7 @@ from optuna.pruners import BasePruner
 
 from ..spec import StudySpec
 from ..spec.study import EarlyStopSpec
+from .attrs import PRUNE_REASON
 from .pruner import MemoryPrefilterPruner
 
 __all__ = ["EarlyStopSpec", "ThroughputPruner", "slow_verdict", "study_pruner"]
@@ -113,7 +114,7 @@ class ThroughputPruner(BasePruner):
         )
         if verdict is None:
             return False
-        study._storage.set_trial_user_attr(trial._trial_id, "prune_reason", verdict)
+        study._storage.set_trial_user_attr(trial._trial_id, PRUNE_REASON, verdict)
         return True
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import tempfile
 import threading
@@ -59,6 +58,7 @@ from ..spec import StudySpec
 from ..spec.study import LLMSpec
 from . import llm_budget
 from .llm_budget import llm_accounting
+from .logs import get_logger
 from .planner_schema import (
     RATIONALE_CHARS,
     answer_schema,
@@ -69,7 +69,7 @@ from .planner_schema import (
 from .planner_tools import PlannerTools
 from .state import set_study_state
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["Planner", "PlannerOutcome", "llm_accounting", "require_api_key"]
 

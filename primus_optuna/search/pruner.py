@@ -42,6 +42,7 @@ from ..physics.memory import MemoryEstimate, estimate_memory
 from ..physics.memory_calibration import MemoryCalibration
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from .attrs import PRUNE_REASON
 from .calibrations import study_calibrations
 from .configs import config_from_params, trial_config
 from .state import MEMORY_CHECK, set_trial_state, stored_spec, system_attrs
@@ -72,20 +73,26 @@ def memory_attrs(
     }
     if calibration is None or calibration.is_identity:
         if not estimate.fits:
-            attrs["prune_reason"] = estimate.reason()
+            attrs[PRUNE_REASON] = estimate.reason()
         return estimate.fits, attrs
     peak, fits = calibration.apply(estimate)
     attrs["memory_peak_calibrated_gib"] = round(peak, 3)
     if calibration.reserve_gib > 0:
         attrs["memory_reserved_calibrated_gib"] = round(calibration.reserved(estimate), 3)
-    if not fits and peak <= estimate.usable_gib:  # the allocated estimate fits, the reserved one does not
-        attrs["prune_reason"] = (
+    if not fits and peak <= estimate.usable_gib and calibration.oom_dominated(estimate.peak_gib):
+        attrs[PRUNE_REASON] = (
+            f"memory: estimated {estimate.peak_gib:.1f} GiB on stage {estimate.peak_stage}, at least the "
+            f"{calibration.oom_peak_gib:.1f} GiB estimated for a run of this study that ran out of memory, and no "
+            "run this large completed with a measurement"
+        )
+    elif not fits and peak <= estimate.usable_gib:  # the allocated estimate fits, the reserved one does not
+        attrs[PRUNE_REASON] = (
             f"memory: {calibration.reserved(estimate):.1f} GiB reserved on stage {estimate.peak_stage} > "
             f"{estimate.capacity_gib:.1f} GiB device ({peak:.1f} GiB allocated + the framework's reserve; "
             f"model {estimate.peak_gib:.1f} GiB, {calibration.describe()})"
         )
     elif not fits:
-        attrs["prune_reason"] = (
+        attrs[PRUNE_REASON] = (
             f"memory: {peak:.1f} GiB on stage {estimate.peak_stage} > {estimate.usable_gib:.1f} GiB usable "
             f"(model {estimate.peak_gib:.1f} GiB, {calibration.describe()})"
         )
@@ -117,7 +124,7 @@ def _gate(study: optuna.Study, trial: Any, spec: StudySpec, config: TrainingConf
             trial.set_user_attr(key, value)
         else:
             study._storage.set_trial_user_attr(trial._trial_id, key, value)
-    reason = str(attrs.get("prune_reason", ""))
+    reason = str(attrs.get(PRUNE_REASON, ""))
     set_trial_state(study, trial, MEMORY_CHECK, {"key": config.key(), "fits": fits, "reason": reason})
     return fits, reason
 
@@ -224,6 +231,6 @@ def prune_if_infeasible(
     if f"constraints:{CONSTRAINT}" not in study._storage.get_trial_system_attrs(trial._trial_id):
         trial.set_constraint(CONSTRAINT, peak - est.usable_gib)
     if not fits:
-        trial.set_user_attr("prune_reason", reason)
+        trial.set_user_attr(PRUNE_REASON, reason)
         raise optuna.TrialPruned(reason)
     return est

@@ -11,7 +11,10 @@ from storage at each decision (:mod:`~primus_optuna.search.proposers`):
 - a heartbeat retry copies the system attrs, so it runs the same decision (also when the worker was killed
   while choosing: a retry without a decision decides afresh); ``study.add_trial`` covers the point it
   measured; an enqueued trial runs its params (a partial ``enqueue_trial`` is completed with the nearest
-  configuration that fits, with a warning);
+  configuration that fits, with a warning, its ``fixed_params`` untouched; one without axis params gets the
+  chain's decision; an illegal full one is refused by ``suggest_config``); under a ``PartialFixedSampler`` the
+  chain decides with the fixed axes held;
+- a study created from another study file (another search space) is refused, as ``primus-optuna run`` does;
 - threads of one process decide one at a time; other processes see a decision as soon as it is written, and a
   worker that finds its choice claimed by another in-flight trial gives its claim up and chooses again (when
   only later trials share it, it waits a moment for them to give way and looks again: the claim a trial keeps
@@ -22,8 +25,10 @@ from storage at each decision (:mod:`~primus_optuna.search.proposers`):
   are sampled by an independent :class:`~optuna.samplers.RandomSampler` (``seed``; reseeded by
   :meth:`reseed_rng`).
 
-Every proposed trial gets user attrs ``phase`` (sweep|warm_start|planner|fallback|enqueued), ``proposer``,
-``rationale``, ``config_key``, ``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also
+When the objective asks for its first axis (an objective that never does records nothing as run, its claim is
+withdrawn and a warning says so), every proposed trial gets user attrs ``phase``
+(sweep|warm_start|planner|fallback|enqueued), ``proposer``, ``rationale``, ``config_key``,
+``estimate_tokens_per_s_per_gpu`` and ``memory_peak_gib``; sweep trials also
 ``sweep_index``, ``sweep_axis`` and ``sweep_value``; retries ``retry_of``. Creating the sampler's first trial
 stores the study file in the study (``primus:spec``), so report, export, ``--warm-start`` and the dashboard
 work on a study made with the Python API.
@@ -37,11 +42,9 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,16 +55,25 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from ..errors import SpecError
 from ..physics.memory import estimate_memory
 from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
+from .attrs import FAILURE_REASON, PRUNE_REASON
 from .calibrations import study_calibrations
-from .configs import complete_config, config_from_params, legal_config, trial_config
+from .configs import (
+    complete_config,
+    config_from_params,
+    legal_config,
+    partial_fixed_axes,
+    trial_config,
+)
 from .fallback import ModelGuidedProposer
 from .learner import Observation
+from .logs import get_logger
 from .nearest import Nearest
 from .proposers import (
     Context,
@@ -74,12 +86,20 @@ from .proposers import (
 )
 from .proposers.base import ACTIVE
 from .pruner import memory_attrs
-from .state import EXHAUSTED, PROPOSAL, set_trial_state, store_spec
+from .state import (
+    CONFIG,
+    EXHAUSTED,
+    FIXED_PARAMS,
+    PROPOSAL,
+    refuse_changed_space,
+    set_trial_state,
+    store_spec,
+)
 from .sweep import SweepDesign, SweepPoint, sweep_design
 
 __all__ = ["EXHAUSTED_REASON", "INTERRUPTED", "PrimusSampler", "Proposal", "is_free"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 EXHAUSTED_REASON = "exhausted: every legal configuration that fits in memory has been tried"
 INTERRUPTED = "interrupted"
 """``failure_reason`` (and ``phase``, when it came before the decision) of a trial stopped by Ctrl-C / SIGTERM"""
@@ -92,7 +112,7 @@ CLAIM_RECHECK_S = 0.05
 def is_free(trial: FrozenTrial) -> bool:
     """Whether the sampler chooses this trial's configuration (not enqueued, no inherited decision)."""
     sa = trial.system_attrs
-    return "fixed_params" not in sa and not _decided(sa) and not trial.params
+    return FIXED_PARAMS not in sa and not _decided(sa) and not trial.params
 
 
 def _decided(system_attrs: dict[str, Any]) -> bool:
@@ -138,11 +158,31 @@ class PrimusSampler(BaseSampler):
     ) -> None:
         self.spec = spec
         self.space = Space(spec)
+        self.fixed: dict[str, Any] = {}
+        """the axes a wrapping ``PartialFixedSampler`` fixes, when this sampler decides for one"""
+        self._kwargs = {
+            "seed": seed,
+            "llm": llm,
+            "fallback": fallback,
+            "proposals_per_round": proposals_per_round,
+            "artifact_store": artifact_store,
+            "cache_dir": cache_dir,
+            "llm_api_base": llm_api_base,
+            "exploration": exploration,
+            "prior": prior,
+        }
+        self._restricted_samplers: dict[tuple[tuple[str, Any], ...], PrimusSampler | None] = {}
+        self._checked: set[tuple[int, int]] = set()
+        self._warned_unused = False
         self.seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else int(seed)
         self.proposals_per_round = proposals_per_round
         self._design: SweepDesign | None = None
         self._nearest: Nearest | None = None
         self._lock = threading.RLock()
+        """one decision at a time in this process (held through a planner call)"""
+        self._design_lock = threading.Lock()
+        """the sweep design's lazy computation: never the decision lock, so ``after_trial`` (run by Optuna after
+        the trial's heartbeat stopped) never waits for another thread's planner call"""
         self._independent = RandomSampler(seed=seed)
         self.fallback = ModelGuidedProposer(
             spec,
@@ -184,20 +224,23 @@ class PrimusSampler(BaseSampler):
     # --- pickling (a Study holding this sampler can be pickled; locks and caches are rebuilt) -------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_lock"]
+        del state["_lock"], state["_design_lock"]
         state["planner"] = None
+        state["_restricted_samplers"] = {}
+        state["_checked"] = set()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+        self._design_lock = threading.Lock()
         self.planner = self._make_planner()
 
     # --- the plan ------------------------------------------------------------------------------------------
     @property
     def design(self) -> SweepDesign:
         """The sweep (computed once; deterministic from the study file), with what it skipped and why."""
-        with self._lock:
+        with self._design_lock:
             if self._design is None:
                 self._design = sweep_design(self.space, self.fallback.estimate_of)
             return self._design
@@ -229,6 +272,7 @@ class PrimusSampler(BaseSampler):
         if param_name in AXES:
             proposal = trial.system_attrs.get(PROPOSAL)
             if isinstance(proposal, dict) and param_name in proposal.get("config", {}):
+                self._write_decision_attrs(study, trial, proposal)
                 value = proposal["config"][param_name]
                 if _contains(param_distribution, value):
                     return value
@@ -241,32 +285,69 @@ class PrimusSampler(BaseSampler):
                 )
             elif trial.system_attrs.get(EXHAUSTED):
                 reason = str(trial.system_attrs[EXHAUSTED])
-                study._storage.set_trial_user_attr(trial._trial_id, "prune_reason", reason)
+                study._storage.set_trial_user_attr(trial._trial_id, PRUNE_REASON, reason)
                 raise optuna.TrialPruned(reason)
         return self._independent.sample_independent(study, trial, param_name, param_distribution)
 
+    def _write_decision_attrs(
+        self, study: optuna.Study, trial: FrozenTrial, proposal: dict[str, Any]
+    ) -> None:
+        """The decision's user attrs, written when the objective first asks for an axis (a trial whose
+        objective never does records no configuration as if it ran)."""
+        attrs = proposal.get("user_attrs")
+        if attrs and trial.user_attrs.get("config_key") != proposal.get("key"):
+            self._set_user_attrs(study, trial, attrs)
+
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._refuse_changed_spec(study, trial)
         store_spec(study, self.spec)
         sa = trial.system_attrs
         if _decided(sa):  # a heartbeat retry (system attrs copied): the same decision
             return
-        if "fixed_params" in sa:
-            self._enqueued(study, trial)
+        fixed = partial_fixed_axes(study.sampler)
+        enqueued = {k: v for k, v in (sa.get(FIXED_PARAMS) or {}).items() if k in AXES}
+        if enqueued:
+            self._enqueued(study, trial, {**fixed, **enqueued})
             return
         if trial.params:  # e.g. a retry of a trial whose params were set without this sampler
             return
+        decider = self._restricted(fixed) if fixed else self
         try:
             with self._lock:
-                proposal = self._decide(study, trial)
+                proposal = decider._decide(study, trial) if decider is not None else None
         except KeyboardInterrupt:
             # Optuna fails a trial interrupted in the objective, not one interrupted while the sampler decides
             # (``study.ask``): without this it stays RUNNING, and without a heartbeat for ever
-            self._set_user_attrs(study, trial, {"phase": INTERRUPTED, "failure_reason": INTERRUPTED})
+            self._set_user_attrs(study, trial, {"phase": INTERRUPTED, FAILURE_REASON: INTERRUPTED})
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             raise
         if proposal is None:
-            set_trial_state(study, trial, EXHAUSTED, EXHAUSTED_REASON)
-            self._set_user_attrs(study, trial, {"phase": "exhausted", "prune_reason": EXHAUSTED_REASON})
+            reason = EXHAUSTED_REASON
+            if fixed:
+                reason += (
+                    " with " + ", ".join(f"{k}={v}" for k, v in fixed.items()) + " (PartialFixedSampler)"
+                )
+            set_trial_state(study, trial, EXHAUSTED, reason)
+            self._set_user_attrs(study, trial, {"phase": "exhausted", PRUNE_REASON: reason})
+
+    def _refuse_changed_spec(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Refuse a study created from another search space (as ``primus-optuna run`` does on resume): the
+        trial is failed and a :class:`~primus_optuna.errors.SpecError` says what changed."""
+        key = (id(study._storage), study._study_id)
+        if key in self._checked:
+            return
+        try:
+            refuse_changed_space(
+                study,
+                self.spec,
+                fix="give PrimusSampler the study file the study was created with (primus_optuna.search.state."
+                "stored_spec(study)), or create a new study",
+            )
+        except SpecError:
+            study._storage.set_trial_user_attr(trial._trial_id, FAILURE_REASON, "spec_changed")
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            raise
+        self._checked.add(key)
 
     def after_trial(
         self,
@@ -275,8 +356,11 @@ class PrimusSampler(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
+        self._withdraw_unused(study, trial, state)
         try:
-            exhausted = self.is_exhausted(study)
+            fixed = partial_fixed_axes(study.sampler)
+            decider = self._restricted(fixed) if fixed else self
+            exhausted = decider is None or decider.is_exhausted(study)
         except KeyboardInterrupt:
             # Optuna calls after_trial inside tell, and optuna 5's _run_trial cannot take an interrupt there
             # (optuna/study/_optimize.py@v5.1.0: its `finally` reads `updated_state`, unbound after a
@@ -293,6 +377,50 @@ class PrimusSampler(BaseSampler):
                 study.stop()
             except RuntimeError:  # ask/tell: the caller checks is_exhausted()
                 pass
+
+    def _withdraw_unused(self, study: optuna.Study, trial: FrozenTrial, state: TrialState) -> None:
+        """A decision the objective never asked for (no axis parameter, no ``suggest_config``) did not run:
+        its claim is withdrawn (the point is proposed again) and, once, a warning says why."""
+        sa = trial.system_attrs
+        proposal = sa.get(PROPOSAL)
+        if not _decided(sa) or CONFIG in sa or any(a in trial.params for a in AXES):
+            return
+        set_trial_state(study, trial, PROPOSAL, {"withdrawn": proposal.get("key"), "unused": True})
+        if state == TrialState.COMPLETE and not self._warned_unused:
+            self._warned_unused = True
+            log.warning(
+                "trial %d: the objective did not ask for the configuration PrimusSampler chose (%s); call "
+                "suggest_config(trial, spec) in the objective (or trial.suggest_categorical for the axes "
+                "tp pp ep cp vpp mbs recompute moe_dispatcher pp_schedule ep_overlap), or use another sampler",
+                trial.number,
+                proposal.get("key"),
+            )
+
+    def _restricted(self, fixed: dict[str, Any]) -> PrimusSampler | None:
+        """The sampler that decides for a ``PartialFixedSampler`` fixing ``fixed``: the same study file with
+        those axes held at their values (sweep, planner and fallback then never move them); ``None`` when no
+        legal configuration has them."""
+        key = tuple(sorted(fixed.items(), key=lambda kv: kv[0]))
+        with self._design_lock:
+            if key in self._restricted_samplers:
+                return self._restricted_samplers[key]
+        data = self.spec.to_dict()
+        for axis, value in fixed.items():
+            data["search"].setdefault("axes", {})[axis] = [value]
+            data["search"].setdefault("baseline", {})[axis] = value
+        try:
+            restricted: PrimusSampler | None = PrimusSampler(StudySpec.from_dict(data), **self._kwargs)
+            assert restricted is not None
+            restricted.fixed = dict(fixed)
+            if not restricted.space.configs():
+                restricted = None
+        except SpecError as exc:
+            log.warning("PartialFixedSampler fixes %s: %s", fixed, exc)
+            restricted = None
+        if restricted is None:
+            log.warning("no legal configuration of this study has %s (PartialFixedSampler)", fixed)
+        with self._design_lock:
+            return self._restricted_samplers.setdefault(key, restricted)
 
     # --- decisions -----------------------------------------------------------------------------------------
     def _context(self, study: optuna.Study, trial: FrozenTrial | None) -> Context:
@@ -350,10 +478,10 @@ class PrimusSampler(BaseSampler):
                 CLAIM_ATTEMPTS,
                 proposal.config.key() if proposal else "-",
             )
-            if proposal is not None:
-                self._record(study, trial, proposal, user_attrs=False)  # its claim was given up above
         assert proposal is not None
-        self._set_user_attrs(study, trial, self.proposal_attrs(proposal))  # (user attrs cannot be taken back)
+        # the kept claim, with the user attrs the objective's first axis writes (user attrs cannot be taken back:
+        # a decision the objective never asks for is withdrawn in after_trial, with nothing recorded as run)
+        self._record(study, trial, proposal, user_attrs=False, pending=True)
         return proposal
 
     def _claimants(
@@ -381,16 +509,19 @@ class PrimusSampler(BaseSampler):
         covered = ctx.covered
         return all(r.config in covered for r in table)
 
-    def _enqueued(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """An enqueued trial: record its decision; complete partial axis params with the nearest configuration
-        that fits (and say so)."""
-        fixed = dict(trial.system_attrs["fixed_params"])
-        axes = {k: v for k, v in fixed.items() if k in AXES}
+    def _enqueued(self, study: optuna.Study, trial: FrozenTrial, axes: dict[str, Any]) -> None:
+        """An enqueued trial with axis params: record its decision. Partial axis params are completed with the
+        nearest configuration that fits (and a warning), served by :meth:`sample_independent`; Optuna's own
+        ``fixed_params`` stay as enqueued (``enqueue_trial(skip_if_exists=True)`` compares them: optuna 5.1.0
+        optuna/study/study.py:1095-1120). An illegal full configuration records no decision: ``suggest_config``
+        refuses it (a warning and ``prune_reason``), as Optuna warns about an out-of-range fixed value
+        (optuna/trial/_trial.py:633-646) instead of running another."""
         ua = trial.user_attrs
-        if not axes:
-            return  # not a configuration (another objective's params)
         config = complete_config(self.space, axes)
-        if config is None:
+        if config is not None:
+            if legal_config(self.space, config)[0] is None:
+                return
+        else:
             config = self._complete(study, axes)
             if config is None:
                 return
@@ -399,10 +530,7 @@ class PrimusSampler(BaseSampler):
                 f"trial {trial.number}: enqueue_trial gave {', '.join(f'{k}={v}' for k, v in axes.items())}; "
                 f"completed {', '.join(missing)} with the nearest configuration that fits: {config.key()}"
             )
-            warnings.warn(msg, UserWarning, stacklevel=2)
             log.warning(msg)
-            fixed.update(config.to_params())
-            set_trial_state(study, trial, "fixed_params", fixed)
             ua = {**ua, "rationale": str(ua.get("rationale") or msg)}
         proposal = Proposal(
             config,
@@ -437,7 +565,7 @@ class PrimusSampler(BaseSampler):
             return None, reason
         fits, attrs = memory_attrs(estimate_memory(self.spec, config), memory_calibration)
         if not fits:
-            return None, attrs["prune_reason"]
+            return None, attrs[PRUNE_REASON]
         if config in exclude:
             return None, "duplicate: already tried or queued"
         return config, ""
@@ -457,8 +585,16 @@ class PrimusSampler(BaseSampler):
         }
 
     def _record(
-        self, study: optuna.Study, trial: FrozenTrial, p: Proposal, *, user_attrs: bool = True
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        p: Proposal,
+        *,
+        user_attrs: bool = True,
+        pending: bool = False,
     ) -> None:
+        """Write the decision (system attr :data:`PROPOSAL`); its user attrs now (``user_attrs``) or when the
+        objective first asks for an axis (``pending``: kept in the decision)."""
         decision = {
             "phase": p.phase,
             "proposer": p.proposer,
@@ -468,6 +604,8 @@ class PrimusSampler(BaseSampler):
         for k in ("sweep_index", "retry_of"):
             if k in p.extra:
                 decision["index" if k == "sweep_index" else k] = p.extra[k]
+        if pending:
+            decision["user_attrs"] = self.proposal_attrs(p)
         set_trial_state(study, trial, PROPOSAL, decision)
         if user_attrs:
             self._set_user_attrs(study, trial, self.proposal_attrs(p))

@@ -43,6 +43,7 @@ from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 __all__ = [
     "CONFIG",
     "EXHAUSTED",
+    "FIXED_PARAMS",
     "MAPPED",
     "MEMORY_CHECK",
     "PREFIX",
@@ -51,6 +52,8 @@ __all__ = [
     "SPACE_HASH",
     "SUMMARY",
     "WARM_START",
+    "changed_fields",
+    "refuse_changed_space",
     "set_study_state",
     "set_trial_state",
     "store_spec",
@@ -69,6 +72,8 @@ MAPPED = PREFIX + "mapped"
 MEMORY_CHECK = PREFIX + "memory_check"
 EXHAUSTED = PREFIX + "exhausted"
 SPEC = PREFIX + "spec"
+FIXED_PARAMS = "fixed_params"
+"""Optuna's own trial system attr of ``enqueue_trial`` (read, never written: ``skip_if_exists`` compares it)"""
 WARM_START = PREFIX + "warm_start"
 LEGACY_SPEC = "primus_spec"
 """where studies written before the ``primus:`` names keep the study file (system attr, older still: user attr)"""
@@ -225,3 +230,66 @@ def _without_defaults(section: dict[str, Any], fields: tuple[str, ...], model: A
     """``section`` without those of ``fields`` that hold ``model``'s default (fields added after studies were
     written: their hash stays)."""
     return {k: v for k, v in section.items() if k not in fields or v != model.model_fields[k].default}
+
+
+HASHED_SECTIONS = ("model", "cluster", "workload", "search")
+
+
+def _short(value: Any, width: int = 80) -> str:
+    """``repr(value)``, a long list as its length (e.g. ``cluster.network``'s measured rows)."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    return text[: width - 3] + "..."
+
+
+def changed_fields(stored: Any, spec: StudySpec, limit: int = 8) -> str:
+    """``search.axes.mbs: [1, 2] -> [1, 2, 4]; ...``: the space-defining fields of the stored study file
+    (:data:`SPEC`) that differ from ``spec`` ("" when there is no stored copy)."""
+    if not isinstance(stored, dict):
+        return ""
+    new = spec.to_public_dict()
+    diffs: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        elif a != b:
+            diffs.append(f"{path}: {_short(a)} -> {_short(b)}")
+
+    for section in HASHED_SECTIONS:
+        a, b = stored.get(section), new.get(section)
+        if section == "search":
+            a = {k: v for k, v in (a or {}).items() if k not in ("n_trials", "seed")}
+            b = {k: v for k, v in (b or {}).items() if k not in ("n_trials", "seed")}
+        walk(a, b, section)
+    more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+def refuse_changed_space(
+    study: Any,
+    spec: StudySpec,
+    *,
+    where: str | None = None,
+    fix: str = "start a new study with --study-name NAME or another --storage",
+) -> None:
+    """Raise a :class:`SpecError` when ``study`` was created from a study file whose space differs from
+    ``spec``'s (its stored :data:`SPACE_HASH`; the one resume guard of the CLI and of :class:`PrimusSampler`)."""
+    old = study.user_attrs.get(SPACE_HASH)
+    h = space_hash(spec)
+    if old is None or old == h:
+        return
+    changed = changed_fields(stored_spec_data(study), spec)
+    raise SpecError(
+        f"{where or f'study {study.study_name!r}'} was created from a different search space (hash {old}, this "
+        f"study file gives {h})"
+        + (f"; changed: {changed}" if changed else "")
+        + ": the study file was edited between runs in a way that changes the space or "
+        "its estimates (axes, model, cluster or GPU figures, workload, objectives, memory margin, "
+        "baseline or sweep order) — or a primus-optuna upgrade changed a catalog figure the study used. "
+        f"Restore the file, or {fix}."
+    )

@@ -30,9 +30,20 @@ from optuna.distributions import CategoricalDistribution
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
 from ..spec.study import AXES
-from .configs import complete_config, config_from_params, legal_config, nearest_legal, trial_config
+from .attrs import PRUNE_REASON
+from .configs import (
+    complete_config,
+    config_from_params,
+    fixed_axes,
+    legal_config,
+    nearest_legal,
+    trial_config,
+)
+from .logs import get_logger
 from .pruner import gate_now
 from .state import CONFIG, EXHAUSTED, MAPPED, set_trial_state, system_attrs
+
+log = get_logger(__name__)
 
 __all__ = [
     "axis_distributions",
@@ -82,19 +93,27 @@ def suggest_config(
     sa = system_attrs(trial)
     if sa.get(EXHAUSTED):
         reason = str(sa[EXHAUSTED])
-        trial.set_user_attr("prune_reason", reason)
+        trial.set_user_attr(PRUNE_REASON, reason)
         raise optuna.TrialPruned(reason)
     dists = {**axis_distributions(space), **recorded_distributions(trial.study)}
     params = {a: trial.suggest_categorical(a, list(dists[a].choices)) for a in AXES}
     suggested = space.canonical(TrainingConfig.from_params(params))
     config, reason = legal_config(space, suggested)
     if config is None:
-        if not map_illegal:
-            trial.set_user_attr("prune_reason", reason)
+        fixed = fixed_axes(trial.study, trial)
+        if len(fixed) == len(AXES):
+            # every axis given (enqueued, or fixed by a PartialFixedSampler): refused, not replaced by another
+            # configuration (Optuna warns about a fixed value outside its distribution: optuna 5.1.0
+            # optuna/trial/_trial.py:633-646)
+            reason = f"{reason} (the configuration {suggested.key()} was given as is: refused, not replaced)"
+            log.warning("trial %d: %s", trial.number, reason)
+        if not map_illegal or len(fixed) == len(AXES):
+            trial.set_user_attr(PRUNE_REASON, reason)
             raise optuna.TrialPruned(reason)
-        config = nearest_legal(space, suggested)
+        # the axes a PartialFixedSampler or enqueue_trial fixed never move
+        config = nearest_legal(space, suggested, fixed=tuple(a for a in AXES if a in fixed))
         if config is None:
-            trial.set_user_attr("prune_reason", reason)
+            trial.set_user_attr(PRUNE_REASON, reason)
             raise optuna.TrialPruned(reason)
         moves = sum(getattr(config, a) != getattr(suggested, a) for a in AXES)
         set_trial_state(

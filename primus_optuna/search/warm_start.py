@@ -42,6 +42,7 @@ from ..physics.memory_calibration import MemoryCalibration
 from ..physics.throughput import estimate_throughput
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from .attrs import FAILURE_REASON
 from .configs import legal_config, trial_config
 from .fallback import AxisValueFactors, corrected_tps
 from .learner import Observation
@@ -121,7 +122,7 @@ def load_warm_start(
                 config = None
             if config is None:
                 continue
-            if same_gpu and t.state == optuna.trial.TrialState.FAIL and ua.get("failure_reason") == "oom":
+            if same_gpu and t.state == optuna.trial.TrialState.FAIL and ua.get(FAILURE_REASON) == "oom":
                 if ua.get("oom_counts_for_memory", True):
                     mem = estimate_memory(old, config)
                     if mem.peak_gib > 0:

@@ -263,11 +263,19 @@ NVLINK_DOMAIN = {
 GB200/GB300 NVL72 rack (72; NVIDIA GB200 NVL72 datasheet)"""
 
 
+MAX_SEQ_LENGTH = 2**24
+"""16,777,216 tokens: above the longest context any model was published with (10M tokens, Llama 4 Scout, Meta
+2025); a longer one is a typo (an exponent), and the estimates' token counts stay exact in float64"""
+MAX_GLOBAL_BATCH = 2**24
+"""sequences per optimizer step: above any published recipe (DeepSeek-V3: 15,360; MegaScale: 12,288) by three
+orders of magnitude; a larger one is a typo"""
+
+
 class WorkloadSpec(_Strict):
     """``workload``: what one optimizer step processes."""
 
-    seq_length: int = Field(gt=0)
-    global_batch_size: int = Field(gt=0)
+    seq_length: int = Field(gt=0, le=MAX_SEQ_LENGTH)
+    global_batch_size: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     distributed_optimizer: bool = True
     flash_attention: bool = True

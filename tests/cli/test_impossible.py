@@ -119,3 +119,17 @@ def test_run_warns_about_a_baseline_that_does_not_fit_with_the_estimate_named_as
     line = next(x for x in r.output.splitlines() if x.startswith("warning: "))
     assert "baseline does not fit in memory" in line
     assert re.search(r"\(estimated memory: \d+\.\d GiB on stage \d+ > \d+\.\d GiB usable\)", line), line
+
+
+def test_a_peak_far_over_the_device_does_not_suggest_lowering_the_safety_margin():
+    """Issue 39 item 12: lowering the margin only helps when the whole device would hold the smallest peak."""
+    far = StudySpec.from_dict(IMPOSSIBLE)
+    message = no_fit_message(far) or ""
+    assert float(NO_FIT.match(message).group(1)) > far.cluster.gpu.hbm_gib
+    assert "memory_safety_margin" not in message.split("To fix:")[1]
+    # a peak between the usable memory and the device's: lowering the margin is a fix
+    space = Space(far)
+    smallest = min(estimate_memory(far, c).peak_gib for c in space.configs())
+    gpus = {"gpu": {"catalog": "h100", "memory_gib": round(smallest / 0.95, 1)}}
+    near = StudySpec.from_dict({**IMPOSSIBLE, "cluster": {**IMPOSSIBLE["cluster"], **gpus}})
+    assert "lower search.memory_safety_margin" in (no_fit_message(near) or "")

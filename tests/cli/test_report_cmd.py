@@ -166,3 +166,13 @@ def test_export_defaults_to_a_format_the_studys_gpus_run(storage: str) -> None:
     assert r.exit_code == 0, r.output
     assert "--tensor-model-parallel-size" in r.output and "use_turbo" not in r.output
     assert "modules:" not in r.output
+
+
+def test_report_to_an_unwritable_folder_is_one_error(storage: str, tmp_path: Path) -> None:
+    """Issue 39 item 12: exit 2 and one message naming --out, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = invoke("report", "--storage", storage, "--study-name", "small", "--out", blocker / "report")
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "cannot write the report there" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1

@@ -205,7 +205,7 @@ def test_launching_run_stops_slow_jobs_by_default_and_not_with_no_early_stop(tmp
     hours = [t.user_attrs["gpu_hours"] for t in trials]
     saved = trials[1].user_attrs["gpu_hours_saved_early_stop"]
     assert saved > 0 and f"GPU-hours: {sum(hours):.2f} spent on 2 launched jobs" in r.output
-    assert f"{saved:.2f} thanks to early stopping (1 slow job stopped)" in r.output
+    assert f"{saved:.2f} thanks to early stopping (1 job stopped early)" in r.output
     url2 = f"sqlite:///{tmp_path / 'full.db'}"
     r = invoke(
         "run", study, "--storage", url2, "--n-trials", 2, "--no-progress", "--no-llm", "--no-early-stop"
@@ -214,7 +214,7 @@ def test_launching_run_stops_slow_jobs_by_default_and_not_with_no_early_stop(tmp
     trials = optuna.load_study(study_name="small-moe", storage=url2).trials
     assert [t.state for t in trials] == [State.COMPLETE, State.COMPLETE]
     assert len(trials[1].intermediate_values) == 40  # still reported, for the dashboard
-    assert "0.00 thanks to early stopping (0 slow jobs stopped)" in r.output
+    assert "0.00 thanks to early stopping (0 jobs stopped early)" in r.output
 
 
 def test_warm_start_flag_imports_and_refuses_another_model_writing_nothing(tmp_path):

@@ -35,3 +35,61 @@ def test_loads_with_optunahub_and_the_example_runs():
     spec.loader.exec_module(example)
     study = example.main(n_trials=6)
     assert len(study.trials) == 6 and study.best_value > 0
+
+
+REGISTRY_RUFF = HUB.parent / "ruff.toml"
+
+
+def test_the_package_passes_the_registrys_ruff_settings():
+    """Issue 39 item 8: hub/ruff.toml holds the registry's settings (optuna/optunahub-registry@039785eb
+    pyproject.toml [tool.ruff]: isort force-single-line, two lines after imports, line length 99)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("ruff")
+    text = REGISTRY_RUFF.read_text()
+    for setting in ("line-length = 99", "force-single-line = true", "lines-after-imports = 2"):
+        assert setting in text
+    files = sorted(str(p) for p in PACKAGE.glob("*.py"))
+    for args in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "ruff", *args, "--config", str(REGISTRY_RUFF), *files],
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_requirements_name_an_installable_primus_optuna():
+    """Issue 39 item 8: `primus-optuna` is not on the index; requirements.txt installs it from the checkout, as
+    its README says (pip reads the path relative to the working directory: run in the package folder)."""
+    import subprocess
+    import sys
+
+    lines = [
+        ln.strip()
+        for ln in (PACKAGE / "requirements.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert "primus-optuna" not in lines  # the bare name the index does not have
+    path = next(ln for ln in lines if ln.startswith("."))
+    assert (PACKAGE / path / "pyproject.toml").is_file()
+    assert 'name = "primus-optuna"' in (PACKAGE / path / "pyproject.toml").read_text()
+    assert "pip install -r requirements.txt" in (PACKAGE / "README.md").read_text()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            path,
+        ],
+        cwd=PACKAGE,
+        capture_output=True,
+        text=True,
+    )
+    assert "Would install primus-optuna" in run.stdout, run.stdout + run.stderr

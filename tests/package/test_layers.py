@@ -21,6 +21,7 @@ RANK = {
     "run": 5,
     "workloads": 5,
     "record": 6,
+    "session": 6,
     "cli": 7,
 }
 """The layer of each top-level module or subpackage; a module may import its own rank or lower."""

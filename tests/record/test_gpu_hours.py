@@ -51,7 +51,7 @@ def test_account_adds_spent_and_saved_hours() -> None:
     assert acct.saved_memory == pytest.approx(4.0 * 20 * spec.world / 3600)
     line = acct.line()
     assert line.startswith("GPU-hours: 3.25 spent on 3 launched jobs; not spent: ")
-    assert "1.75 thanks to early stopping (1 slow job stopped)" in line
+    assert "1.75 thanks to early stopping (1 job stopped early)" in line
 
 
 def test_account_of_a_study_that_launched_nothing() -> None:

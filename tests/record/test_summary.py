@@ -124,7 +124,7 @@ def test_an_estimated_gain_inside_the_ratio_band_is_flagged_on_every_view(url, b
 def test_one_reason_vocabulary():
     assert reason_category("memory: 150 GiB > 126 GiB usable") == "memory"
     assert reason_category("duplicate (trial 5)") == "duplicate"
-    assert reason_category("oom") == "oom" and reason_category(None) == "unknown"
+    assert reason_category("oom") == "oom" and reason_category(None) == "no reason recorded"
 
 
 def test_next_commands_paste_into_a_new_shell(tmp_path, monkeypatch):

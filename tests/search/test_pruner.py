@@ -231,3 +231,80 @@ def test_the_learned_reserve_prunes_what_fits_allocated_but_not_reserved(setup) 
             )
             assert "reserved" in last.user_attrs["prune_reason"]
             assert "from 3 reserved peaks" in last.user_attrs["prune_reason"]
+
+
+class _OomThenMeasure:
+    """A launching runner stand-in: the configurations in ``oom`` run out of memory, the others are measured."""
+
+    kind = "fake"
+    launches_jobs = False
+
+    def __init__(self, spec: StudySpec, oom: set) -> None:
+        self.spec, self.oom = spec, oom
+
+    def run(self, config, context):
+        from primus_optuna.physics.throughput import estimate_throughput
+        from primus_optuna.run.base import Measurement, OutOfMemory
+
+        if config in self.oom:
+            raise OutOfMemory("HIP out of memory")
+        est = estimate_throughput(self.spec, config)
+        return Measurement(est.tokens_per_s_per_gpu, est.step_time_s, "measured")
+
+
+def test_a_configuration_as_large_as_one_that_ran_out_of_memory_is_not_launched(setup: tuple) -> None:
+    """Issue 39 item 9: an out-of-memory run estimated well under the device (its bound is no evidence about
+    the memory model, so the scale stays 1) still closes every configuration estimated at least as large,
+    unless a measured run at least as large completed; smaller ones still launch."""
+    from primus_optuna.run.base import RunFailure
+    from primus_optuna.run.objective import make_objective
+    from primus_optuna.search.calibrations import study_calibrations
+    from primus_optuna.search.sampler import PrimusSampler
+
+    spec, space, _ = setup
+    fits = sorted(
+        (c for c in space.configs() if estimate_memory(spec, c).fits),
+        key=lambda c: estimate_memory(spec, c).peak_gib,
+    )
+    hbm = spec.cluster.gpu.hbm_gib
+    small = [c for c in fits if estimate_memory(spec, c).peak_gib < hbm / 1.5]
+    oom, smaller, larger = small[len(small) // 2], small[0], fits[-1]
+    peak = {c: estimate_memory(spec, c).peak_gib for c in (oom, smaller, larger)}
+    assert peak[smaller] < peak[oom] < peak[larger]
+
+    def run(*configs, measured_larger: bool = False) -> list[optuna.trial.FrozenTrial]:
+        study = optuna.create_study(
+            direction="maximize", sampler=PrimusSampler(spec), pruner=MemoryPrefilterPruner(spec=spec)
+        )
+        if measured_larger:  # a run estimated at least as large completed with a measurement
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=larger.to_params(),
+                    distributions={
+                        a: optuna.distributions.CategoricalDistribution(v)
+                        for a, v in space.legal_values().items()
+                    },
+                    value=1.0,
+                    user_attrs={"memory_peak_gib": peak[larger], "source": "measured"},
+                )
+            )
+        for c in configs:
+            study.enqueue_trial(c.to_params())
+        study.optimize(
+            make_objective(spec, _OomThenMeasure(spec, {oom})), n_trials=len(configs), catch=(RunFailure,)
+        )
+        assert study_calibrations(study, spec).memory.scale == 1.0  # the OOM's bound is no evidence here
+        return study.trials[-len(configs) :]
+
+    first, big, little = run(oom, larger, smaller)
+    assert first.user_attrs["failure_reason"] == "oom"
+    assert big.state == optuna.trial.TrialState.PRUNED and "source" not in big.user_attrs
+    assert (
+        big.user_attrs["prune_reason"].startswith("memory: estimated")
+        and "ran out of memory" in big.user_attrs["prune_reason"]
+    )
+    assert little.state == optuna.trial.TrialState.COMPLETE
+    # a measurement says otherwise: the larger configuration completed before, so a like one launches
+    one_larger = next(c for c in reversed(fits[:-1]) if estimate_memory(spec, c).peak_gib > peak[oom])
+    _, again = run(oom, one_larger, measured_larger=True)
+    assert again.state == optuna.trial.TrialState.COMPLETE

@@ -111,3 +111,14 @@ def test_hf_config_without_intermediate_size_is_one_error(tmp_path):
     cfg["intermediate_size"] = 688
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert StudySpec.from_dict(data, base_dir=tmp_path).model.ffn_hidden_size == 688
+
+
+@pytest.mark.parametrize(("field", "value"), [("global_batch_size", 10**30), ("seq_length", 2**40)])
+def test_absurd_workload_sizes_are_refused_with_their_bound(field, value):
+    """Issue 39 item 12: a global batch of 10^30 or a sequence of 2^40 tokens is a typo, refused by name."""
+    data = small_moe_study()
+    data["workload"][field] = value
+    with pytest.raises(SpecError, match=rf"workload\.{field}: must be <= 16777216, got {value}"):
+        StudySpec.from_dict(data)
+    data["workload"][field] = 2**24
+    assert getattr(StudySpec.from_dict(data).workload, field) == 2**24

@@ -13,6 +13,7 @@ import re
 from importlib import metadata
 from typing import Any
 
+from ...search.attrs import MEMORY
 from ...space import TrainingConfig
 from ...spec.study import AXES
 from .record import StudyRecord, TrialRow, as_number
@@ -38,11 +39,7 @@ def step_time_s(rec: StudyRecord, t: TrialRow) -> float | None:
 
 def memory_pruned(rec: StudyRecord) -> list[TrialRow]:
     """Trials the memory filter removed."""
-    return [
-        t
-        for t in rec.trials
-        if t.state == "PRUNED" and ("memory" in t.prune_category.lower() or "fit" in t.prune_category.lower())
-    ]
+    return [t for t in rec.trials if t.state == "PRUNED" and t.prune_category == MEMORY]
 
 
 def gpu_hours_saved(rec: StudyRecord) -> tuple[float, int]:

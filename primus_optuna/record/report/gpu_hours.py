@@ -1,5 +1,5 @@
-"""The GPU-hour account of a study: spent on launched jobs, and not spent thanks to the memory filter and to
-early stopping.
+"""The GPU-hour figures of a study's account (:mod:`primus_optuna.record.account`, where each rule lives):
+spent on launched jobs, and not spent thanks to the memory filter and to early stopping.
 
 - **spent**: the ``gpu_hours`` attr of every launched trial (wall time of its job × the study's GPUs; complete,
   failed or stopped); a measured trial without it (a plain objective, an older study) counts its step time ×
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import gpu_hours_saved, memory_pruned
-from .record import StudyRecord, as_number
+from .record import StudyRecord
 
 
 @dataclass(frozen=True)
@@ -46,30 +45,20 @@ class GpuHoursAccount:
             f"GPU-hours: {self.spent:.2f} spent on {self.launched} launched job{'s' * (self.launched != 1)}; "
             f"not spent: {self.saved_memory:.2f} thanks to the memory filter ({self.memory_pruned} "
             f"trial{'s' * (self.memory_pruned != 1)} pruned before launch, estimated), {self.saved_early_stop:.2f} thanks to early stopping ({self.stopped} "
-            f"slow job{'s' * (self.stopped != 1)} stopped)"
+            f"job{'s' * (self.stopped != 1)} stopped early)"
         )
 
 
 def gpu_hours_account(rec: StudyRecord) -> GpuHoursAccount:
-    """The account of ``rec`` (see the module docstring for each figure's rule)."""
-    spent = [float(h) for t in rec.trials if (h := t.attr("gpu_hours")) is not None]
-    for (
-        t
-    ) in rec.trials:  # a measured trial recorded without its wall time (a plain objective, an older study)
-        if (
-            t.attr("gpu_hours") is None
-            and t.state in ("COMPLETE", "FAIL")
-            and t.attr("source") not in (None, "analytical")
-            and (st := as_number(t.attr("step_time_s")))
-        ):
-            spent.append(st * rec.measure_steps * rec.spec.world / 3600.0)
-    stopped = [t for t in rec.trials if str(t.attr("prune_reason") or "").startswith("slow")]
-    saved_mem, _ = gpu_hours_saved(rec)
+    """The GPU-hour figures of ``rec``'s :class:`~primus_optuna.record.account.StudyAccount` (one rule each)."""
+    from ..account import study_account
+
+    acc = study_account(rec)
     return GpuHoursAccount(
-        spent=sum(spent),
-        launched=len(spent),
-        saved_memory=saved_mem,
-        memory_pruned=len(memory_pruned(rec)),
-        saved_early_stop=sum(float(t.attr("gpu_hours_saved_early_stop") or 0.0) for t in stopped),
-        stopped=len(stopped),
+        spent=acc.gpu_hours_spent,
+        launched=acc.launched,
+        saved_memory=acc.gpu_hours_saved_memory,
+        memory_pruned=acc.memory_pruned,
+        saved_early_stop=acc.gpu_hours_saved_early_stop,
+        stopped=acc.stopped_early,
     )

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...search.attrs import FAILURE_REASON, NO_REASON, PRUNE_REASON, reason_category, source_of
 from ...space import Space, TrainingConfig
 from ...spec import StudySpec
-from ..budget import reason_category
 from ..export import study_spec, trial_config
 
 DEFAULT_MEASURE_STEPS = 10
@@ -32,6 +32,8 @@ class TrialRow:
     attrs: dict[str, Any]
     duration_s: float | None = None
     """wall time from start to end (``None`` while running or unknown)"""
+    reported: int = 0
+    """intermediate values reported (``trial.report``): a job that reported ran"""
 
     @property
     def value(self) -> float | None:
@@ -62,16 +64,16 @@ class TrialRow:
     @property
     def outcome(self) -> str:
         if self.state == "PRUNED":
-            return f"pruned: {self.attrs.get('prune_reason') or 'no reason recorded'}"
+            return f"pruned: {self.attrs.get(PRUNE_REASON) or NO_REASON}"
         if self.state == "FAIL":
-            return f"failed: {self.attrs.get('failure_reason') or 'no reason recorded'}"
+            return f"failed: {self.attrs.get(FAILURE_REASON) or NO_REASON}"
         if self.state == "COMPLETE":
-            return f"complete ({self.attrs.get('source') or 'unknown source'})"
+            return f"complete ({source_of(self.attrs)})"
         return self.state.lower()
 
     @property
     def prune_category(self) -> str:
-        return reason_category(self.attrs.get("prune_reason"))
+        return reason_category(self.attrs.get(PRUNE_REASON))
 
 
 def derived_attrs(study: Any, spec: StudySpec, space: Space) -> dict[str, Any]:
@@ -231,6 +233,7 @@ def record_of(study: Any, storage_url: str = "", artifact_dir: str | Path | None
                 (t.datetime_complete - t.datetime_start).total_seconds()
                 if t.datetime_start and t.datetime_complete
                 else None,
+                len(t.intermediate_values),
             )
         )
     try:

@@ -24,6 +24,7 @@ from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
 from ...physics.uncertainty import calibration_band, gain_inside_band
 from ...redaction import redact
+from ...search.attrs import PRUNE_REASON, source_of
 from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
@@ -106,7 +107,7 @@ def _summary(doc: Doc, rec: StudyRecord) -> None:
     else:
         lines.append(
             f"**Best configuration**: trial {best.number}, {_cfg(best.config)}: {_throughput_text(rec, best.value)}, "
-            f"{best.attr('source') or 'unknown source'}; {s.best.peak_text()}."
+            f"{source_of(best.attrs)}; {s.best.peak_text()}."
         )
     if s.band is not None:
         lines.append(f"**Error band**{s.band_text().removeprefix('error band')}.")
@@ -186,7 +187,7 @@ def _gpu_hours(doc: Doc, rec: StudyRecord) -> None:
     if not s.launched:
         return
     doc.p(f"**{s.gpu_hours_text()}.**")
-    stopped = [t for t in rec.trials if str(t.attr("prune_reason") or "").startswith("slow")]
+    stopped = [t for t in rec.trials if t.number in s.account.stopped_trials]
     if stopped:
         doc.table(
             ["trial", "config", "partial tok/s/GPU", "iterations", "GPU-h used", "GPU-h not spent", "reason"],
@@ -200,7 +201,7 @@ def _gpu_hours(doc: Doc, rec: StudyRecord) -> None:
                     t.attr("gpu_hours_saved_early_stop")
                     if t.attr("gpu_hours_saved_early_stop") is not None
                     else "-",
-                    t.attr("prune_reason"),
+                    t.attr(PRUNE_REASON),
                 ]
                 for t in stopped
             ],
@@ -423,7 +424,7 @@ def _memory(doc: Doc, rec: StudyRecord) -> None:
                 fmt_gib(t.peak_gib),
                 fmt_gib(as_number(t.attr("memory_usable_gib"))),
                 t.attr("memory_peak_stage") if t.attr("memory_peak_stage") is not None else "-",
-                t.attr("prune_reason"),
+                t.attr(PRUNE_REASON),
                 "-" if step_time_s(rec, t) is None else f"{step_time_s(rec, t):.3f}",
             ]
             for t in mem
@@ -435,10 +436,18 @@ def _estimates(doc: Doc, rec: StudyRecord) -> None:
     doc.section("Estimates vs measurements")
     pairs = estimate_errors(rec)
     if not pairs:
-        doc.p(
-            "No trial was measured by a real runner: completed trials used the analytical runner, whose "
-            "measurement is the estimate itself, so there is nothing to compare yet."
-        )
+        sources = set(study_summary(rec).account.sources)
+        if sources <= {"analytical"}:
+            doc.p(
+                "No trial was measured by a real runner: completed trials used the analytical runner, whose "
+                "measurement is the estimate itself, so there is nothing to compare yet."
+            )
+        else:
+            doc.p(
+                "No completed trial recorded a measurement beside its estimate (values by source: "
+                + ", ".join(f"{k} {v}" for k, v in study_summary(rec).account.sources.items())
+                + "), so there is nothing to compare yet."
+            )
         return
     errs = [p[3] for p in pairs]
     mean, median = statistics.fmean(errs), statistics.median(errs)
@@ -505,7 +514,7 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     doc.p(f"**Best configuration**: trial {best.number}, {_cfg(best.config)}")
     band = estimates_band(rec)
     doc.p(
-        f"{_throughput_text(rec, best.value)} ({best.attr('source') or 'unknown source'}); estimate "
+        f"{_throughput_text(rec, best.value)} ({source_of(best.attrs)}); estimate "
         f"{fmt_tok(best.estimate)} tokens/s/GPU {band.text()} ({band.source}); {_peak_text(best)}."
     )
     repeats = best.attr("measured_repeats")
@@ -527,7 +536,11 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
             f"{_ratio_note(rec, gain(best.estimate, b.estimate))}."
         )
     else:
-        doc.p("The baseline has not been tried yet: no gain to report.")
+        s = study_summary(rec)  # the run summary's gain: over the sweep centre when the baseline was not run
+        text = (
+            s.gain_text() if s.gain is not None else "the baseline has not been tried yet: no gain to report"
+        )
+        doc.p(text[:1].upper() + text[1:] + ".")
     if best.config:
         fmt = suggested_export(rec.spec)  # one the study's GPUs run
         others = ", ".join(f for f in ("primus", "megatron", "env", "json") if f != fmt)

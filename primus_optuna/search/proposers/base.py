@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ...physics.memory_calibration import MemoryCalibration
 from ...space import Space, TrainingConfig
+from ..attrs import DUPLICATE, FAILURE_REASON, MEMORY, PRUNE_REASON, reason_category
 from ..configs import trial_config
 from ..state import EXHAUSTED
 
@@ -39,12 +40,12 @@ class Proposal:
 def counts_as_tried(t: FrozenTrial, mem_cal: MemoryCalibration) -> bool:
     """Whether ``t`` uses up its configuration (see the module docstring; FAIL is decided per configuration)."""
     attrs = t.user_attrs
-    reason = str(attrs.get("prune_reason", ""))
-    if reason.startswith("duplicate") or EXHAUSTED in t.system_attrs or attrs.get("phase") == "exhausted":
+    reason = reason_category(attrs.get(PRUNE_REASON))
+    if reason == DUPLICATE or EXHAUSTED in t.system_attrs or attrs.get("phase") == "exhausted":
         return False
-    if t.state == TrialState.PRUNED and reason.startswith("memory") and not mem_cal.is_identity:
+    if t.state == TrialState.PRUNED and reason == MEMORY and not mem_cal.is_identity:
         peak, usable = attrs.get("memory_peak_gib"), attrs.get("memory_usable_gib")
-        if peak and usable and float(peak) * mem_cal.scale <= float(usable):
+        if peak and usable and mem_cal.fits_peak(float(peak), float(usable)):
             return False
     return True
 
@@ -79,7 +80,7 @@ def tried(space: Space, trials: list[FrozenTrial], mem_cal: MemoryCalibration) -
             covered.add(c)
             continue
         first = failed[0]
-        oom = first.user_attrs.get("failure_reason") == "oom"
+        oom = first.user_attrs.get(FAILURE_REASON) == "oom"
         is_retry = any(
             t.user_attrs.get("retry_of") is not None or "failed_trial" in t.system_attrs for t in ts
         )
@@ -109,6 +110,10 @@ class Context:
     @property
     def covered(self) -> set[TrainingConfig]:
         return self.state.covered | self.exclude
+
+    def allowed(self, config: TrainingConfig) -> bool:
+        """Whether ``config`` keeps the axes a wrapping ``PartialFixedSampler`` fixes (``sampler.fixed``)."""
+        return all(getattr(config, a) == v for a, v in getattr(self.sampler, "fixed", {}).items())
 
     @cached_property
     def warm(self) -> list[Any]:

@@ -6,6 +6,7 @@ the Python API too.
 
 from __future__ import annotations
 
+from ..attrs import FAILURE_REASON
 from .base import Context, Proposal
 
 KEPT = ("sweep_index", "sweep_axis", "sweep_value")
@@ -16,10 +17,10 @@ class Retry:
 
     def propose(self, ctx: Context) -> Proposal | None:
         for config, failed in ctx.state.retry:
-            if config in ctx.exclude:
+            if config in ctx.exclude or not ctx.allowed(config):
                 continue
             ua = failed.user_attrs
-            why = ua.get("failure_reason") or "failed"
+            why = ua.get(FAILURE_REASON) or "failed"
             extra = {k: ua[k] for k in KEPT if k in ua} | {"retry_of": failed.number}
             return Proposal(
                 config,

@@ -27,6 +27,6 @@ class WarmStartOffers:
         space = ctx.sampler.space
         for params in offers:
             config = space.canonical(TrainingConfig.from_params(params))
-            if config not in ctx.covered:
+            if config not in ctx.covered and ctx.allowed(config):
                 return Proposal(config, PHASE, "warm-start", "best measured in an earlier study (warm start)")
         return None

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from primus_optuna import (
-    AnalyticalRunner,
-    MemoryPrefilterPruner,
-    PrimusSampler,
-    StudySpec,
-    ThroughputPruner,
-    make_objective,
-    prune_if_infeasible,
-    suggest_config,
-)
+from primus_optuna import AnalyticalRunner
+from primus_optuna import make_objective
+from primus_optuna import MemoryPrefilterPruner
+from primus_optuna import PrimusSampler
+from primus_optuna import prune_if_infeasible
+from primus_optuna import StudySpec
+from primus_optuna import suggest_config
+from primus_optuna import ThroughputPruner
+
 
 __all__ = [
     "AnalyticalRunner",
