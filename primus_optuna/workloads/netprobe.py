@@ -1,0 +1,125 @@
+"""The cluster's collectives measured across its nodes (``primus-optuna calibrate --network``), written as the
+network CSV that ``cluster.network`` reads (:data:`~primus_optuna.spec.network.CSV_COLUMNS`).
+
+Run under torchrun on every host (``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` from its environment; rank
+``r`` is on node ``r // ranks_per_node``, as torchrun numbers the ranks of a static rendezvous)::
+
+    torchrun --nnodes 4 --nproc-per-node 8 --node-rank R --master-addr HOST0 --master-port 29500 \\
+        -m primus_optuna.workloads.netprobe --out net.csv --budget-s 120
+
+It measures every collective of :data:`~primus_optuna.spec.network.COLLECTIVES` over message sizes in each
+group scope the collective model prices (:func:`scopes`): the first 2, 4, 8, ... nodes with all their ranks
+(tensor/expert groups that span nodes, the whole world last) and with one rank per node (data-parallel groups
+across nodes); send/receive between two nodes. The timing is
+:func:`~primus_optuna.workloads.microbench.measure_collectives` (nccl-tests' byte counts and bus-bandwidth
+factors); the budget is shared evenly by the scopes. Rank 0 writes the CSV (whole, at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import time
+from pathlib import Path
+
+from ..spec.network import COLLECTIVES, CSV_COLUMNS
+from .calibrate import COLLECTIVE_SIZES
+
+Scope = tuple[list[int], int]
+"""(the global ranks of a group, how many of them share a node)"""
+
+
+def scopes(nodes: int, per_node: int) -> list[Scope]:
+    """The groups measured on ``nodes`` nodes of ``per_node`` ranks: for k = 2, 4, 8, ... nodes and all of
+    them, the first k nodes with all their ranks, then with one rank (the first) per node."""
+    counts = sorted({*(2**i for i in range(1, nodes.bit_length()) if 2**i < nodes), nodes} - {1})
+    out: list[Scope] = []
+    for k in counts:
+        out.append((list(range(k * per_node)), per_node))
+        if per_node > 1:
+            out.append(([n * per_node for n in range(k)], 1))
+    return out
+
+
+def csv_text(rows: list[tuple[str, int, int, int, float]]) -> str:
+    """The network CSV: a header line, one row per (collective, ranks, ranks per node, bytes, GB/s)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for coll, ranks, per_node, nbytes, busbw in rows:
+        w.writerow([coll, ranks, per_node, nbytes, f"{busbw:.6g}"])
+    return buf.getvalue()
+
+
+def probe(
+    out: Path, budget_s: float, device: str, per_node: int, sizes: list[int] | None = None
+) -> list[tuple[str, int, int, int, float]] | None:
+    """Measure every scope on this rank (all ranks call it); rank 0 writes ``out`` and returns the rows."""
+    import torch
+    import torch.distributed as dist
+
+    from .microbench import measure_collectives
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world % per_node:
+        raise SystemExit(f"netprobe: {world} ranks do not fill nodes of {per_node} (--ranks-per-node)")
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dev, backend = torch.device("cuda", local), "nccl"
+    else:
+        dev, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    end = time.perf_counter() + budget_s
+    todo = scopes(world // per_node, per_node)
+    rows: list[tuple[str, int, int, int, float]] = []
+    try:
+        for i, (members, k) in enumerate(todo):
+            group = dist.new_group(members)  # every rank creates every group, in the same order
+            ops = [c for c in COLLECTIVES if c != "send_recv" or (k == 1 and len(members) == 2)]
+            if rank in members:
+                deadline = time.perf_counter() + max(0.0, end - time.perf_counter()) / (len(todo) - i)
+                points, _ = measure_collectives(
+                    ops, sizes or COLLECTIVE_SIZES[device], dev, backend, deadline, group
+                )
+                rows += [(p["op"], p["ranks"], k, p["bytes"], p["busbw_gbs"]) for p in points]
+            dist.barrier()
+        if rank == 0:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(out.name + ".part")
+            tmp.write_text(csv_text(rows))
+            tmp.replace(out)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return rows if rank == 0 else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m primus_optuna.workloads.netprobe", description=__doc__)
+    ap.add_argument("--out", required=True, type=Path, help="the network CSV rank 0 writes")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="seconds to spend measuring")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    ap.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=None,
+        help="ranks that share a node (default LOCAL_WORLD_SIZE; 1 makes every rank a node)",
+    )
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="message bytes (default: calibrate's per device)"
+    )
+    args = ap.parse_args(argv)
+    device = args.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    per_node = args.ranks_per_node or int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    probe(args.out, args.budget_s, device, per_node, args.sizes)
+
+
+if __name__ == "__main__":
+    main()
