@@ -497,3 +497,36 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def run_launch(launch: Launch, log_path: Path, timeout_s: float, cwd: str | None = None) -> int:
+    """Run ``launch`` in a session of its own, its output to ``log_path``, and return its exit code: a Ctrl-C
+    or SIGTERM stops its whole process group (and runs its cancel command) before the interrupt goes on; past
+    ``timeout_s`` the group is killed (:class:`RunTimeout`)."""
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                launch.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **launch.env},
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise LaunchFailure(f"could not start {launch.argv[0]!r}: {exc}", log_path=str(log_path)) from None
+        release = orphan_guard(proc.pid)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            _cancel(launch)
+            raise RunTimeout(f"killed after {timeout_s:g} s (process group)", log_path=str(log_path)) from None
+        except BaseException as exc:  # Ctrl-C / SIGTERM: the launched processes must not outlive us
+            _stop_group(proc, getattr(exc, "signum", signal.SIGINT))
+            _cancel(launch)
+            raise
+        finally:
+            release()
+    return rc

@@ -20,11 +20,17 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
+import shutil
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from ..spec.network import COLLECTIVES, CSV_COLUMNS
+from ..errors import SpecError
+from ..spec.network import COLLECTIVES, CSV_COLUMNS, Row, parse_csv
+from ..spec.study import StudySpec
 from .calibrate import COLLECTIVE_SIZES
 
 Scope = tuple[list[int], int]
@@ -95,6 +101,71 @@ def probe(
     finally:
         dist.destroy_process_group()
     return rows if rank == 0 else None
+
+
+PROBE = "primus_optuna.workloads.netprobe"
+STARTUP_S = 120.0
+"""what the launch may take beyond the budget (process start-up on every host, the rendezvous, NCCL's setup)"""
+
+
+def check_network_request(budget_s: float, local_ranks: int | None, study: StudySpec | None) -> None:
+    """Refuse a bad ``calibrate --network`` before anything is launched (a :class:`SpecError` naming the option)."""
+    if not budget_s > 0 or math.isinf(budget_s):
+        raise SpecError(f"--budget-s {budget_s!r}: give a positive number of seconds (e.g. 120)")
+    if local_ranks is not None and local_ranks < 2:
+        raise SpecError(f"--local-ranks {local_ranks}: give at least 2 (each process is one node of 1 rank)")
+    if local_ranks is None and study is None:
+        raise SpecError(
+            "--study: calibrate --network launches through a study's runner (Slurm or runner.options.hosts); "
+            "give --study, or --local-ranks N to measure N processes of this machine"
+        )
+
+
+def measure_network(
+    out: str | Path,
+    budget_s: float = 120.0,
+    device: str = "auto",
+    study: StudySpec | None = None,
+    local_ranks: int | None = None,
+) -> list[Row]:
+    """Launch the probe across the study's hosts through its runner (or ``local_ranks`` processes here, each a
+    node of 1 rank), wait, and write its CSV to ``out`` (whole, or nothing on a failure or an interrupt);
+    returns the rows as :func:`~primus_optuna.spec.network.parse_csv` reads them."""
+    from ..run.base import RunFailure
+    from ..run.command import Launch, run_launch
+    from ..run.logparse import tail
+    from ..run.presets import module_launch
+
+    check_network_request(budget_s, local_ranks, study)
+    out = Path(out)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.netprobe-", dir=out.parent))
+    try:
+        result = (work / "network.csv").resolve()
+        args = [PROBE, "--out", str(result), "--budget-s", f"{budget_s:g}", "--device", device]
+        if local_ranks is not None:
+            threads = str(max(1, (os.cpu_count() or 1) // local_ranks))
+            torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+            argv = [*torchrun, "--nproc-per-node", str(local_ranks), "-m", *args, "--ranks-per-node", "1"]
+            launch = Launch(argv=argv, env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+        else:
+            assert study is not None
+            args += ["--ranks-per-node", str(study.cluster.gpus_per_node)]
+            launch = module_launch(
+                study, study.runner.kind, study.runner.options, args, work, {}, budget_s + STARTUP_S
+            )
+        log = work / "netprobe.log"
+        rc = run_launch(launch, log, budget_s + STARTUP_S)
+        if rc != 0 or not result.is_file():
+            text = log.read_text(errors="replace")
+            raise RunFailure(f"the probe exited with code {rc}:\n{tail(text)}", log_tail=tail(text))
+        text = result.read_text()
+        rows = parse_csv(text, out)
+        part = out.with_name(out.name + ".part")
+        part.write_text(text)
+        part.replace(out)
+        return rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:
