@@ -515,14 +515,18 @@ def run_launch(launch: Launch, log_path: Path, timeout_s: float, cwd: str | None
                 start_new_session=True,
             )
         except OSError as exc:
-            raise LaunchFailure(f"could not start {launch.argv[0]!r}: {exc}", log_path=str(log_path)) from None
+            raise LaunchFailure(
+                f"could not start {launch.argv[0]!r}: {exc}", log_path=str(log_path)
+            ) from None
         release = orphan_guard(proc.pid)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             _cancel(launch)
-            raise RunTimeout(f"killed after {timeout_s:g} s (process group)", log_path=str(log_path)) from None
+            raise RunTimeout(
+                f"killed after {timeout_s:g} s (process group)", log_path=str(log_path)
+            ) from None
         except BaseException as exc:  # Ctrl-C / SIGTERM: the launched processes must not outlive us
             _stop_group(proc, getattr(exc, "signum", signal.SIGINT))
             _cancel(launch)

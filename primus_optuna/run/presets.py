@@ -718,7 +718,16 @@ def module_launch(
             "runner.kind slurm, or megatron/primus with runner.options.hosts (or use --local-ranks N here)"
         )
     argv = [*torchrun, "--nnodes", str(c.hosts), "--nproc-per-node", str(c.host_gpus)]
-    argv += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT, "-m", *module]
+    argv += [
+        "--node-rank",
+        NODE_RANK,
+        "--master-addr",
+        MASTER_ADDR,
+        "--master-port",
+        MASTER_PORT,
+        "-m",
+        *module,
+    ]
     return wrap(Launch(argv=argv, env=env), {"trial": "netprobe"}, RunContext(spec=spec, workdir=workdir))
 
 
