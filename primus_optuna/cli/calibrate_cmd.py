@@ -154,7 +154,7 @@ def _network(device: str, out: str, budget_s: float, study: str | None, local_ra
 
     check_output_path(out, "--out")
     spec = StudySpec.from_yaml(study) if study else None
-    check_network_request(budget_s, local_ranks, spec)
+    check_network_request(budget_s, local_ranks, spec, device)
     where = f"{local_ranks} local processes" if local_ranks else f"the study's runner ({spec.runner.kind})"  # type: ignore[union-attr]
     click.echo(f"calibrate --network: measuring through {where} for {budget_s:g} s", err=True)
     try:

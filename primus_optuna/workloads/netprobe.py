@@ -108,8 +108,13 @@ STARTUP_S = 120.0
 """what the launch may take beyond the budget (process start-up on every host, the rendezvous, NCCL's setup)"""
 
 
-def check_network_request(budget_s: float, local_ranks: int | None, study: StudySpec | None) -> None:
-    """Refuse a bad ``calibrate --network`` before anything is launched (a :class:`SpecError` naming the option)."""
+def check_network_request(
+    budget_s: float, local_ranks: int | None, study: StudySpec | None, device: str = "auto"
+) -> None:
+    """Refuse a bad ``calibrate --network`` before anything is launched (a :class:`SpecError` naming the
+    option); ``--local-ranks`` on GPUs needs one GPU per rank here (the hosts' GPUs are their own)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise SpecError(f"--device {device!r}: choose cpu or cuda")
     if not budget_s > 0 or math.isinf(budget_s):
         raise SpecError(f"--budget-s {budget_s!r}: give a positive number of seconds (e.g. 120)")
     if local_ranks is not None and local_ranks < 2:
@@ -119,6 +124,10 @@ def check_network_request(budget_s: float, local_ranks: int | None, study: Study
             "--study: calibrate --network launches through a study's runner (Slurm or runner.options.hosts); "
             "give --study, or --local-ranks N to measure N processes of this machine"
         )
+    if local_ranks is not None and device == "cuda":
+        from .calibrate import check_request
+
+        check_request(device, budget_s, local_ranks)
 
 
 def measure_network(
@@ -136,7 +145,7 @@ def measure_network(
     from ..run.logparse import tail
     from ..run.presets import module_launch
 
-    check_network_request(budget_s, local_ranks, study)
+    check_network_request(budget_s, local_ranks, study, device)
     out = Path(out)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.netprobe-", dir=out.parent))
     try:

@@ -58,13 +58,43 @@ def test_network_probe_on_two_local_ranks_feeds_a_study(tmp_path: Path) -> None:
             ["--network", "--study", str(STUDIES / "local-gpt-cpu.yaml")],
             "runner.kind: 'local' runs on this machine",
         ),
+        (["--network", "--local-ranks", "2", "--device", "cuda"], "--device cuda: torch sees no GPU"),
         (["--local-ranks", "2", "--device", "cpu"], "--local-ranks: only with --network"),
         (["--device", "cpu"], "--out: give the profile's path"),
     ],
 )
-def test_bad_network_requests_exit_2_and_write_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+def test_bad_network_requests_exit_2_and_write_nothing(
+    tmp_path: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = ["--out", str(tmp_path / "net.csv")] if "--network" in args else []
     result = CliRunner().invoke(cli, ["calibrate", *args, *out])
     assert result.exit_code == 2, result.output
     assert message in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_during_the_probe_exits_130_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import primus_optuna.workloads.netprobe as netprobe
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(netprobe, "measure_network", interrupted)
+    argv = [
+        "calibrate",
+        "--network",
+        "--local-ranks",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "n.csv"),
+    ]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 130 and "interrupted" in result.output
     assert list(tmp_path.iterdir()) == []
