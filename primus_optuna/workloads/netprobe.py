@@ -124,6 +124,11 @@ def check_network_request(
             "--study: calibrate --network launches through a study's runner (Slurm or runner.options.hosts); "
             "give --study, or --local-ranks N to measure N processes of this machine"
         )
+    if local_ranks is None and study is not None and study.cluster.nodes < 2:
+        raise SpecError(
+            "cluster.nodes: the study has 1 node, so there is nothing between nodes to measure; set cluster.nodes "
+            "to the nodes to measure between (the node's own collectives: calibrate --out PROFILE.yaml)"
+        )
     if local_ranks is not None and device == "cuda":
         from .calibrate import check_request
 

@@ -69,3 +69,11 @@ def test_a_failed_probe_says_why_and_writes_nothing(tmp_path: Path, monkeypatch:
     with pytest.raises(RunFailure, match="code 1:\n.*NCCL WARN no socket"):
         measure_network(tmp_path / "net.csv", 1.0, "cpu", local_ranks=2)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_one_node_study_has_nothing_between_nodes() -> None:
+    from primus_optuna.spec import StudySpec
+    from tests.conftest import STUDIES
+
+    with pytest.raises(SpecError, match="cluster.nodes: the study has 1 node"):
+        check_network_request(60.0, None, StudySpec.from_yaml(STUDIES / "local-gpt-cpu.yaml"))
