@@ -14,21 +14,13 @@ from primus_optuna.cli import cli
 from primus_optuna.spec.network import load_network
 from tests.conftest import STUDIES
 
+LOCAL = ["calibrate", "--network", "--local-ranks", "2", "--device", "cpu"]
+"""the probe on this machine: 2 processes, each a node of 1 rank"""
+
 
 def test_network_probe_on_two_local_ranks_feeds_a_study(tmp_path: Path) -> None:
     net = tmp_path / "net.csv"
-    argv = [
-        "calibrate",
-        "--network",
-        "--local-ranks",
-        "2",
-        "--device",
-        "cpu",
-        "--budget-s",
-        "1",
-        "--out",
-        str(net),
-    ]
+    argv = [*LOCAL, "--budget-s", "1", "--out", str(net)]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     assert f"wrote {net}" in result.output and "2 ranks (1 per node)" in result.output
@@ -56,7 +48,7 @@ def test_network_probe_on_two_local_ranks_feeds_a_study(tmp_path: Path) -> None:
         (["--network", "--local-ranks", "1"], "--local-ranks 1"),
         (
             ["--network", "--study", str(STUDIES / "local-gpt-cpu.yaml")],
-            "runner.kind: 'local' runs on this machine",
+            "cluster.nodes: the study has 1 node",
         ),
         (["--network", "--local-ranks", "2", "--device", "cuda"], "--device cuda: torch sees no GPU"),
         (["--local-ranks", "2", "--device", "cpu"], "--local-ranks: only with --network"),
@@ -85,16 +77,7 @@ def test_ctrl_c_during_the_probe_exits_130_and_writes_nothing(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(netprobe, "measure_network", interrupted)
-    argv = [
-        "calibrate",
-        "--network",
-        "--local-ranks",
-        "2",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path / "n.csv"),
-    ]
+    argv = [*LOCAL, "--out", str(tmp_path / "n.csv")]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 130 and "interrupted" in result.output
     assert list(tmp_path.iterdir()) == []
