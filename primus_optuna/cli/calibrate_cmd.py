@@ -49,23 +49,36 @@ class _Progress:
 @click.option(
     "--out",
     "out",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False),
-    help="The profile to write (YAML; written whole or not at all).",
+    help="The profile to write (YAML), or with --network the network CSV (default network.csv); written whole "
+    "or not at all.",
 )
 @click.option(
     "--budget-s",
     type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
+    default=None,
     metavar="SECONDS",
-    help="Time to spend measuring (collectives' process start-up comes on top).",
+    help="Time to spend measuring (default 300; --network: 120); process start-up comes on top.",
 )
 @click.option(
     "--study",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Measure the GEMM, grouped-GEMM and attention shapes of this study (default: a grid for the device).",
+    help="Measure the GEMM, grouped-GEMM and attention shapes of this study (default: a grid for the device); "
+    "with --network, launch across its cluster through its runner (Slurm or runner.options.hosts).",
+)
+@click.option(
+    "--network",
+    is_flag=True,
+    help="Measure the collectives between the cluster's nodes and write the CSV that cluster.network reads.",
+)
+@click.option(
+    "--local-ranks",
+    type=int,
+    default=None,
+    metavar="N",
+    help="With --network: N processes on this machine, each a node of 1 rank (gloo on --device cpu).",
 )
 @click.option(
     "--devices",
@@ -76,14 +89,30 @@ class _Progress:
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @user_errors
 def calibrate(
-    device: str, out: str, budget_s: float, study: str | None, devices: int | None, no_progress: bool
+    device: str,
+    out: str | None,
+    budget_s: float | None,
+    study: str | None,
+    network: bool,
+    local_ranks: int | None,
+    devices: int | None,
+    no_progress: bool,
 ) -> None:
     """Measure this node (GEMMs, attention, memory bandwidth, the allocator's reserve, collectives among its
-    devices) and write a hardware profile for a study's ``cluster.profile``."""
+    devices) and write a hardware profile for a study's ``cluster.profile``; with ``--network``, measure the
+    collectives between the cluster's nodes and write the CSV for ``cluster.network``."""
     from ..spec import StudySpec
     from ..workloads.calibrate import calibrate as measure
     from ..workloads.calibrate import check_request
 
+    if network:
+        _network(device, out or "network.csv", 120.0 if budget_s is None else budget_s, study, local_ranks)
+        return
+    if local_ranks is not None:
+        raise SpecError("--local-ranks: only with --network (the node's own collectives: --devices)")
+    if out is None:
+        raise SpecError("--out: give the profile's path (e.g. --out node.yaml)")
+    budget_s = 300.0 if budget_s is None else budget_s
     check_output_path(out, "--out")
     spec = StudySpec.from_yaml(study) if study else None
     check_request(device, budget_s, devices)
@@ -113,3 +142,31 @@ def calibrate(
         )
     for op, why in profile.collectives.unsupported.items():
         click.echo(f"  {op}: not measured ({why})")
+
+
+def _network(device: str, out: str, budget_s: float, study: str | None, local_ranks: int | None) -> None:
+    """``calibrate --network``: the probe across the nodes, its CSV written, the study line to add printed."""
+    import os
+
+    from ..run.base import RunFailure
+    from ..spec import StudySpec
+    from ..workloads.netprobe import check_network_request, measure_network
+
+    check_output_path(out, "--out")
+    spec = StudySpec.from_yaml(study) if study else None
+    check_network_request(budget_s, local_ranks, spec, device)
+    where = f"{local_ranks} local processes" if local_ranks else f"the study's runner ({spec.runner.kind})"  # type: ignore[union-attr]
+    click.echo(f"calibrate --network: measuring through {where} for {budget_s:g} s", err=True)
+    try:
+        rows = measure_network(out, budget_s, device, study=spec, local_ranks=local_ranks)
+    except RunFailure as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    colls = sorted({r[0] for r in rows})
+    scopes = sorted({(r[1], r[2]) for r in rows})
+    click.echo(
+        f"wrote {out}: {len(rows)} points, {', '.join(colls)} over "
+        + ", ".join(f"{n} ranks ({k} per node)" for n, k in scopes)
+    )
+    base = os.path.dirname(os.path.abspath(study)) if study else os.getcwd()
+    click.echo(f"add to the study: cluster.network: {os.path.relpath(os.path.abspath(out), base)}")

@@ -312,20 +312,7 @@ class CommandRunner:
         env["PRIMUS_OPTUNA_TRIAL"] = "" if context.trial_number is None else str(context.trial_number)
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.Popen(
-                    launch.argv,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    cwd=self.cwd,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                msg = f"could not start {launch.argv[0]!r}: {exc}"
-                log.write(msg.encode())
-                raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
+            proc = start_in_session(launch.argv, log, log_path, env, self.cwd)
             release = orphan_guard(proc.pid)
             try:
                 rc, timed_out, stopped = self._watch(proc, launch.follow_log or log_path, context, t0)
@@ -497,3 +484,48 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def start_in_session(
+    argv: list[str], log: Any, log_path: Path, env: dict[str, str], cwd: str | None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session (process group) of its own, its output to ``log``; a command that cannot
+    start is a :class:`LaunchFailure` (its message written to the log)."""
+    try:
+        return subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        msg = f"could not start {argv[0]!r}: {exc}"
+        log.write(msg.encode())
+        raise LaunchFailure(msg, log_path=str(log_path), log_tail=msg) from None
+
+
+def run_launch(launch: Launch, log_path: Path, timeout_s: float, cwd: str | None = None) -> int:
+    """Run ``launch`` in a session of its own, its output to ``log_path``, and return its exit code: a Ctrl-C
+    or SIGTERM stops its whole process group (and runs its cancel command) before the interrupt goes on; past
+    ``timeout_s`` the group is killed (:class:`RunTimeout`)."""
+    with open(log_path, "wb") as log:
+        proc = start_in_session(launch.argv, log, log_path, {**os.environ, **launch.env}, cwd)
+        release = orphan_guard(proc.pid)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            _cancel(launch)
+            raise RunTimeout(
+                f"killed after {timeout_s:g} s (process group)", log_path=str(log_path)
+            ) from None
+        except BaseException as exc:  # Ctrl-C / SIGTERM: the launched processes must not outlive us
+            _stop_group(proc, getattr(exc, "signum", signal.SIGINT))
+            _cancel(launch)
+            raise
+        finally:
+            release()
+    return rc

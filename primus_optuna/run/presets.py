@@ -674,3 +674,71 @@ def _build_command_runner(
             kind=kind,
         )
     raise SpecError(f"unknown command preset {kind!r}; choose one of {', '.join(PRESETS)}")
+
+
+# --- a torch module on every host of the study's cluster -----------------------------------------------------------
+def module_launch(
+    spec: StudySpec,
+    kind: str,
+    options: dict[str, Any],
+    module: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    timeout_s: float,
+) -> Launch:
+    """``python -m MODULE ...`` (``module``: the words after ``-m``) run by torchrun on every host of the study's
+    cluster through its runner's placement: Slurm (``srun``/``sbatch`` over the node script of
+    :func:`_slurm_wrap`) or ``hosts`` over ssh (:func:`_nodes_wrap`), one torchrun per host of
+    ``cluster.gpus_per_host`` ranks, the static rendezvous as a trial's; the megatron preset's ``torchrun``,
+    else this Python's ``torch.distributed.run``. ``workdir`` (the node scripts) must be on a file system every
+    host sees. :class:`SpecError` naming the option when the runner places no hosts."""
+    import sys
+
+    options = {k: v for k, v in options.items() if k != "repeats"}
+    c = spec.cluster
+    if kind == "slurm":
+        sopts: SlurmOptions = validate_options(SlurmOptions, options, kind)
+        inner = {k: v for k, v in options.items() if k not in SlurmOptions.model_fields}
+        torchrun = _torchrun(sopts.preset, inner, sys.executable)
+        # the probe spans the study's hosts whatever the inner preset (``local`` would run one host)
+        wrap = _slurm_wrap(spec, sopts.model_copy(update={"preset": "command"}), timeout_s)
+    elif kind in ("megatron", "primus"):
+        nopts: NodesOptions = validate_options(NodesOptions, _node_fields(options), kind)
+        if not nopts.hosts or c.hosts < 2:
+            raise SpecError(
+                f"runner.options.hosts: the study's runner ({kind}) names no hosts to measure between (cluster: "
+                f"{_hosts_layout(spec)}); list the hosts (host 0 first) and set cluster.nodes to cover them, run "
+                "under Slurm (runner.kind: slurm), or measure this machine's processes with --local-ranks N"
+            )
+        torchrun = _torchrun(kind, options, sys.executable)
+        wrap = _nodes_wrap(spec, nopts, os.getcwd())
+    else:
+        raise SpecError(
+            f"runner.kind: {kind!r} runs on this machine; calibrate --network measures between hosts placed by "
+            "runner.kind slurm, or megatron/primus with runner.options.hosts (or use --local-ranks N here)"
+        )
+    argv = [*torchrun, "--nnodes", str(c.hosts), "--nproc-per-node", str(c.host_gpus)]
+    argv += [
+        "--node-rank",
+        NODE_RANK,
+        "--master-addr",
+        MASTER_ADDR,
+        "--master-port",
+        MASTER_PORT,
+        "-m",
+        *module,
+    ]
+    return wrap(Launch(argv=argv, env=env), {"trial": "netprobe"}, RunContext(spec=spec, workdir=workdir))
+
+
+def _node_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """The placement options (:class:`NodesOptions`) of a megatron/primus runner's options."""
+    return {k: v for k, v in options.items() if k in NodesOptions.model_fields}
+
+
+def _torchrun(preset: str, options: dict[str, Any], python: str) -> list[str]:
+    """The launcher of one host: the megatron preset's ``torchrun`` option, else ``python -m torch.distributed.run``."""
+    given = options.get("torchrun") if preset == "megatron" else None
+    if isinstance(given, list) and given and all(isinstance(w, str) for w in given):
+        return list(given)
+    return [python, "-m", "torch.distributed.run"]

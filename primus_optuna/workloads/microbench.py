@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from ..physics.flops import ATTN_BWD_FACTOR
 from ..physics.shapes import LayerShape
 from ..physics.throughput import KERNELS_DENSE
+from ..spec.network import COLLECTIVES, bus_factor
 from .layer import build_layer, make_input
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -326,50 +327,89 @@ def allocator_reserve(shape: LayerShape, dtype: str, device: torch.device, steps
 
 
 # --- collectives -----------------------------------------------------------------------------------------------
-BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "send_recv": lambda n: 1.0,
-}
-"""nccl-tests' bus-bandwidth factors (NVIDIA/nccl-tests doc/PERFORMANCE.md@a0b82b2)"""
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _op_fn(op: str, nbytes: int, rank: int, world: int, device: torch.device) -> Callable[[], Any]:
-    """One call of collective ``op`` moving ``nbytes`` per rank as nccl-tests counts them."""
+def _op_fn(
+    op: str, nbytes: int, rank: int, world: int, device: torch.device, group: Any = None
+) -> Callable[[], Any]:
+    """One call of collective ``op`` moving ``nbytes`` per rank as nccl-tests counts them, among ``group``
+    (default: every rank); ``rank`` and ``world`` are the group's."""
     n = max(world, nbytes // 4 // world * world)
     t = torch.ones(n, dtype=torch.float32, device=device)
     if op == "all_reduce":
-        return lambda: dist.all_reduce(t)
+        return lambda: dist.all_reduce(t, group=group)
     if op == "all_gather":
         parts = [torch.empty(n // world, dtype=t.dtype, device=device) for _ in range(world)]
-        return lambda: dist.all_gather(parts, t[: n // world])
+        return lambda: dist.all_gather(parts, t[: n // world], group=group)
     if op == "reduce_scatter":
         out = torch.empty(n // world, dtype=t.dtype, device=device)
         parts = list(t.chunk(world))
-        return lambda: dist.reduce_scatter(out, parts)
+        return lambda: dist.reduce_scatter(out, parts, group=group)
     if op == "all_to_all":
         out = torch.empty_like(t)
-        return lambda: dist.all_to_all_single(out, t)
-    if op == "send_recv":  # ranks 0 and 1 exchange (a ping-pong: the time is half the round trip)
+        return lambda: dist.all_to_all_single(out, t, group=group)
+    if op == "send_recv":  # the group's ranks 0 and 1 exchange (a ping-pong: the time is half the round trip)
+        peer = [dist.get_global_rank(group, r) if group is not None else r for r in (0, 1)]
 
         def pingpong() -> None:
             if rank == 0:
-                dist.send(t, 1)
-                dist.recv(t, 1)
+                dist.send(t, peer[1])
+                dist.recv(t, peer[1])
             elif rank == 1:
-                dist.recv(t, 0)
-                dist.send(t, 0)
+                dist.recv(t, peer[0])
+                dist.send(t, peer[0])
 
         return pingpong
     raise ValueError(op)
+
+
+def measure_collectives(
+    ops: Sequence[str],
+    sizes: Sequence[int],
+    device: torch.device,
+    backend: str,
+    deadline: float,
+    group: Any = None,
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every rank of ``group`` (default: all) times each of ``ops`` over message ``sizes`` until the
+    ``deadline`` (all stop at the same point): the points (bus bandwidth with nccl-tests' factors,
+    :func:`~primus_optuna.spec.network.bus_factor`) and, per op not measured, why."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    points: list[dict[str, Any]] = []
+    unsupported: dict[str, str] = {}
+    for op in ops:
+        for nbytes in sizes:
+            flag = torch.tensor([float(time.perf_counter() < deadline)], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)  # every rank stops at the same point
+            if flag.item() == 0:
+                unsupported.setdefault(op, "time budget spent before it was measured")
+                break
+            try:
+                fn = _op_fn(op, nbytes, rank, world, device, group)
+                sec = _timed_collective(fn, device, group)
+            except (RuntimeError, ValueError) as exc:  # the backend lacks it (gloo: reduce_scatter)
+                unsupported[op] = f"{backend}: {str(exc).splitlines()[0][:160]}"
+                dist.barrier(group=group)
+                break
+            if op == "send_recv":
+                sec /= 2
+            algbw = nbytes / sec / 1e9
+            ranks = 2 if op == "send_recv" else world
+            points.append(
+                {
+                    "op": op,
+                    "ranks": ranks,
+                    "bytes": nbytes,
+                    "seconds": sec,
+                    "algbw_gbs": algbw,
+                    "busbw_gbs": algbw * bus_factor(op, ranks),
+                }
+            )
+    return points, unsupported
 
 
 def _collective_worker(rank: int, world: int, port: int, args: dict[str, Any], result: str) -> None:
@@ -382,37 +422,11 @@ def _collective_worker(rank: int, world: int, port: int, args: dict[str, Any], r
     else:
         device = torch.device("cpu")
     dist.init_process_group(args["backend"], rank=rank, world_size=world)
-    points, unsupported = [], {}
     deadline = time.perf_counter() + args["budget_s"]
     try:
-        for op in args["ops"]:
-            for nbytes in args["sizes"]:
-                flag = torch.tensor([float(time.perf_counter() < deadline)])
-                dist.all_reduce(flag, op=dist.ReduceOp.MIN)  # every rank stops at the same point
-                if flag.item() == 0:
-                    unsupported.setdefault(op, "time budget spent before it was measured")
-                    break
-                try:
-                    fn = _op_fn(op, nbytes, rank, world, device)
-                    sec = _timed_collective(fn, device)
-                except (RuntimeError, ValueError) as exc:  # the backend lacks it (gloo: reduce_scatter)
-                    unsupported[op] = f"{args['backend']}: {str(exc).splitlines()[0][:160]}"
-                    dist.barrier()
-                    break
-                if op == "send_recv":
-                    sec /= 2
-                algbw = nbytes / sec / 1e9
-                ranks = 2 if op == "send_recv" else world
-                points.append(
-                    {
-                        "op": op,
-                        "ranks": ranks,
-                        "bytes": nbytes,
-                        "seconds": sec,
-                        "algbw_gbs": algbw,
-                        "busbw_gbs": algbw * BUSBW_FACTOR[op](ranks),
-                    }
-                )
+        points, unsupported = measure_collectives(
+            args["ops"], args["sizes"], device, args["backend"], deadline
+        )
         if rank == 0:
             Path(result).write_text(json.dumps({"points": points, "unsupported": unsupported}))
         dist.barrier()
@@ -420,19 +434,19 @@ def _collective_worker(rank: int, world: int, port: int, args: dict[str, Any], r
         dist.destroy_process_group()
 
 
-def _timed_collective(fn: Callable[[], Any], device: torch.device, reps: int = 5) -> float:
+def _timed_collective(fn: Callable[[], Any], device: torch.device, group: Any = None, reps: int = 5) -> float:
     """Median seconds of ``reps`` calls of a collective (each after a barrier), the slowest rank's."""
     fn()
     times = []
     for _ in range(reps):
-        dist.barrier()
+        dist.barrier(group=group)
         _sync(device)
         t0 = time.perf_counter()
         fn()
         _sync(device)
         times.append(time.perf_counter() - t0)
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    t = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return float(t.item())
 
 
@@ -441,7 +455,7 @@ def bench_collectives(
     device: str,
     sizes: Sequence[int],
     budget_s: float,
-    ops: Sequence[str] = tuple(BUSBW_FACTOR),
+    ops: Sequence[str] = COLLECTIVES,
     threads: int | None = None,
 ) -> dict[str, Any]:
     """Collectives among ``world`` local processes (one per GPU: NCCL/RCCL; CPU: gloo) over message ``sizes``
@@ -478,13 +492,13 @@ def bench_collectives(
 
 
 __all__ = [
-    "BUSBW_FACTOR",
     "allocator_reserve",
     "bench_attention",
     "bench_collectives",
     "bench_gemm",
     "bench_grouped_gemm",
     "bench_memory",
+    "measure_collectives",
     "measure_rounds",
     "op_overhead",
     "spread",

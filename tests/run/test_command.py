@@ -210,3 +210,40 @@ def test_stop_flag_forwards_the_signal_to_the_job_group_and_waits(spec, tmp_path
         time.sleep(0.1)
     else:
         raise AssertionError("the job's child outlived the interrupt")
+
+
+def test_run_launch_stops_the_whole_process_group_on_ctrl_c(tmp_path) -> None:
+    """An interrupt while waiting (the CLI's Ctrl-C) ends the launched process and the children it started,
+    then goes on; a launch that ends returns its exit code."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from primus_optuna.run.command import Launch, run_launch
+    from primus_optuna.run.interrupt import Interrupted
+
+    assert run_launch(Launch(argv=["sh", "-c", "exit 3"], env={}), tmp_path / "a.log", 30) == 3
+    pids = tmp_path / "pids"
+    script = f"sleep 60 & echo $! > {pids}; wait"
+
+    def interrupt(signum: int, frame: object) -> None:  # as handle_signals raises it (a shell's background
+        raise Interrupted(signal.SIGTERM)  # job ignores SIGINT, so the group is sent SIGTERM here)
+
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGUSR1)).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_launch(Launch(argv=["sh", "-c", script], env={}), tmp_path / "b.log", 30)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the launched process's child outlived the interrupt")

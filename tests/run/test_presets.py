@@ -717,3 +717,64 @@ def test_the_local_preset_on_cuda_fits_one_host() -> None:
     ):
         build_command_runner(one_tray, "local", {"device": "cuda"})
     build_command_runner(one_tray, "local", {"device": "cpu"})
+
+
+PROBE = ["primus_optuna.workloads.netprobe", "--out", "/shared/net.csv"]
+
+
+def test_module_launch_starts_one_torchrun_per_host_over_ssh(spec: StudySpec, tmp_path: Path) -> None:
+    """``calibrate --network`` through ``hosts``: the nodes script a trial gets, each host's torchrun with its
+    rank, the first host as master, the module and its arguments after ``-m``."""
+    from primus_optuna.run.presets import module_launch
+
+    options = {
+        "megatron_path": "/m",
+        "hosts": HOSTS,
+        "torchrun": ["/venv/bin/torchrun"],
+        "master_port": 29555,
+    }
+    launch = module_launch(spec, "megatron", options, PROBE, tmp_path, {}, 300.0)
+    assert launch.argv == ["bash", str(tmp_path / "nodes.sh")]
+    for rank in (0, 7):
+        argv, _, host = _node_launch(tmp_path / "nodes.sh", rank)
+        pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)}
+        assert host == HOSTS[rank] and argv[0] == "/venv/bin/torchrun"
+        assert (pairs["--node-rank"], pairs["--master-addr"], pairs["--master-port"]) == (
+            str(rank),
+            "n0",
+            "29555",
+        )
+        assert (pairs["--nnodes"], pairs["--nproc-per-node"]) == ("8", "8")
+        assert argv[argv.index("-m") + 1 :] == PROBE
+
+
+def test_module_launch_under_slurm_asks_for_every_host(spec: StudySpec, tmp_path: Path) -> None:
+    """Slurm: one task per host (even when the inner preset is ``local``), the node rank from ``$SLURM_NODEID``,
+    the job's time from the probe's timeout."""
+    from primus_optuna.run.presets import module_launch
+
+    options = {"preset": "local", "slurm_args": ["--partition=gpu"]}
+    launch = module_launch(spec, "slurm", options, PROBE, tmp_path, {}, 600.0)
+    assert launch.argv[0] == "srun" and "--nodes=8" in launch.argv and "--gpus-per-node=8" in launch.argv
+    assert "--time=10" in launch.argv and "--partition=gpu" in launch.argv and launch.cancel[0] == "scancel"
+    node = (tmp_path / "node.sh").read_text()
+    assert '--node-rank "${SLURM_NODEID}"' in node and "torch.distributed.run" in node
+    assert "-m primus_optuna.workloads.netprobe --out /shared/net.csv" in node
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "match"),
+    [
+        ("megatron", {"megatron_path": "/m"}, "runner.options.hosts: the study's runner"),
+        ("local", {}, "runner.kind: 'local' runs on this machine"),
+        ("slurm", {"preset": "local", "mode": "salloc"}, "runner.options.mode"),
+    ],
+)
+def test_module_launch_refuses_a_runner_that_places_no_hosts(
+    spec: StudySpec, tmp_path: Path, kind: str, options: dict, match: str
+) -> None:
+    from primus_optuna.run.presets import module_launch
+
+    with pytest.raises(SpecError, match=match):
+        module_launch(spec, kind, options, PROBE, tmp_path, {}, 60.0)
+    assert list(tmp_path.iterdir()) == []
