@@ -11,8 +11,10 @@ describe, see docs/benchmarks.md) stops throwing away configurations once a few 
 The framework's *reserve*: PyTorch's caching allocator holds more than the tensors it has allocated (its
 reserved peak, which the device must hold, printed by Megatron as ``max reserved`` and by TorchTitan as its
 ``memory:``). A run that reports both peaks gives a reserve sample (reserved − allocated, GiB); ``reserve_gib``
-is their median, and with one the gate also asks that the reserved estimate (calibrated peak + reserve) fit the
-device's capacity. Without reserve samples the gate is what it was.
+is their median, and with one the gate asks that the reserved estimate (calibrated peak + reserve) fit the
+device's capacity, in place of the calibrated peak against the usable memory (the study's safety margin stood
+in for the reserve until it was measured). Without reserve samples the gate is what it was.
+
 
 Example::
 
@@ -35,6 +37,10 @@ MAX_OOM_BOUND = 1.5
 """an out-of-memory run of a configuration estimated below 1/1.5 of the device is not taken as evidence about
 the memory model (an allocation failure elsewhere, e.g. NCCL host buffers, or a broken job): discarded and
 left to ``memory_model_miss``, so one such failure cannot close most of the space"""
+
+ROUNDING_GIB = 2.0**-20
+"""a kibibyte: a reserved estimate this close to the capacity counts as reaching it (the out-of-memory bound
+puts a run that ran out exactly there, up to floating-point rounding)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +84,16 @@ class MemoryCalibration:
         return cls(scale=scale, n_trials=len(r), n_oom=len(b), reserve_gib=reserve, n_reserve=len(v))
 
     def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:
-        """The calibrated peak (GiB) and whether it fits: the usable memory, and with a learned reserve the
-        reserved estimate (:meth:`reserved`) the device's capacity."""
+        """The calibrated peak (GiB) and whether it fits: within the usable memory (capacity less the study's
+        ``memory_safety_margin``), or, with a learned reserve, the reserved estimate (:meth:`reserved`) within
+        the device's capacity: the margin stands in for the reserve until runs have measured it (issue 38:
+        "the gate compares reserved with capacity"), and the two are not stacked."""
         peak = estimate.peak_gib * self.scale
-        fits = peak <= estimate.usable_gib
-        if (
-            self.reserve_gib > 0
-        ):  # strictly below: a run that ran out bounds its own reserved estimate at capacity
-            fits = fits and peak + self.reserve_gib < estimate.capacity_gib
-        return peak, fits
+        if self.reserve_gib > 0:
+            # the measured reserve replaces the safety margin that stood in for it; strictly below: a run that
+            # ran out bounds its own reserved estimate at capacity (less a KiB for rounding)
+            return peak, peak + self.reserve_gib < estimate.capacity_gib - ROUNDING_GIB
+        return peak, peak <= estimate.usable_gib
 
     def reserved(self, estimate: MemoryEstimate) -> float:
         """The reserved estimate (GiB): the calibrated peak plus the learned reserve."""
