@@ -235,18 +235,21 @@ def test_the_learned_reserve_prunes_what_fits_allocated_but_not_reserved(setup) 
             assert "from 3 reserved peaks" in last.user_attrs["prune_reason"]
 
 
+def past_the_margin(spec: StudySpec, space: Space):
+    """A configuration whose estimated peak lies between the usable memory and the device's capacity."""
+    for c in space.configs():
+        est = estimate_memory(spec, c)
+        if est.usable_gib < est.peak_gib < est.capacity_gib - 1.0:
+            return c
+    raise AssertionError("no configuration past the safety margin")
+
+
 def test_a_learned_reserve_admits_past_the_safety_margin_and_says_why_it_refuses(setup) -> None:
     """With a learned reserve the reserved estimate against the device decides: a configuration whose peak lies
     between the usable memory and the capacity runs when peak + reserve fits (the margin is not stacked on
     the reserve), and a refusal names the reserved estimate, not the usable memory."""
     spec, space, _ = setup
-    config = next(
-        c
-        for c in space.configs()
-        if estimate_memory(spec, c).usable_gib
-        < estimate_memory(spec, c).peak_gib
-        < estimate_memory(spec, c).capacity_gib - 1.0
-    )
+    config = past_the_margin(spec, space)
     est = estimate_memory(spec, config)
     gap = est.capacity_gib - est.peak_gib
     fits, attrs = memory_attrs(est, MemoryCalibration(reserve_gib=gap / 2, n_reserve=3))
@@ -259,13 +262,7 @@ def test_prune_if_infeasible_constrains_on_the_reserved_estimate_once_a_reserve_
     """The trial constraint follows the gate: with a learned reserve it is reserved estimate − capacity, so a
     configuration past the usable memory that the gate admits is feasible for constrained samplers too."""
     spec, space, _ = setup
-    config = next(
-        c
-        for c in space.configs()
-        if estimate_memory(spec, c).usable_gib
-        < estimate_memory(spec, c).peak_gib
-        < estimate_memory(spec, c).capacity_gib - 1.0
-    )
+    config = past_the_margin(spec, space)
     est = estimate_memory(spec, config)
     reserve = (est.capacity_gib - est.peak_gib) / 2
     study = optuna.create_study(direction="maximize")
