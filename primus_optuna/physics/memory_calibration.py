@@ -15,7 +15,6 @@ is their median, and with one the gate asks that the reserved estimate (calibrat
 device's capacity, in place of the calibrated peak against the usable memory (the study's safety margin stood
 in for the reserve until it was measured). Without reserve samples the gate is what it was.
 
-
 Example::
 
     cal = MemoryCalibration.fit(ratios=[0.82, 0.79], oom_bounds=[])
