@@ -14,8 +14,9 @@ describe, see docs/benchmarks.md) stops throwing away configurations once a few 
 The framework's *reserve*: PyTorch's caching allocator holds more than the tensors it has allocated (its
 reserved peak, which the device must hold, printed by Megatron as ``max reserved`` and by TorchTitan as its
 ``memory:``). A run that reports both peaks gives a reserve sample (reserved − allocated, GiB); ``reserve_gib``
-is their median, and with one the gate also asks that the reserved estimate (calibrated peak + reserve) fit the
-device's capacity. Without reserve samples the gate is what it was.
+is their median, and with one the gate asks that the reserved estimate (calibrated peak + reserve) fit the
+device's capacity, in place of the calibrated peak against the usable memory (the study's safety margin stood
+in for the reserve until it was measured). Without reserve samples the gate is what it was.
 
 Example::
 
@@ -39,6 +40,10 @@ MAX_OOM_BOUND = 1.5
 the memory model (an allocation failure elsewhere, e.g. NCCL host buffers, or a broken job): discarded and
 left to ``memory_model_miss``, so one such failure cannot close most of the space"""
 
+ROUNDING_GIB = 2.0**-20
+"""a kibibyte: a reserved estimate this close to the capacity counts as reaching it (the out-of-memory bound
+puts a run that ran out exactly there, up to floating-point rounding)"""
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryCalibration:
@@ -60,15 +65,18 @@ class MemoryCalibration:
         return self.scale == 1.0 and self.reserve_gib == 0.0 and self.oom_peak_gib is None
 
     def fits_peak(self, peak_gib: float, usable_gib: float, capacity_gib: float | None = None) -> bool:
-        """Whether an estimated peak fits: scaled, within the device with the learned reserve (strictly below:
-        a run that ran out bounds its own reserved estimate at capacity), and not at least as large as one that
-        ran out of memory (unless a measured run at least as large completed)."""
+        """Whether an estimated peak fits: the calibrated peak within the usable memory (capacity less the
+        study's ``memory_safety_margin``), or, with a learned reserve and the device's capacity, the reserved
+        estimate (:meth:`reserved`) within the capacity: the margin stands in for the reserve until runs have
+        measured it ("the gate compares reserved with capacity"), and the two are not stacked; strictly below,
+        less a KiB for rounding, as a run that ran out bounds its own reserved estimate at capacity. And never at
+        least as large as a run that ran out of memory (unless a measured run at least as large completed)."""
         peak = peak_gib * self.scale
-        if peak > usable_gib:
-            return False
-        if self.reserve_gib > 0 and capacity_gib is not None and peak + self.reserve_gib >= capacity_gib:
-            return False
-        return not self.oom_dominated(peak_gib)
+        if self.reserve_gib > 0 and capacity_gib is not None:
+            within = peak + self.reserve_gib < capacity_gib - ROUNDING_GIB
+        else:
+            within = peak <= usable_gib
+        return within and not self.oom_dominated(peak_gib)
 
     def oom_dominated(self, peak_gib: float) -> bool:
         """Whether a configuration estimated at ``peak_gib`` is at least as large as one that ran out of memory
@@ -118,9 +126,7 @@ class MemoryCalibration:
         )
 
     def apply(self, estimate: MemoryEstimate) -> tuple[float, bool]:
-        """The calibrated peak (GiB) and whether it fits (:meth:`fits_peak`): the usable memory, with a learned
-        reserve the reserved estimate (:meth:`reserved`) the device's capacity, and no out-of-memory run as
-        large."""
+        """The calibrated peak (GiB) and whether it fits (:meth:`fits_peak`)."""
         peak = estimate.peak_gib * self.scale
         return peak, self.fits_peak(estimate.peak_gib, estimate.usable_gib, estimate.capacity_gib)
 

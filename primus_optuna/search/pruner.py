@@ -14,7 +14,8 @@ asks, and survives a restart.
   launch): :func:`suggest_config` finds the gate anywhere in the study's pruner chain and applies it at once,
   so composition never skips the check.
 - Multi-objective studies cannot call ``should_prune``; their objectives call :func:`prune_if_infeasible`,
-  which writes the same attrs, sets the trial constraint ``memory_gib`` (calibrated peak − usable; ≤ 0 fits,
+  which writes the same attrs, sets the trial constraint ``memory_gib`` (calibrated peak − usable, or reserved
+  estimate − capacity once a reserve is learned; ≤ 0 fits,
   so constrained samplers learn from it) and raises :class:`optuna.TrialPruned`.
 
 User attrs written: ``memory_peak_gib``, ``memory_usable_gib``, ``memory_peak_stage``, and ``prune_reason``
@@ -58,7 +59,8 @@ __all__ = [
 ]
 
 CONSTRAINT = "memory_gib"
-"""the trial constraint set by :func:`prune_if_infeasible`: calibrated peak − usable GiB (≤ 0: fits)"""
+"""the trial constraint set by :func:`prune_if_infeasible`: calibrated peak − usable GiB, or with a learned
+reserve the reserved estimate − the device's capacity (≤ 0: fits)"""
 
 
 def memory_attrs(
@@ -79,13 +81,13 @@ def memory_attrs(
     attrs["memory_peak_calibrated_gib"] = round(peak, 3)
     if calibration.reserve_gib > 0:
         attrs["memory_reserved_calibrated_gib"] = round(calibration.reserved(estimate), 3)
-    if not fits and peak <= estimate.usable_gib and calibration.oom_dominated(estimate.peak_gib):
+    if not fits and calibration.oom_dominated(estimate.peak_gib):
         attrs[PRUNE_REASON] = (
             f"memory: estimated {estimate.peak_gib:.1f} GiB on stage {estimate.peak_stage}, at least the "
             f"{calibration.oom_peak_gib:.1f} GiB estimated for a run of this study that ran out of memory, and no "
             "run this large completed with a measurement"
         )
-    elif not fits and peak <= estimate.usable_gib:  # the allocated estimate fits, the reserved one does not
+    elif not fits and calibration.reserve_gib > 0:  # a learned reserve: the reserved estimate decides alone
         attrs[PRUNE_REASON] = (
             f"memory: {calibration.reserved(estimate):.1f} GiB reserved on stage {estimate.peak_stage} > "
             f"{estimate.capacity_gib:.1f} GiB device ({peak:.1f} GiB allocated + the framework's reserve; "
@@ -229,7 +231,10 @@ def prune_if_infeasible(
     est = estimate_memory(spec, cfg)
     peak = float(trial.user_attrs.get("memory_peak_calibrated_gib", est.peak_gib))
     if f"constraints:{CONSTRAINT}" not in study._storage.get_trial_system_attrs(trial._trial_id):
-        trial.set_constraint(CONSTRAINT, peak - est.usable_gib)
+        reserved = trial.user_attrs.get("memory_reserved_calibrated_gib")
+        trial.set_constraint(
+            CONSTRAINT, peak - est.usable_gib if reserved is None else float(reserved) - est.capacity_gib
+        )
     if not fits:
         trial.set_user_attr(PRUNE_REASON, reason)
         raise optuna.TrialPruned(reason)

@@ -65,3 +65,15 @@ def test_with_a_reserve_an_out_of_memory_run_bounds_the_allocated_peak_below_cap
     ran_out = MemoryCalibration.fit([0.8], [est.capacity_gib / est.peak_gib], [10.0], est.capacity_gib)
     assert not ran_out.apply(est)[1]  # the configuration that ran out stays out
     assert MemoryCalibration.fit([0.8], [100 / 95]).scale == pytest.approx(100 / 95)  # without: as before
+
+
+def test_a_learned_reserve_replaces_the_safety_margin_rather_than_stacking_on_it():
+    # a calibrated peak between the usable memory (capacity less the margin) and the capacity: refused on the
+    # margin alone; with a measured reserve the reserved estimate against the capacity decides
+    spec = StudySpec.from_dict(small_moe_study())
+    est = next(estimate_memory(spec, c) for c in Space(spec).configs() if estimate_memory(spec, c).fits)
+    scale = (est.usable_gib + est.capacity_gib) / 2 / est.peak_gib
+    gap = est.capacity_gib - est.peak_gib * scale
+    assert not MemoryCalibration(scale=scale).apply(est)[1]
+    assert MemoryCalibration(scale=scale, reserve_gib=gap * 0.5, n_reserve=1).apply(est)[1]
+    assert not MemoryCalibration(scale=scale, reserve_gib=gap * 1.5, n_reserve=1).apply(est)[1]

@@ -6,7 +6,9 @@ import optuna
 import pytest
 
 from primus_optuna.physics import estimate_memory
+from primus_optuna.physics.memory_calibration import MemoryCalibration
 from primus_optuna.search import MemoryPrefilterPruner, config_from_params, prune_if_infeasible
+from primus_optuna.search.pruner import memory_attrs
 from primus_optuna.space import Space
 from primus_optuna.spec import StudySpec
 from tests.conftest import small_moe_study
@@ -308,3 +310,52 @@ def test_a_configuration_as_large_as_one_that_ran_out_of_memory_is_not_launched(
     one_larger = next(c for c in reversed(fits[:-1]) if estimate_memory(spec, c).peak_gib > peak[oom])
     _, again = run(oom, one_larger, measured_larger=True)
     assert again.state == optuna.trial.TrialState.COMPLETE
+
+
+def past_the_margin(spec: StudySpec, space: Space):
+    """A configuration whose estimated peak lies between the usable memory and the device's capacity."""
+    for c in space.configs():
+        est = estimate_memory(spec, c)
+        if est.usable_gib < est.peak_gib < est.capacity_gib - 1.0:
+            return c
+    raise AssertionError("no configuration past the safety margin")
+
+
+def test_a_learned_reserve_admits_past_the_safety_margin_and_says_why_it_refuses(setup) -> None:
+    """With a learned reserve the reserved estimate against the device decides: a configuration whose peak lies
+    between the usable memory and the capacity runs when peak + reserve fits (the margin is not stacked on
+    the reserve), and a refusal names the reserved estimate, not the usable memory."""
+    spec, space, _ = setup
+    config = past_the_margin(spec, space)
+    est = estimate_memory(spec, config)
+    gap = est.capacity_gib - est.peak_gib
+    fits, attrs = memory_attrs(est, MemoryCalibration(reserve_gib=gap / 2, n_reserve=3))
+    assert fits and "prune_reason" not in attrs
+    fits, attrs = memory_attrs(est, MemoryCalibration(reserve_gib=gap * 2, n_reserve=3))
+    assert not fits and "reserved" in attrs["prune_reason"] and "usable" not in attrs["prune_reason"]
+
+
+def test_prune_if_infeasible_constrains_on_the_reserved_estimate_once_a_reserve_is_learned(setup) -> None:
+    """The trial constraint follows the gate: with a learned reserve it is reserved estimate − capacity, so a
+    configuration past the usable memory that the gate admits is feasible for constrained samplers too."""
+    spec, space, _ = setup
+    config = past_the_margin(spec, space)
+    est = estimate_memory(spec, config)
+    reserve = (est.capacity_gib - est.peak_gib) / 2
+    study = optuna.create_study(direction="maximize")
+    for _ in range(3):
+        t = measured_peak(100.0, 100.0)
+        t.user_attrs["measured_reserved_memory_gib"] = 100.0 + reserve
+        study.add_trial(t)
+    study.enqueue_trial(config.to_params())
+
+    def objective(trial: optuna.Trial) -> float:
+        suggest_all(trial, space)
+        prune_if_infeasible(trial, spec)
+        return 1.0
+
+    study.optimize(objective, n_trials=1)
+    last = study.trials[-1]
+    assert last.state == optuna.trial.TrialState.COMPLETE
+    constraint = study._storage.get_trial_system_attrs(last._trial_id)["constraints:memory_gib"]
+    assert constraint == pytest.approx(est.peak_gib + reserve - est.capacity_gib, abs=1e-2)
