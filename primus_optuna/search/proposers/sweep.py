@@ -1,6 +1,11 @@
 """The sweep's next point: the first plan point not covered by a finished or running trial (so a trial added
 with ``study.add_trial`` covers its point instead of shifting the others, and N workers take N points). Points
-an earlier study measured (warm start) are skipped, the centre excepted."""
+an earlier study measured (warm start) are skipped, the centre excepted.
+
+Once something is measured (not in an analytical study), the order is value-driven: the remaining points go by the fallback's acquisition
+(expected improvement, :class:`~primus_optuna.search.fallback.Judge`), and a point the corrected model knows is
+worse (not worth a launch: expected below 80% of the best and its upper bound short of it) is left out, its
+trial spent on the model's own pick instead."""
 
 from __future__ import annotations
 
@@ -24,6 +29,14 @@ class Sweep:
 
     def propose(self, ctx: Context) -> Proposal | None:
         left = self.remaining(ctx)
+        if len(left) > 1 and left[0].index > 0 and ctx.sampler.fallback.mode == "model":
+            judge = ctx.sampler.fallback.judge(
+                ctx.others, exclude=ctx.covered, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
+            )
+            if judge.n_measured:  # nothing measured (an analytical study): the plan's order stands
+                worth = [(p, w) for p in left if (w := judge(p.config)).worth]
+                worth.sort(key=lambda pw: pw[1].ei_rank if pw[1].ei_rank is not None else len(judge.order))
+                left = [p for p, _ in worth]
         if not left:
             return None
         p = left[0]
