@@ -121,6 +121,9 @@ class Worth:
     """``expected`` as a share of the reference (the best measured, or the best expected untried)"""
     ei_rank: int | None
     """rank (0 = first) among the untried feasible configurations by expected improvement"""
+    upper_share: float
+    """the upper bound (:data:`UPPER_Z` standard deviations) as a share of the reference: below
+    :data:`MIN_SHARE`, the model is confident the configuration is worse"""
     worth: bool
     why: str
     """``value: expected ... : not worth a launch`` (or the accepted figure)"""
@@ -302,14 +305,16 @@ class Judge:
         figure = f"expected {exp_tps:,.0f} tokens/s/GPU (±{s:.0%}), {share:.0%} of {self.what}" + (
             f", #{rank + 1} by expected improvement" if rank is not None else ""
         )
-        return Worth(
-            exp_tps, s, share, rank, worth, figure if worth else f"value: {figure}: not worth a launch"
-        )
+        upper = math.exp(self.total[i] + UPPER_Z * s - self.ref)
+        why = figure if worth else f"value: {figure}: not worth a launch"
+        return Worth(exp_tps, s, share, rank, upper, worth, why)
 
     def __call__(self, config: TrainingConfig) -> Worth:
         i = self.table.index.get(config)
         if i is None:
-            return Worth(0.0, 0.0, 0.0, None, False, "memory: does not fit at the study's memory calibration")
+            return Worth(
+                0.0, 0.0, 0.0, None, 0.0, False, "memory: does not fit at the study's memory calibration"
+            )
         return self._verdict(i)
 
     def shortlist(self, k: int) -> list[tuple[Ranked, Worth]]:

@@ -69,7 +69,7 @@ def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(p
 
 def test_planner_end_to_end_through_litellm_over_http(planner, monkeypatch):
     monkeypatch.setenv("PRIMUS_TEST_API_KEY", SENTINEL)
-    spec = planner.spec(api_key_env="PRIMUS_TEST_API_KEY")
+    spec = planner.spec(api_key_env="PRIMUS_TEST_API_KEY", timeout_s=30)  # answered: time for a loaded CI
     cands, good, n_sweep = _cands(planner, spec)
     with OpenAIServer([chat_reply(cands)]) as srv:
         spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"api_base": srv.url})})

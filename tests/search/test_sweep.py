@@ -224,7 +224,8 @@ def test_a_baseline_that_does_not_fit_is_swept_around_the_nearest_fitting_centre
 
 def test_once_measured_the_sweep_skips_points_the_model_knows_are_worse():
     """A measured study (a plain objective: its values are measurements) whose sweep would spend its trials on
-    micro-batch sizes the model puts at 40-60% of its best: the corrected model's own pick runs instead."""
+    micro-batch sizes the model puts at 40% of its best (confidently worse: upper bounds below 80%): the
+    corrected model's own pick runs instead."""
     import optuna
 
     from primus_optuna.search.pruner import MemoryPrefilterPruner
@@ -236,7 +237,7 @@ def test_once_measured_the_sweep_skips_points_the_model_knows_are_worse():
     top = max(r.estimate.tokens_per_s_per_gpu for r in sampler.fallback.rows())
     plan = sampler.plan
     worse = [
-        p.config for p in plan[1:] if estimate_throughput(spec, p.config).tokens_per_s_per_gpu < 0.7 * top
+        p.config for p in plan[1:] if estimate_throughput(spec, p.config).tokens_per_s_per_gpu < 0.5 * top
     ]
     assert len(worse) >= 2  # the premise: the planned sweep holds points far below the model's best
 

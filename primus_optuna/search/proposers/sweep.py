@@ -2,13 +2,13 @@
 with ``study.add_trial`` covers its point instead of shifting the others, and N workers take N points). Points
 an earlier study measured (warm start) are skipped, the centre excepted.
 
-Once something is measured (not in an analytical study), the order is value-driven: the remaining points go by the fallback's acquisition
-(expected improvement, :class:`~primus_optuna.search.fallback.Judge`), and a point the corrected model knows is
-worse (not worth a launch: expected below 80% of the best and its upper bound short of it) is left out, its
-trial spent on the model's own pick instead."""
+Once something is measured (not in an analytical study), a point the corrected model is confident is worse
+(its upper bound, :class:`~primus_optuna.search.fallback.Judge`, below 80% of the best measured or expected)
+is left out, its trial spent on the model's own pick instead; the others keep the plan's order."""
 
 from __future__ import annotations
 
+from ..fallback import MIN_SHARE
 from .base import Context, Proposal
 from .warm import known_configs
 
@@ -33,10 +33,8 @@ class Sweep:
             judge = ctx.sampler.fallback.judge(
                 ctx.others, exclude=ctx.covered, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
             )
-            if judge.n_measured:  # nothing measured (an analytical study): the plan's order stands
-                worth = [(p, w) for p in left if (w := judge(p.config)).worth]
-                worth.sort(key=lambda pw: pw[1].ei_rank if pw[1].ei_rank is not None else len(judge.order))
-                left = [p for p, _ in worth]
+            if judge.n_measured:  # nothing measured (an analytical study): the plan stands
+                left = [p for p in left if judge(p.config).upper_share >= MIN_SHARE]
         if not left:
             return None
         p = left[0]
