@@ -96,7 +96,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Planner", "PlannerOutcome", "llm_accounting", "require_api_key"]
 
 Validate = Callable[[dict[str, Any]], "tuple[TrainingConfig | None, str]"]
-"""candidate axes -> (accepted canonical config, "") or (None, rejection reason)"""
+"""candidate axes -> (accepted canonical config, "" or a note added to its rationale, e.g. its expected
+figure) or (None, rejection reason)"""
 
 MAX_TRIED_LISTED = 80
 N_BEST = 8
@@ -216,7 +217,7 @@ class PlannerOutcome:
     cost_usd: float = 0.0
     artifact_id: str | None = None
     mode: str = "oneshot"
-    """``agent`` or ``oneshot``"""
+    """``agent``, ``oneshot`` or ``rank``"""
     unparseable: bool = False
     """answered, but no candidate could be read from the answer"""
     tool_calls: int = 0
@@ -1120,7 +1121,7 @@ class Planner:
                 if fix is not None:
                     fixed, why = validate(fix[0])
                     if fixed is not None:
-                        config, reason = fixed, ""
+                        config, reason = fixed, why
                         rationale = f"{rationale} ({fix[1]})".strip()
                         out.repaired += 1
                     elif why.startswith("value"):  # legal once repaired, but not worth a launch
@@ -1129,9 +1130,9 @@ class Planner:
                 config, reason = None, "duplicate: proposed twice in this answer"
             if config is None:
                 out.rejected.append({"candidate": cand, "rationale": rationale, "reason": reason})
-            else:
+            elif len(out.accepted) < n:  # what was asked for; the rest are not launched
                 seen.add(config)
-                out.accepted.append((config, rationale))
+                out.accepted.append((config, f"{rationale} [{reason}]" if reason else rationale))
 
     def _account(self, study: optuna.Study, out: PlannerOutcome) -> None:
         add = llm_budget.add

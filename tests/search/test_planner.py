@@ -47,7 +47,7 @@ def test_planner_with_dummy_lm_accepts_valid_candidates_and_records_rejections(p
     study = planner.run(spec, n_sweep + 3, llm=lm)
     tail = study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner", "fallback"]
-    assert [t.user_attrs["rationale"] for t in tail[:2]] == ["good one", "good two"]
+    assert [t.user_attrs["rationale"].split(" [")[0] for t in tail[:2]] == ["good one", "good two"]
     assert [t.user_attrs["config_key"] for t in tail[:2]] == [c.key() for c in good]
     assert tail[1].system_attrs.get("fixed_params")  # the second candidate was queued in storage
     assert "planner unavailable" in tail[2].user_attrs["rationale"]  # DummyLM exhausted -> parse error
@@ -306,10 +306,8 @@ def test_raw_model_output_is_never_printed(planner, caplog, tmp_path):
     rationales = [str(t.user_attrs.get("rationale")) for t in study.trials]
     assert not any("RAWMODELTEXT" in r or "\x1b" in r for r in rationales)
     planned = next(t for t in study.trials if t.user_attrs.get("phase") == "planner")
-    assert (
-        planned.user_attrs["rationale"].startswith("why not xxx")
-        and len(planned.user_attrs["rationale"]) <= 300
-    )
+    said = planned.user_attrs["rationale"].split(" [expected ")[0]  # the model's words, then the figure
+    assert said.startswith("why not xxx") and len(said) <= 300
 
 
 def test_an_unparseable_answer_is_not_replayed_from_the_cache(planner, tmp_path):
@@ -347,7 +345,8 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
     last = study.trials[-1]
     assert last.user_attrs["phase"] == "planner"
     assert last.user_attrs["config_key"] == shortlist[1].split(" ")[1].rstrip(":")
-    assert last.user_attrs["rationale"] == "second: deepep pays off here"
+    assert last.user_attrs["rationale"].startswith("second: deepep pays off here [expected ")
+    assert "% of the best" in last.user_attrs["rationale"]  # the figure it was launched on
     (rej,) = doc["rejected"]
     assert rej["reason"] == "not on the shortlist: 99"
     # every shortlisted configuration is worth a launch: none below 80% of the best

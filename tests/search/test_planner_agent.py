@@ -70,7 +70,7 @@ def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_lega
     assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner"]
     space = Space(spec)
     assert tail[0].user_attrs["config_key"] == space.canonical(space.make(**good)).key()
-    assert tail[0].user_attrs["rationale"] == "legal, fits, untried"
+    assert tail[0].user_attrs["rationale"].startswith("legal, fits, untried [expected ")
     first, second = _transcripts(tmp_path)
     assert first["mode"] == "agent"
     tools = [c["tool"] for c in first["tool_calls"]]
@@ -214,7 +214,7 @@ def test_provider_refusing_tools_turns_the_planner_one_shot(planner, tmp_path):
     tail = handle.study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["fallback", "planner"]
     assert "refuses tool calls" in tail[0].user_attrs["rationale"]
-    assert tail[1].user_attrs["rationale"] == "one-shot"
+    assert tail[1].user_attrs["rationale"].startswith("one-shot [expected ")
 
 
 def test_oneshot_schema_fold_compaction_and_near_miss_repair(planner, tmp_path):
@@ -248,7 +248,9 @@ def test_oneshot_schema_fold_compaction_and_near_miss_repair(planner, tmp_path):
     ]
     last = study.trials[-1]
     assert last.user_attrs["phase"] == "planner" and last.user_attrs["config_key"] == target.key()
-    assert last.user_attrs["rationale"] == f"vpp halves the bubble (repaired: {note} to stay legal)"
+    assert last.user_attrs["rationale"].startswith(
+        f"vpp halves the bubble (repaired: {note} to stay legal) [expected "
+    )
     (doc,) = _transcripts(tmp_path)
     assert doc["compacted"] and doc["compacted"][0].startswith("top trials cut to")
     assert doc["prompt_tokens_estimate"] <= 1200 or "sweep_effects dropped" in doc["compacted"]
@@ -360,7 +362,7 @@ def test_compaction_order_and_llama_cpp_python_json_object(planner, tmp_path):
     assert steps[-2:] == ["legal_values dropped", "sweep_effects dropped"]
     assert all(s.startswith("top trials cut to") for s in steps[:-2]) and steps[-3] == "top trials cut to 0"
     assert doc["inputs"]["legal_values"].startswith("(left out to fit llm.max_prompt_tokens)")
-    assert study.trials[-1].user_attrs["rationale"] == "small prompt"
+    assert study.trials[-1].user_attrs["rationale"].startswith("small prompt [expected ")
 
 
 def test_report_shows_the_agents_tool_calls_and_notes(planner, tmp_path):

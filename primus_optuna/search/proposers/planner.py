@@ -44,7 +44,7 @@ class PlannerProposer:
             if config is None:
                 return None, reason
             worth = judge(config)
-            return (config, "") if worth.worth else (None, worth.why)
+            return (config, worth.why) if worth.worth else (None, worth.why)
 
         out = planner.propose(
             ctx.study,
