@@ -993,21 +993,7 @@ class Planner:
             for c in getattr(pred, "candidates", None) or []:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
-            kind, why = classify_error(exc)
-            # a parse error's text is the model's answer: never printed or stored, only its type
-            text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
-            detail = redact(sanitise(text, 300), values=[self._api_key])
-            if why == "no answer" and "connection error" in detail.lower() and _refused(self.api_base):
-                why = "connection refused: is the server running at that address and port?"
-            out.error = detail if why == "no answer" else f"{why} ({detail})"
-            log.warning("planner call failed, falling back: %s", out.error)
-            if kind == "auth":
-                self._stop(study, f"planner stopped: the provider refused the credentials ({detail[:200]})")
-            elif kind == "fatal":
-                self._stop(study, f"planner stopped: {why} ({detail[:200]})")
-            elif kind == "no_tools":
-                self.mode = "oneshot"
-                out.error += "; the planner goes on one-shot"
+            kind = self._failed(study, out, exc)
         if not raw and kind in ("unparseable", "failed"):  # an answer that did not parse is not replayed
             _forget_since(cached)
         history = list(getattr(lm, "history", [])[start:])
@@ -1023,13 +1009,63 @@ class Planner:
         if tools is not None:
             tools.save_notes()
         self._account(study, out)
-        transcript = {
+        transcript = self._transcript(
+            out,
+            history,
+            trial_number=trial_number,
+            elapsed_s=time.perf_counter() - t0,
+            inputs=inputs,
+            prompt_est=prompt_est,
+            dropped=dropped,
+            reasoning=reasoning,
+            tools=tools,
+            termination=termination,
+        )
+        out.artifact_id = self._store(study, transcript)
+        return out
+
+    def _failed(self, study: optuna.Study, out: PlannerOutcome, exc: BaseException) -> str:
+        """Record why a call failed (never the model's own words) and stop or switch the planner as its kind
+        says; the kind (:func:`classify_error`)."""
+        kind, why = classify_error(exc)
+        # a parse error's text is the model's answer: never printed or stored, only its type
+        text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
+        detail = redact(sanitise(text, 300), values=[self._api_key])
+        if why == "no answer" and "connection error" in detail.lower() and _refused(self.api_base):
+            why = "connection refused: is the server running at that address and port?"
+        out.error = detail if why == "no answer" else f"{why} ({detail})"
+        log.warning("planner call failed, falling back: %s", out.error)
+        if kind == "auth":
+            self._stop(study, f"planner stopped: the provider refused the credentials ({detail[:200]})")
+        elif kind == "fatal":
+            self._stop(study, f"planner stopped: {why} ({detail[:200]})")
+        elif kind == "no_tools":
+            self.mode = "oneshot"
+            out.error += "; the planner goes on one-shot"
+        return kind
+
+    def _transcript(
+        self,
+        out: PlannerOutcome,
+        history: list[dict[str, Any]],
+        *,
+        trial_number: int | None,
+        elapsed_s: float,
+        inputs: dict[str, Any],
+        prompt_est: int,
+        dropped: list[str],
+        reasoning: str,
+        tools: PlannerTools | None,
+        termination: Any,
+    ) -> dict[str, Any]:
+        """The call's transcript (a study artifact)."""
+        return {
             "kind": "primus-optuna planner transcript",
             "model": self.model,
             "mode": out.mode,
             "trial_number": trial_number,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "elapsed_s": round(time.perf_counter() - t0, 3),
+            "elapsed_s": round(elapsed_s, 3),
             "inputs": inputs,
             "prompt_tokens_estimate": prompt_est or None,
             "compacted": dropped,
@@ -1049,8 +1085,6 @@ class Planner:
             "unparseable": out.unparseable,
             "stop_reason": out.stop_reason,
         }
-        out.artifact_id = self._store(study, transcript)
-        return out
 
     def _call(
         self, program: Any, inputs: dict[str, Any], lm: Any, adapter: PlannerAdapter, deadline: float
