@@ -128,6 +128,214 @@ def run_once(
     }
 
 
+# --- comparison: the planner's modes against the fallback alone, TPE, CMA-ES and a hybrid ------------------
+COMPARE = ("fallback", "rank", "oneshot", "agent", "bad-model", "tpe", "cmaes", "sweep+tpe")
+"""``fallback``: PrimusSampler without an LLM; ``rank`` / ``oneshot`` / ``agent``: PrimusSampler with the
+planner in that mode against the loopback server's scripted model (rank: the shortlist in order; one-shot: the
+corrected ranking's top; agent: ``top_untried`` then submit), or against ``--api-base`` when given;
+``bad-model``: a scripted model that proposes the model's worst feasible configurations (what the gate
+keeps out); ``tpe`` / ``cmaes``: Optuna's samplers through ``suggest_config`` (CMA-ES samples categorical
+axes independently); ``sweep+tpe``: PrimusSampler's sweep, then TPE."""
+
+
+def _oneshot_responder(body: dict[str, Any]) -> str:
+    """A scripted one-shot model: the ``corrected_ranking`` field's first entries as candidates."""
+    text = json.dumps(body.get("messages") or [])
+    content = json.loads(text)[-1]["content"] if body.get("messages") else ""
+    marker = "[[ ## corrected_ranking ## ]]"
+    ranked: list[dict[str, Any]] = []
+    if marker in content:
+        chunk = content.split(marker, 1)[1].split("[[ ##", 1)[0].strip()
+        try:
+            ranked = json.loads(chunk)
+        except ValueError:
+            ranked = []
+    cands = []
+    for r in ranked[:4]:
+        parts = str(r.get("config", "")).split("-")
+        if len(parts) < 9:
+            continue
+        cands.append(
+            {
+                "tp": int(parts[0][2:]),
+                "pp": int(parts[1][2:]),
+                "ep": int(parts[2][2:]),
+                "cp": int(parts[3][2:]),
+                "vpp": int(parts[4][3:]),
+                "mbs": int(parts[5][3:]),
+                "recompute": parts[6],
+                "moe_dispatcher": parts[7],
+                "pp_schedule": parts[8],
+                "ep_overlap": len(parts) > 9 and parts[9] == "epoverlap",
+                "rationale": f"ranked by the corrected model ({r.get('expected')})",
+            }
+        )
+    return json.dumps({"candidates": cands, "reasoning": "the corrected ranking's top"})
+
+
+def _bad_responder(worst: list[dict[str, Any]]) -> Any:
+    """A scripted weak model: proposes the model's worst feasible configurations, then the next worst."""
+    state = {"i": 0}
+
+    def respond(body: dict[str, Any]) -> str:
+        i = state["i"]
+        state["i"] += 4
+        cands = [{**c, "rationale": "a hunch"} for c in worst[i : i + 4]]
+        if "shortlist" in json.dumps(body.get("messages") or []):
+            return json.dumps({"choices": [{"pick": 1, "rationale": "a hunch"}], "reasoning": "r"})
+        return json.dumps({"candidates": cands, "reasoning": "r"})
+
+    return respond
+
+
+def _compare_sampler(name: str, land: Any, seed: int, api: tuple[str | None, str]) -> tuple[Any, Any]:
+    """(sampler, loopback server or None) of one compared run."""
+    from bench_search import ListSampler, make_sampler
+
+    from tests.helpers.openai_server import OpenAIServer, ranking_agent
+
+    spec = land.spec
+    if name == "fallback":
+        return PrimusSampler(spec, seed=seed), None
+    if name == "tpe":
+        return make_sampler("tpe", land, seed), None
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False), None
+    if name == "sweep+tpe":
+        plan = [p.config for p in PrimusSampler(spec, seed=seed).plan]
+        return _Then(ListSampler(land.space, plan), len(plan), make_sampler("tpe", land, seed)), None
+    mode = "oneshot" if name == "bad-model" else name
+    base, model = api
+    server = None
+    if base is None:
+        if name == "bad-model":
+            worst = [c.to_params() for c in reversed(land.ranked())]
+            responder = _bad_responder(worst)
+        elif name == "oneshot":
+            responder = _oneshot_responder
+        else:
+            responder = ranking_agent(spec.llm.proposals_per_round)
+        server = OpenAIServer([responder]).__enter__()
+        base = server.url
+    llm = spec.llm.model_copy(
+        update={"model": model, "mode": mode, "max_calls": 8, "num_retries": 0, "timeout_s": 120.0}
+    )
+    return PrimusSampler(spec, seed=seed, llm=llm, llm_api_base=base), server
+
+
+class _Then(optuna.samplers.BaseSampler):
+    """``first`` for the first ``n`` trials, then ``then``."""
+
+    def __init__(self, first: Any, n: int, then: Any) -> None:
+        self.first, self.n, self.then = first, n, then
+
+    def _pick(self, trial: Any) -> Any:
+        return self.first if trial.number < self.n else self.then
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
+        return self._pick(trial).infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
+        return self._pick(trial).sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+        return self._pick(trial).sample_independent(study, trial, name, dist)
+
+
+def compare_once(
+    name: str, land: Any, hidden: Any, seed: int, n: int, api: tuple[str | None, str]
+) -> dict[str, Any]:
+    """One run of ``name``: the best value's fraction of the optimum after each trial, and the planner's
+    launches below 80% of the best expected."""
+    from bench_search import plain_objective
+
+    sampler, server = _compare_sampler(name, land, seed, api)
+    try:
+        study = optuna.create_study(
+            direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=land.spec)
+        )
+        study.optimize(plain_objective(land, hidden), n_trials=n, catch=(RunFailure,))
+    finally:
+        if server is not None:
+            server.__exit__(None, None, None)
+    _, opt = land.optimum(hidden)
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    best, curve = 0.0, []
+    for t in trials:
+        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
+            best = max(best, t.value)
+        curve.append(best / opt)
+    planner = [t for t in trials if t.user_attrs.get("phase") == "planner"]
+    low = [t for t in planner if _launch_share(t) < 0.8]
+    return {"curve": curve, "planner_trials": len(planner), "planner_below_80pct": len(low)}
+
+
+def _launch_share(t: Any) -> float:
+    """The share of the best a planner trial was expected at when it was launched (its rationale's figure)."""
+    import re
+
+    m = re.search(r"(\d+)% of the best", str(t.user_attrs.get("rationale") or ""))
+    return int(m.group(1)) / 100 if m else 0.0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Every sampler of ``--samplers`` on every seed's hidden landscape; the table of the docs."""
+    import warnings
+
+    from bench_search import HiddenObjective as Hidden
+    from bench_search import Landscape, load_spec
+
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    os.environ.setdefault("OPENAI_API_KEY", "sk-loopback-not-a-secret")
+    budgets = [int(b) for b in args.budgets.split(",")]
+    n = max(budgets)
+    names = args.samplers.split(",")
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in names}
+    for path in args.studies.split(","):
+        spec = load_spec(path)
+        land = Landscape.of(spec)
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            hidden = Hidden(spec, seed, space=land.space)
+            for s in names:
+                t0 = time.perf_counter()
+                r = compare_once(s, land, hidden, seed, n, (args.api_base, args.model))
+                r.update(study=spec.name, seed=seed, wall_s=time.perf_counter() - t0)
+                rows[s].append(r)
+                print(
+                    f"{spec.name} seed {seed} {s:<10} "
+                    + " ".join(f"@{b}={r['curve'][min(b, len(r['curve'])) - 1]:.3f}" for b in budgets)
+                    + f" planner trials {r['planner_trials']} (below 80%: {r['planner_below_80pct']})"
+                    + f" {r['wall_s']:.1f}s",
+                    flush=True,
+                )
+    print()
+    head = "sampler     " + " ".join(f"  @{b} med/worst" for b in budgets)
+    print(head + f"   to-99% med/worst   regret@{n} med   planner<80%")
+    for s in names:
+        rs = rows[s]
+        cols = []
+        for b in budgets:
+            v = [r["curve"][min(b, len(r["curve"])) - 1] for r in rs]
+            cols.append(f"{statistics.median(v):>7.3f}/{min(v):.3f}")
+        t99 = [next((i + 1 for i, f in enumerate(r["curve"]) if f >= 0.99), None) for r in rs]
+        t99s = sorted(x if x is not None else n + 1 for x in t99)
+
+        def fmt(x: int) -> str:
+            return f">{n}" if x > n else str(x)
+
+        med = t99s[len(t99s) // 2]
+        regret = statistics.median(1 - r["curve"][-1] for r in rs)
+        low = sum(r["planner_below_80pct"] for r in rs)
+        print(
+            f"{s:<11} " + " ".join(cols) + f"   {fmt(med):>6}/{fmt(t99s[-1]):<6}        {regret:.3f}"
+            f"          {low}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--api-base", help="OpenAI-compatible base URL (usually ends in /v1)")
@@ -138,12 +346,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", default=DEFAULT_STUDY)
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mode", choices=["agent", "oneshot", "auto"], default="agent")
+    ap.add_argument("--mode", choices=["agent", "oneshot", "rank", "auto"], default="agent")
     ap.add_argument("--max-calls", type=int, default=6)
     ap.add_argument("--timeout", type=float, default=120.0, help="llm.timeout_s")
     ap.add_argument("--api-key-env", default=None)
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="compare the samplers of --samplers on hidden landscapes (--studies, --seeds, --budgets)",
+    )
+    ap.add_argument("--samplers", default=",".join(COMPARE))
+    ap.add_argument("--studies", default=DEFAULT_STUDY, help="comma-separated study files (with --compare)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--budgets", default="5,10,15,30")
     args = ap.parse_args(argv)
+    if args.compare:
+        return compare(args)
     if not args.loopback and not args.api_base:
         ap.error("give --api-base URL (an OpenAI-compatible server) or --loopback")
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -167,9 +167,10 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
 @click.option("--no-llm", is_flag=True, help="Do not use the LLM planner (model-guided fallback only).")
 @click.option(
     "--llm-mode",
-    type=click.Choice(["auto", "agent", "oneshot"]),
+    type=click.Choice(["auto", "agent", "oneshot", "rank"]),
     default=None,
-    help="agent: the planner calls the library's tools before proposing; oneshot: one answer (default llm.mode).",
+    help="agent: the planner calls the library's tools before proposing; oneshot: one answer; rank: it chooses "
+    "among the fallback's best candidates (default llm.mode).",
 )
 @click.option(
     "--llm-max-calls", type=click.IntRange(min=0), default=None, help="Planner calls (default llm.max_calls)."

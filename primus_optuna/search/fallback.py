@@ -71,6 +71,10 @@ TOP_K = 5
 RIDGE = 1.0
 """ridge penalty on the per-(axis, value) log factors of :class:`AxisValueFactors`"""
 MIN_PAIRS_FOR_AXIS_FACTORS = 3
+UPPER_Z = 1.645
+"""a candidate's upper bound is its expected log throughput plus this many standard deviations (one-sided 95%)"""
+MIN_SHARE = 0.8
+"""a candidate expected below this share of the best (measured, or expected of an untried one) is never launched"""
 
 
 def estimated_peak(peak_gib: float, memory_scale: float = 1.0) -> str:
@@ -102,6 +106,27 @@ class Ranked:
     estimate: float
     """the uncalibrated step-time model's tokens/s/GPU"""
     peak_gib: float
+
+
+@dataclass(frozen=True)
+class Worth:
+    """Whether a proposed configuration is worth a launch under the corrected model (see
+    :meth:`ModelGuidedProposer.judge`)."""
+
+    expected: float
+    """expected tokens/s/GPU"""
+    uncertainty: float
+    """standard deviation of log tokens/s"""
+    share: float
+    """``expected`` as a share of the reference (the best measured, or the best expected untried)"""
+    ei_rank: int | None
+    """rank (0 = first) among the untried feasible configurations by expected improvement"""
+    upper_share: float
+    """the upper bound (:data:`UPPER_Z` standard deviations) as a share of the reference: below
+    :data:`MIN_SHARE`, the model is confident the configuration is worse"""
+    worth: bool
+    why: str
+    """``value: expected ... : not worth a launch`` (or the accepted figure)"""
 
 
 def rng_for(seed: int, index: int, salt: int = 0) -> np.random.Generator:
@@ -224,6 +249,88 @@ class _Table:
     breakdown: np.ndarray
     """rows × BREAKDOWN_TERMS seconds"""
     model: ResidualModel
+
+
+class Judge:
+    """Whether a proposed configuration is worth a launch: its expected tokens/s/GPU is at least
+    :data:`MIN_SHARE` of the reference (the best measured, or the best expected among untried ones when
+    higher), and either its upper bound (:data:`UPPER_Z` standard deviations) reaches the reference or it is
+    among the ``k`` best untried configurations by expected improvement (the fallback's own acquisition).
+    Every configuration is worth a launch in a Pareto study (the gate is on throughput alone).
+
+    Example::
+
+        judge = fallback.judge(trials, exclude=covered)
+        judge(config).why        # "value: expected 1,700 tokens/s/GPU (±8%), 32% of the best ...: not worth a launch"
+        judge.shortlist(5)       # the best untried by expected improvement that are worth a launch
+    """
+
+    def __init__(
+        self,
+        table: _Table,
+        total: np.ndarray,
+        sd: np.ndarray,
+        open_rows: Sequence[int],
+        measured: Sequence[float],
+        *,
+        k: int = TOP_K,
+        multi: bool = False,
+    ) -> None:
+        self.table, self.total, self.sd, self.k, self.multi = table, total, sd, k, multi
+        self.n_measured = len(measured)
+        """this study's measured trials the model learned from (0: the uncorrected model alone)"""
+        rows = np.asarray(open_rows, dtype=int)
+        top_open = float(np.max(total[rows])) if len(rows) else -math.inf
+        best = max(measured) if measured else top_open
+        self.ref = max(best, top_open)
+        self.what = (
+            f"the best ({math.exp(best):,.0f} measured)"
+            if measured and best >= top_open
+            else f"the best untried ({math.exp(self.ref):,.0f} expected)"
+        )
+        self.order: list[int] = []
+        """open rows by expected improvement over the best, best first (ties by key)"""
+        if len(rows):
+            ei = expected_improvement(total[rows], sd[rows], best)
+            keys = [table.rows[i].key for i in rows]
+            self.order = [int(rows[j]) for j in sorted(range(len(rows)), key=lambda j: (-ei[j], keys[j]))]
+        self.ranks = {i: n for n, i in enumerate(self.order)}
+
+    def _verdict(self, i: int) -> Worth:
+        exp_tps, s = math.exp(self.total[i]), float(self.sd[i])
+        share = math.exp(self.total[i] - self.ref)
+        rank = self.ranks.get(i)
+        upper_ok = self.total[i] + UPPER_Z * s >= self.ref
+        worth = self.multi or (share >= MIN_SHARE and (upper_ok or (rank is not None and rank < self.k)))
+        figure = f"expected {exp_tps:,.0f} tokens/s/GPU (±{s:.0%}), {share:.0%} of {self.what}" + (
+            f", #{rank + 1} by expected improvement" if rank is not None else ""
+        )
+        upper = math.exp(self.total[i] + UPPER_Z * s - self.ref)
+        why = figure if worth else f"value: {figure}: not worth a launch"
+        return Worth(exp_tps, s, share, rank, upper, worth, why)
+
+    def __call__(self, config: TrainingConfig) -> Worth:
+        i = self.table.index.get(config)
+        if i is None:
+            return Worth(
+                0.0, 0.0, 0.0, None, 0.0, False, "memory: does not fit at the study's memory calibration"
+            )
+        return self._verdict(i)
+
+    def shortlist(self, k: int) -> list[tuple[Ranked, Worth]]:
+        """The ``k`` best untried configurations by expected improvement that are worth a launch."""
+        out = []
+        for i in self.order:
+            w = self._verdict(i)
+            if w.worth:
+                r = self.table.rows[i]
+                ranked = Ranked(
+                    r.config, w.expected, w.uncertainty, r.estimate.tokens_per_s_per_gpu, r.peak_gib
+                )
+                out.append((ranked, w))
+                if len(out) >= k:
+                    break
+        return out
 
 
 class ModelGuidedProposer:
@@ -391,6 +498,25 @@ class ModelGuidedProposer:
             if len(out) >= k:
                 break
         return out
+
+    def judge(
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        *,
+        exclude: set[TrainingConfig] = frozenset(),  # type: ignore[assignment]
+        memory_scale: float = 1.0,
+        prior: Sequence[Observation] = (),
+        k: int = TOP_K,
+    ) -> Judge:
+        """The gate on proposed configurations (the LLM planner's) with the acquisition :meth:`propose` uses,
+        learned once (see :class:`Judge`)."""
+        _, post, table, prior_log, obs = self.learn(trials, memory_scale, prior)
+        mean, sd = post.predict()
+        open_rows = [i for i, r in enumerate(table.rows) if r.config not in exclude]
+        measured = [math.log(o.measured) for o in obs if not o.prior]
+        return Judge(
+            table, prior_log + mean, sd, open_rows, measured, k=k, multi=self.spec.search.multi_objective
+        )
 
     def propose(
         self,

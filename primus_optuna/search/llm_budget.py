@@ -50,6 +50,9 @@ MODEL = PREFIX + "model"
 MODE = PREFIX + "mode"
 STOP = PREFIX + "stop_reason"
 NOTES = PREFIX + "notes"
+FEEDBACK = PREFIX + "feedback"
+"""the newest rejected candidates with the reason (``not worth a launch`` and its figure), shown at the next call"""
+MAX_FEEDBACK = 8
 LAST_ERROR = PREFIX + "last_error"
 LEGACY = {
     "calls": "llm_calls",
@@ -134,6 +137,18 @@ def notes(study: optuna.Study) -> list[str]:
     """The planner's scratchpad: what it learned in earlier calls (oldest first)."""
     value = study_state(study, NOTES)
     return [str(n) for n in value] if isinstance(value, list) else []
+
+
+def feedback(study: optuna.Study) -> list[str]:
+    """The newest rejected candidates and why, oldest first (what the next planner call is told)."""
+    value = study_state(study, FEEDBACK)
+    return [str(n) for n in value] if isinstance(value, list) else []
+
+
+def add_feedback(study: optuna.Study, lines: list[str]) -> None:
+    """Keep ``lines`` (one rejected candidate each) among the newest :data:`MAX_FEEDBACK`."""
+    if lines:
+        set_study_state(study, FEEDBACK, [*feedback(study), *lines][-MAX_FEEDBACK:])
 
 
 def _num(value: Any) -> float:

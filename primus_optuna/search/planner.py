@@ -1,16 +1,28 @@
 """The LLM planner: proposes cross-axis configurations the one-axis sweep could not test.
 
-Two modes (``llm.mode``):
+Three modes (``llm.mode``):
 
 - **agent** (:class:`PlanWithTools` under ``dspy.ReActV2``): the model calls the library's own tools
   (:mod:`~primus_optuna.search.planner_tools`: ``check``, ``estimate``, ``history``, ``best``,
   ``legal_values``, ``budget``, ``top_untried``, ``note``/``notes``) before it submits a ranked list of
   candidates. Native OpenAI tool calls where the provider supports them (LiteLLM's model map, or any server
-  given with ``api_base`` when ``llm.mode: agent``), DSPy's text tool-call format otherwise. ``auto`` picks
-  agent when LiteLLM knows the model calls tools; a provider that refuses tools turns the planner one-shot.
-- **oneshot** (:class:`ProposeConfigs` under ``dspy.ChainOfThought``): one answer from a context dump,
-  compacted to ``llm.max_prompt_tokens`` (the top trials, then the legal values, then the sweep effects
-  are dropped first).
+  given with ``api_base`` when ``llm.mode: agent``), DSPy's text tool-call format otherwise. A server given
+  with ``api_base`` is first asked for one call of a trivial tool (:meth:`Planner.probe_tools`): one that
+  answers in prose (llama.cpp without ``--jinja`` drops ``tools``) turns the planner to rank mode, with a
+  message naming ``--jinja`` and tool-capable chat templates; a provider that refuses tools turns it one-shot.
+- **oneshot** (:class:`ProposeConfigs` under ``dspy.Predict``: the candidates first, each with a short reason,
+  then a bounded reasoning, so an answer cut at ``llm.max_tokens`` still holds them): one answer from a
+  context dump, compacted to ``llm.max_prompt_tokens`` (the top trials, then the legal values, then the sweep
+  effects are dropped first).
+- **rank** (:class:`RankCandidates`): the model chooses and justifies, by number, among the fallback's best
+  untried configurations by expected improvement (:meth:`~primus_optuna.search.fallback.Judge.shortlist`), so
+  it cannot propose worse than them. ``auto`` is rank for a server on this machine (:func:`is_local`), agent
+  when LiteLLM knows the model calls tools, else one-shot.
+
+Whatever the mode, a candidate is launched only when the fallback's acquisition finds it worth a launch
+(:class:`~primus_optuna.search.fallback.Judge`); else it is rejected with its figure ("expected 1,700
+tokens/s/GPU (±8%), 32% of the best ...: not worth a launch"), and the next call is told
+(:func:`~primus_optuna.search.llm_budget.feedback`).
 
 Answers are constrained by a JSON schema whose axis fields are enums of the study's legal values
 (:mod:`~primus_optuna.search.planner_schema`: ``response_format`` ``json_schema`` or llama-cpp-python's
@@ -28,6 +40,11 @@ study (:func:`~primus_optuna.search.llm_budget.llm_accounting`). With an ``api_b
 answers are streamed (``dspy.streamify`` under ``asyncio.timeout``), so a call cut at its deadline closes
 the connection and the server stops generating, and a timed-out request is not retried.
 
+Token counts are the server's (``track_usage``: a streamed request asks for ``include_usage``). The model's
+own words are never printed or logged (a parse error names its type only); rationales are cut and stripped of
+control characters (:func:`~primus_optuna.search.planner_schema.sanitise`). DSPy's cache (with a cache
+directory; with an ``api_base`` only when ``llm.cache``) keeps only answers that parsed.
+
 Each call stores a transcript (inputs, messages, raw outputs, every tool call and its result, usage,
 accepted/rejected) as a study artifact; keys are scrubbed from it. This module imports DSPy; import it only
 when a planner is configured.
@@ -38,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -48,6 +66,8 @@ from typing import Any
 
 import dspy
 import optuna
+from dspy.clients import DISK_CACHE_LIMIT
+from dspy.clients.cache import Cache
 from pydantic import BaseModel, Field
 
 from ..errors import SpecError
@@ -60,11 +80,13 @@ from . import llm_budget
 from .llm_budget import llm_accounting
 from .logs import get_logger
 from .planner_schema import (
-    RATIONALE_CHARS,
+    REASONING_CHARS,
     answer_schema,
     candidate_schema,
+    rank_schema,
     repair_near_miss,
     response_format,
+    sanitise,
 )
 from .planner_tools import PlannerTools
 from .state import set_study_state
@@ -74,13 +96,19 @@ log = get_logger(__name__)
 __all__ = ["Planner", "PlannerOutcome", "llm_accounting", "require_api_key"]
 
 Validate = Callable[[dict[str, Any]], "tuple[TrainingConfig | None, str]"]
-"""candidate axes -> (accepted canonical config, "") or (None, rejection reason)"""
+"""candidate axes -> (accepted canonical config, "" or a note added to its rationale, e.g. its expected
+figure) or (None, rejection reason)"""
 
 MAX_TRIED_LISTED = 80
 N_BEST = 8
 N_FAILED = 6
 MAX_FAILED_IN_A_ROW = 3
 """calls with no answer (timeouts, 5xx) in a row after which this process's planner stops"""
+RANK_CHOICES = 1
+"""choices launched per rank-mode call: the next call sees its measurement (a batch chosen at once would not
+adapt, and the fallback's own pick adapts after every trial)"""
+PROBE_TOOL = "primus_tool_probe"
+"""the tool an agent's server is asked to call once before the first agent call"""
 CHARS_PER_TOKEN = 3.5
 """prompt-size estimate without a tokenizer (JSON-heavy text; fitted by eye to Llama/Gemma tokenizers)"""
 AGENT_INSTRUCTION_TOKENS = 620
@@ -103,9 +131,7 @@ class Candidate(BaseModel):
     moe_dispatcher: str = "alltoall"
     pp_schedule: str = "1f1b"
     ep_overlap: bool = False
-    rationale: str = Field(
-        default="", description="one or two sentences: why this should beat the best so far"
-    )
+    rationale: str = Field(default="", description="one short sentence: why this should beat the best so far")
 
 
 class ProposeConfigs(dspy.Signature):
@@ -126,8 +152,40 @@ class ProposeConfigs(dspy.Signature):
         "expected tokens/s/GPU and the uncertainty of log throughput (0.05 = about ±5%)"
     )
     tried: str = dspy.InputField(desc="configuration keys already tried or queued: do not repeat them")
+    rejected_before: str = dspy.InputField(
+        desc="your earlier candidates that were not launched, and why (e.g. expected far below the best)"
+    )
     n_candidates: int = dspy.InputField(desc="how many candidates to return")
-    candidates: list[Candidate] = dspy.OutputField(desc="new configurations, best first")
+    candidates: list[Candidate] = dspy.OutputField(
+        desc="new configurations, best first, each with a short reason"
+    )
+    reasoning: str = dspy.OutputField(desc="after the candidates: at most two sentences on the evidence used")
+
+
+class Choice(BaseModel):
+    """One choice of the rank mode: a number on the shortlist and why."""
+
+    pick: int
+    rationale: str = Field(default="", description="one short sentence: why measure this one next")
+
+
+class RankCandidates(dspy.Signature):
+    """You tune the distributed layout of a Megatron-Core LLM pre-training job to maximise training
+    throughput (tokens per second per GPU). A one-axis-at-a-time sweep has been measured, and a step-time
+    model corrected by every measurement has shortlisted the untried configurations most worth measuring next.
+    Choose which of them to measure next, best first, by their number on the shortlist, each with a short
+    reason grounded in the evidence (the sweep's effects, the best trials, what the model may be missing)."""
+
+    study: str = dspy.InputField(desc="model, cluster and workload")
+    sweep_effects: str = dspy.InputField(desc="one-axis sweep: per axis, value -> tokens/s/GPU or why pruned")
+    best_trials: str = dspy.InputField(desc="best trials so far (estimate, measurement, memory) and failures")
+    shortlist: str = dspy.InputField(
+        desc="numbered untried configurations: expected tokens/s/GPU, its uncertainty, model estimate, memory"
+    )
+    rejected_before: str = dspy.InputField(desc="your earlier candidates that were not launched, and why")
+    n_choices: int = dspy.InputField(desc="how many to choose")
+    choices: list[Choice] = dspy.OutputField(desc="shortlist numbers, best first, each with a short reason")
+    reasoning: str = dspy.OutputField(desc="after the choices: at most two sentences on the evidence used")
 
 
 class PlanWithTools(dspy.Signature):
@@ -159,7 +217,7 @@ class PlannerOutcome:
     cost_usd: float = 0.0
     artifact_id: str | None = None
     mode: str = "oneshot"
-    """``agent`` or ``oneshot``"""
+    """``agent``, ``oneshot`` or ``rank``"""
     unparseable: bool = False
     """answered, but no candidate could be read from the answer"""
     tool_calls: int = 0
@@ -208,6 +266,38 @@ def is_auth_error(exc: BaseException) -> bool:
     return False
 
 
+class _PlannerCache(Cache):
+    """DSPy's cache that remembers the keys it stored, so the answers of a call that did not parse are taken
+    out again (else every rerun with the same prompt replays the bad answer and never asks the server)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored: list[str] = []
+
+    def put(
+        self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: Any = None, **kw: Any
+    ) -> None:
+        super().put(request, value, ignored_args_for_cache_key, **kw)
+        try:
+            key = self.cache_key(request, ignored_args_for_cache_key)
+        except Exception:
+            return
+        with self._lock:
+            self.stored.append(key)
+
+    def forget(self, keys: Sequence[str]) -> None:
+        """Take ``keys`` out of the memory and disk caches."""
+        with self._lock:
+            for key in keys:
+                if self.enable_memory_cache:
+                    self.memory_cache.pop(key, None)
+                if self.enable_disk_cache:
+                    try:
+                        self.disk_cache.delete(key)
+                    except Exception:  # the disk cache is best-effort
+                        pass
+
+
 def configure_cache(cache_dir: str | Path) -> None:
     """Put DSPy's disk cache in ``cache_dir`` (once per process and directory)."""
     global _configured_cache
@@ -215,8 +305,22 @@ def configure_cache(cache_dir: str | Path) -> None:
         if _configured_cache == str(cache_dir):
             return
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(cache_dir))
+        cache = _PlannerCache(True, True, str(cache_dir), DISK_CACHE_LIMIT, 1_000_000)
+        with dspy._cache_lock:  # as dspy.configure_cache does
+            dspy.cache = cache
         _configured_cache = str(cache_dir)
+
+
+def _stored_keys() -> int:
+    cache = dspy.cache
+    return len(cache.stored) if isinstance(cache, _PlannerCache) else 0
+
+
+def _forget_since(start: int) -> None:
+    """Take out of the cache every answer stored since ``_stored_keys()`` was ``start``."""
+    cache = dspy.cache
+    if isinstance(cache, _PlannerCache):
+        cache.forget(cache.stored[start:])
 
 
 def _json(x: Any) -> str:
@@ -256,12 +360,7 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         return "timeout", "timeout"
     if is_auth_error(exc) or status in (401, 403) or "LMAuthError" in names:
         return "auth", "the provider refused the credentials"
-    if (
-        "ContextWindowExceeded" in names
-        or "context length" in low
-        or "context window" in low
-        or "maximum context" in low
-    ):
+    if "ContextWindowExceeded" in names or _CONTEXT_ERROR.search(low):
         return (
             "fatal",
             "the prompt does not fit the model's context window (raise the server's context size or lower llm.max_prompt_tokens)",
@@ -280,7 +379,18 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         return "no_tools", "the provider refuses tool calls"
     if "failed to produce final outputs" in low:  # ReActV2: no submit after a parse failure
         return "unparseable", "the answer could not be parsed"
+    if "connection refused" in low or any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "failed", "connection refused: is the server running at that address and port?"
     return "failed", "no answer"
+
+
+_CONTEXT_ERROR = re.compile(
+    r"context (length|window)|maximum context|context size has been exceeded|exceeds? the available context"
+    r"|exceed_context_size|prompt (is )?too long|input length exceeds|exceeds? (the )?(max(imum)? )?context"
+)
+"""a provider's words for a prompt that does not fit: OpenAI / vLLM ("maximum context length"), llama.cpp
+("the request exceeds the available context size", "Context size has been exceeded"), Ollama ("input length
+exceeds the context length", "prompt too long")"""
 
 
 class PlannerTimeout(Exception):
@@ -319,7 +429,9 @@ class PlannerAdapter(dspy.JSONAdapter):
         self._chat = dspy.ChatAdapter(use_json_adapter_fallback=False)
 
     def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
-        if self.fmt is not None and "candidates" in signature.output_fields:
+        if self.fmt is not None and (
+            "candidates" in signature.output_fields or "choices" in signature.output_fields
+        ):
             lm_kwargs["response_format"] = self.fmt
 
     def format(self, signature: Any, demos: Any, inputs: Any) -> list[dict[str, Any]]:
@@ -357,6 +469,63 @@ class _Agent(dspy.ReActV2):
             args={"candidates": {"type": "array", "items": self._item_schema}},
             arg_types={"candidates": list[dict[str, Any]]},
         )
+
+
+def is_local(api_base: str | None) -> bool:
+    """Whether ``api_base`` is a server on this machine (localhost or a loopback address)."""
+    if not api_base:
+        return False
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(api_base).hostname or "").lower()
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _picked(choices: Sequence[Any], shortlist: Sequence[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    """Rank-mode choices as candidates: the shortlisted configuration and the choice's reason; a number that
+    is not on the shortlist stays ``{"pick": n}`` (rejected)."""
+    out = []
+    for ch in choices:
+        d = ch.model_dump() if isinstance(ch, BaseModel) else dict(ch)
+        pick = d.get("pick")
+        if isinstance(pick, int) and 1 <= pick <= len(shortlist):
+            out.append({**shortlist[pick - 1][0].config.to_params(), "rationale": d.get("rationale", "")})
+        else:
+            out.append({"pick": pick, "rationale": d.get("rationale", "")})
+    return out
+
+
+def _refused(api_base: str | None) -> bool:
+    """Whether nothing listens at ``api_base``'s host and port (LiteLLM reports a refused connection as a
+    plain "Connection error")."""
+    if not api_base:
+        return False
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(api_base)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "localhost", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _key_of(space: Space, params: dict[str, Any]) -> str:
+    """A rejected candidate's configuration key (its JSON when it is not a configuration)."""
+    try:
+        return space.canonical(TrainingConfig.from_params(params)).key()
+    except Exception:
+        return _json(params)[:160]
 
 
 def _loop_running() -> bool:
@@ -423,9 +592,15 @@ class Planner:
             import litellm  # noqa: F401
         s = self.settings
         if s.mode == "auto":
-            self.mode = "agent" if self._lm is None and supports_tools(self.model) else "oneshot"
+            self.mode = (
+                "rank"
+                if is_local(self.api_base)
+                else ("agent" if self._lm is None and supports_tools(self.model) else "oneshot")
+            )
         else:
             self.mode = s.mode
+        self.tools_probed = self._lm is not None or self.api_base is None
+        """an agent on a server given by api_base is first asked for one tool call (:meth:`probe_tools`)"""
         self.native_tools = (
             self.mode == "agent"
             and self._lm is None
@@ -438,11 +613,14 @@ class Planner:
         self._recorded_stop: str | None = None
         self._started = False
         self._lock = threading.Lock()
-        self.cache = cache_dir is not None
-        """without a cache directory nothing is cached (not even in memory), so every call reaches the LM"""
-        if cache_dir is not None:
+        self.cache = cache_dir is not None and (s.cache if s.cache is not None else self.api_base is None)
+        """without a cache directory nothing is cached (not even in memory), so every call reaches the LM; with
+        an api_base (a local server, whose answers may change with its settings) only when ``llm.cache``"""
+        if self.cache:
             configure_cache(cache_dir)
-        self.module = dspy.ChainOfThought(ProposeConfigs)
+        self.module = dspy.Predict(ProposeConfigs)
+        self.ranker = dspy.Predict(RankCandidates)
+        """candidates first, then a bounded reasoning (a chain of thought first used up small models' tokens)"""
         kind = "json_schema" if s.response_format == "auto" else s.response_format
         self.response_kind = kind
         self.prompt_budget = s.prompt_budget(local=self.api_base is not None, agent=self.mode == "agent")
@@ -476,8 +654,9 @@ class Planner:
         lm.deadline = deadline
         return lm
 
-    def adapter(self, n: int) -> PlannerAdapter:
-        schema = answer_schema(self.space, n, reasoning=True)
+    def adapter(self, n: int, k: int = 0) -> PlannerAdapter:
+        """The adapter of one call (``k``: the rank mode's shortlist length)."""
+        schema = rank_schema(k, n) if self.mode == "rank" else answer_schema(self.space, n, reasoning=True)
         fmt = None if self.mode == "agent" else response_format(schema, self.response_kind)
         return PlannerAdapter(
             fmt=fmt, fold_system=self.settings.fold_system_prompt, native_tools=self.mode == "agent"
@@ -547,6 +726,7 @@ class Planner:
         ranking: Sequence[Any] = (),
         *,
         k_best: int = N_BEST,
+        feedback: Sequence[str] = (),
     ) -> dict[str, Any]:
         """The one-shot prompt's fields (``k_best`` trials and as many ranked/tried configurations)."""
         k_rank = len(ranking) if k_best >= N_BEST else min(len(ranking), k_best)
@@ -571,6 +751,7 @@ class Planner:
             or "[]",
             "tried": ", ".join(tried[-(MAX_TRIED_LISTED if k_best >= N_BEST else 10 * max(k_best, 1)) :])
             or "(none)",
+            "rejected_before": "\n".join(f"- {f}" for f in feedback) or "(none)",
             "n_candidates": n,
         }
 
@@ -587,6 +768,7 @@ class Planner:
         n: int,
         tried: list[str],
         ranking: Sequence[Any],
+        feedback: Sequence[str] = (),
     ) -> tuple[dict[str, Any], int, list[str]]:
         """The one-shot inputs cut to ``llm.max_prompt_tokens``: fewer top trials (and ranked/tried
         configurations), then no legal values (the answer schema still lists them), then no sweep effects."""
@@ -594,11 +776,11 @@ class Planner:
         sig = ProposeConfigs
         dropped: list[str] = []
         k = N_BEST
-        inputs = self.inputs(trials, n, tried, ranking, k_best=k)
+        inputs = self.inputs(trials, n, tried, ranking, k_best=k, feedback=feedback)
         size = self.prompt_tokens(adapter, sig, inputs)
         while size > budget and k > 0:
             k = k // 2
-            inputs = self.inputs(trials, n, tried, ranking, k_best=k)
+            inputs = self.inputs(trials, n, tried, ranking, k_best=k, feedback=feedback)
             size = self.prompt_tokens(adapter, sig, inputs)
             dropped.append(f"top trials cut to {k}")
         note = "(left out to fit llm.max_prompt_tokens)"
@@ -623,7 +805,93 @@ class Planner:
         notes = llm_budget.notes(study)
         if notes:
             parts.append("your notes from earlier calls: " + " | ".join(notes))
+        rejected = llm_budget.feedback(study)
+        if rejected:
+            parts.append("your earlier candidates not launched, and why: " + " | ".join(rejected))
         return " ".join(parts)
+
+    def rank_inputs(
+        self,
+        trials: list[optuna.trial.FrozenTrial],
+        n: int,
+        shortlist: Sequence[tuple[Any, Any]],
+        feedback: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """The rank mode's prompt fields: the study, the sweep's effects, the best trials, the numbered
+        shortlist."""
+        lines = [
+            f"{i}. {r.config.key()}: expected {w.expected:,.0f} tokens/s/GPU (±{w.uncertainty:.0%}; "
+            f"{w.share:.0%} of the best), model {r.estimate:,.0f}, peak {r.peak_gib:.1f} GiB"
+            for i, (r, w) in enumerate(shortlist, 1)
+        ]
+        return {
+            "study": self.describe_study(),
+            "sweep_effects": _json(sweep_effects(trials)),
+            "best_trials": _json(best_trials(trials, self.spec.search.multi_objective, k=4)),
+            "shortlist": "\n".join(lines),
+            "rejected_before": "\n".join(f"- {f}" for f in feedback) or "(none)",
+            "n_choices": min(n, len(shortlist), RANK_CHOICES),
+        }
+
+    def probe_tools(self) -> str | None:
+        """Ask the server at ``api_base`` for one call of a trivial tool: ``None`` when it makes it, else why
+        not (a server that drops ``tools``, as llama.cpp's does without ``--jinja`` or with a chat template
+        that has no tool support, answers in prose)."""
+        import litellm
+
+        kwargs: dict[str, Any] = {"api_base": self.api_base}
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        tool = {
+            "type": "function",
+            "function": {
+                "name": PROBE_TOOL,
+                "description": "Report that tool calls work.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"ok": {"type": "boolean"}},
+                    "required": ["ok"],
+                },
+            },
+        }
+        try:
+            resp = litellm.completion(
+                model=self.settings.model,
+                messages=[{"role": "user", "content": f"Call the tool {PROBE_TOOL} with ok=true."}],
+                tools=[tool],
+                tool_choice="required",
+                max_tokens=64,
+                temperature=0.0,
+                timeout=min(30.0, self.settings.timeout_s),
+                num_retries=0,
+                **kwargs,
+            )
+            calls = resp.choices[0].message.tool_calls or []
+        except Exception as exc:
+            return f"the tool-call probe failed ({type(exc).__name__})"
+        if any(getattr(c.function, "name", None) == PROBE_TOOL for c in calls):
+            return None
+        return "asked for one tool call, it answered without any"
+
+    def _probe(self, study: optuna.Study) -> None:
+        """Probe once; an agent whose server passes no tools goes on in rank mode, and says how to fix it."""
+        with self._lock:
+            if self.tools_probed:
+                return
+            self.tools_probed = True
+            why = self.probe_tools()
+            if why is None:
+                return
+            self.mode = "rank"
+            self.native_tools = False
+            msg = (
+                f"agent mode needs a server that passes tools; the server at {redact(self.api_base or '')} "
+                f"{why}: the planner goes on in rank mode. For llama.cpp's llama-server, start it with --jinja "
+                "and a model whose chat template supports tools (or --chat-template-file a tool-capable template)"
+            )
+            log.warning("%s", msg)
+            set_study_state(study, llm_budget.LAST_ERROR, msg)
+            set_study_state(study, llm_budget.MODE, self.mode)
 
     # --- one call ------------------------------------------------------------------------------------------
     def propose(
@@ -636,9 +904,16 @@ class Planner:
         validate: Validate,
         trial_number: int | None = None,
         ranking: Sequence[Any] = (),
+        shortlist: Sequence[tuple[Any, Any]] = (),
     ) -> PlannerOutcome:
-        """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures."""
+        """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures.
+        ``shortlist``: the fallback's best untried ``(Ranked, Worth)`` pairs the rank mode chooses among."""
+        if not self.tools_probed and self.mode == "agent":
+            self._probe(study)
         out = PlannerOutcome(mode=self.mode)
+        if self.mode == "rank" and not shortlist:
+            out.error = "nothing untried is worth a launch to choose from"
+            return out
         with self._lock:  # an earlier run's stop reason is over: cleared before this run's first reservation
             if not self._started:
                 set_study_state(study, llm_budget.STOP, None)
@@ -659,7 +934,10 @@ class Planner:
         deadline = time.monotonic() + self.settings.timeout_s
         lm = self.make_lm(deadline)
         start = len(getattr(lm, "history", []))
-        adapter = self.adapter(n)
+        cached = _stored_keys()
+        if self.mode == "rank":
+            n = min(n, RANK_CHOICES)
+        adapter = self.adapter(n, len(shortlist))
         tools: PlannerTools | None = None
         raw: list[dict[str, Any]] = []
         reasoning, termination, dropped, prompt_est = "", None, [], 0
@@ -700,24 +978,24 @@ class Planner:
                 tools.result_chars = int(max(0, self.prompt_budget - prompt_est) * CHARS_PER_TOKEN)
                 pred = self._call(agent, inputs, lm, adapter, deadline)
                 termination = getattr(pred, "termination_reason", None)
+            elif self.mode == "rank":
+                inputs = self.rank_inputs(trials, n, shortlist, llm_budget.feedback(study))
+                prompt_est = self.prompt_tokens(adapter, RankCandidates, inputs)
+                pred = self._call(self.ranker, inputs, lm, adapter, deadline)
+                reasoning = sanitise(getattr(pred, "reasoning", ""), REASONING_CHARS)
+                raw.extend(_picked(pred.choices or [], shortlist))
             else:
-                inputs, prompt_est, dropped = self.compact(adapter, trials, n, tried, ranking)
+                inputs, prompt_est, dropped = self.compact(
+                    adapter, trials, n, tried, ranking, llm_budget.feedback(study)
+                )
                 pred = self._call(self.module, inputs, lm, adapter, deadline)
-                reasoning = str(getattr(pred, "reasoning", ""))
-            for c in pred.candidates or []:
+                reasoning = sanitise(getattr(pred, "reasoning", ""), REASONING_CHARS)
+            for c in getattr(pred, "candidates", None) or []:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
-            kind, why = classify_error(exc)
-            detail = redact(f"{type(exc).__name__}: {exc}", values=[self._api_key])[:300]
-            out.error = detail if kind == "failed" else f"{why} ({detail})"
-            log.warning("planner call failed, falling back: %s", out.error)
-            if kind == "auth":
-                self._stop(study, f"planner stopped: the provider refused the credentials ({detail[:200]})")
-            elif kind == "fatal":
-                self._stop(study, f"planner stopped: {why} ({detail[:200]})")
-            elif kind == "no_tools":
-                self.mode = "oneshot"
-                out.error += "; the planner goes on one-shot"
+            kind = self._failed(study, out, exc)
+        if not raw and kind in ("unparseable", "failed"):  # an answer that did not parse is not replayed
+            _forget_since(cached)
         history = list(getattr(lm, "history", [])[start:])
         out.answered = kind not in ("timeout", "failed", "auth", "fatal", "no_tools") or bool(history)
         out.tokens = int(sum((h.get("usage") or {}).get("total_tokens") or 0 for h in history))
@@ -725,16 +1003,69 @@ class Planner:
         out.tool_calls = tools.used if tools else 0
         self._judge(study, out, raw, kind)
         self._check_candidates(out, raw, validate, n)
+        llm_budget.add_feedback(
+            study, [f"{_key_of(self.space, r['candidate'])}: {r['reason'][:200]}" for r in out.rejected]
+        )
         if tools is not None:
             tools.save_notes()
         self._account(study, out)
-        transcript = {
+        transcript = self._transcript(
+            out,
+            history,
+            trial_number=trial_number,
+            elapsed_s=time.perf_counter() - t0,
+            inputs=inputs,
+            prompt_est=prompt_est,
+            dropped=dropped,
+            reasoning=reasoning,
+            tools=tools,
+            termination=termination,
+        )
+        out.artifact_id = self._store(study, transcript)
+        return out
+
+    def _failed(self, study: optuna.Study, out: PlannerOutcome, exc: BaseException) -> str:
+        """Record why a call failed (never the model's own words) and stop or switch the planner as its kind
+        says; the kind (:func:`classify_error`)."""
+        kind, why = classify_error(exc)
+        # a parse error's text is the model's answer: never printed or stored, only its type
+        text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
+        detail = redact(sanitise(text, 300), values=[self._api_key])
+        if why == "no answer" and "connection error" in detail.lower() and _refused(self.api_base):
+            why = "connection refused: is the server running at that address and port?"
+        out.error = detail if why == "no answer" else f"{why} ({detail})"
+        log.warning("planner call failed, falling back: %s", out.error)
+        if kind == "auth":
+            self._stop(study, f"planner stopped: the provider refused the credentials ({detail[:200]})")
+        elif kind == "fatal":
+            self._stop(study, f"planner stopped: {why} ({detail[:200]})")
+        elif kind == "no_tools":
+            self.mode = "oneshot"
+            out.error += "; the planner goes on one-shot"
+        return kind
+
+    def _transcript(
+        self,
+        out: PlannerOutcome,
+        history: list[dict[str, Any]],
+        *,
+        trial_number: int | None,
+        elapsed_s: float,
+        inputs: dict[str, Any],
+        prompt_est: int,
+        dropped: list[str],
+        reasoning: str,
+        tools: PlannerTools | None,
+        termination: Any,
+    ) -> dict[str, Any]:
+        """The call's transcript (a study artifact)."""
+        return {
             "kind": "primus-optuna planner transcript",
             "model": self.model,
             "mode": out.mode,
             "trial_number": trial_number,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "elapsed_s": round(time.perf_counter() - t0, 3),
+            "elapsed_s": round(elapsed_s, 3),
             "inputs": inputs,
             "prompt_tokens_estimate": prompt_est or None,
             "compacted": dropped,
@@ -754,15 +1085,14 @@ class Planner:
             "unparseable": out.unparseable,
             "stop_reason": out.stop_reason,
         }
-        out.artifact_id = self._store(study, transcript)
-        return out
 
     def _call(
         self, program: Any, inputs: dict[str, Any], lm: Any, adapter: PlannerAdapter, deadline: float
     ) -> Any:
         """Run ``program``; streamed when :attr:`stream`, cancelled (its HTTP stream closed, so the server
         stops generating) when the call's deadline passes."""
-        with dspy.context(lm=lm, adapter=adapter):
+        # track_usage: the server's own token counts (a streamed request asks for them, include_usage)
+        with dspy.context(lm=lm, adapter=adapter, track_usage=True):
             if not self.stream or _loop_running():
                 return program(**inputs)
 
@@ -812,9 +1142,12 @@ class Planner:
         seen: set[TrainingConfig] = set()
         for cand in raw[: max(2 * n, n + 4)]:
             # the LM's words go to storage, notes and reports: no secret it may echo gets through
-            rationale = redact(str(cand.pop("rationale", "") or ""), values=[self._api_key])[:RATIONALE_CHARS]
+            rationale = redact(sanitise(cand.pop("rationale", "")), values=[self._api_key])
             try:
-                config, reason = validate(cand)
+                if "pick" in cand:  # rank mode: a number that is not on the shortlist
+                    config, reason = None, f"not on the shortlist: {cand['pick']!r}"
+                else:
+                    config, reason = validate(cand)
             except Exception as exc:  # a value of the wrong type
                 config, reason = None, f"invalid: {type(exc).__name__}: {exc}"[:300]
             if config is None and reason.startswith(("illegal", "outside")):
@@ -822,16 +1155,18 @@ class Planner:
                 if fix is not None:
                     fixed, why = validate(fix[0])
                     if fixed is not None:
-                        config, reason = fixed, ""
+                        config, reason = fixed, why
                         rationale = f"{rationale} ({fix[1]})".strip()
                         out.repaired += 1
+                    elif why.startswith("value"):  # legal once repaired, but not worth a launch
+                        reason = f"{why} ({fix[1]})"
             if config is not None and config in seen:
                 config, reason = None, "duplicate: proposed twice in this answer"
             if config is None:
                 out.rejected.append({"candidate": cand, "rationale": rationale, "reason": reason})
-            else:
+            elif len(out.accepted) < n:  # what was asked for; the rest are not launched
                 seen.add(config)
-                out.accepted.append((config, rationale))
+                out.accepted.append((config, f"{rationale} [{reason}]" if reason else rationale))
 
     def _account(self, study: optuna.Study, out: PlannerOutcome) -> None:
         add = llm_budget.add

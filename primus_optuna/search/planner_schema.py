@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import SpecError
@@ -21,6 +22,19 @@ from .sweep import repair
 
 RATIONALE_CHARS = 300
 """a rationale longer than this is cut (a small model's run-on answer must not fill the report)"""
+REASON_CHARS = 160
+"""what the answer schema allows a candidate's reason (short: the candidates come first, so a small model's
+answer tokens go to them)"""
+REASONING_CHARS = 400
+"""what the answer schema allows the closing reasoning"""
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def sanitise(text: Any, limit: int = RATIONALE_CHARS) -> str:
+    """Model text made safe to print and store: no control characters or terminal escapes, whitespace
+    collapsed, cut at ``limit`` characters (``…`` marks the cut)."""
+    clean = " ".join(_CONTROL.sub(" ", str(text or "")).split())
+    return clean if len(clean) <= limit else clean[: limit - 1].rstrip() + "…"
 
 
 def candidate_schema(space: Space) -> dict[str, Any]:
@@ -37,7 +51,7 @@ def candidate_schema(space: Space) -> dict[str, Any]:
             else "string"
         )
         props[axis] = {"type": kind, "enum": list(values)}
-    props["rationale"] = {"type": "string", "maxLength": RATIONALE_CHARS}
+    props["rationale"] = {"type": "string", "maxLength": REASON_CHARS}
     return {
         "type": "object",
         "properties": props,
@@ -47,15 +61,37 @@ def candidate_schema(space: Space) -> dict[str, Any]:
 
 
 def answer_schema(space: Space, n: int, *, reasoning: bool = True) -> dict[str, Any]:
-    """The one-shot answer: ``{"reasoning": ..., "candidates": [candidate, ...]}`` with at most ``n``."""
-    props: dict[str, Any] = {}
+    """The one-shot answer: ``{"candidates": [candidate, ...], "reasoning": ...}`` with at most ``n``
+    candidates first (each with a short reason), then a bounded reasoning: an answer cut at ``llm.max_tokens``
+    still holds its candidates."""
+    props: dict[str, Any] = {
+        "candidates": {
+            "type": "array",
+            "items": candidate_schema(space),
+            "minItems": 1,
+            "maxItems": max(1, n),
+        }
+    }
     if reasoning:
-        props["reasoning"] = {"type": "string", "maxLength": 1200}
-    props["candidates"] = {
-        "type": "array",
-        "items": candidate_schema(space),
-        "minItems": 1,
-        "maxItems": max(1, n),
+        props["reasoning"] = {"type": "string", "maxLength": REASONING_CHARS}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def rank_schema(k: int, n: int) -> dict[str, Any]:
+    """The rank-mode answer: ``{"choices": [{"pick": 1..k, "rationale": ...}], "reasoning": ...}``, at most
+    ``n`` choices, each a number on the shortlist of ``k``."""
+    choice = {
+        "type": "object",
+        "properties": {
+            "pick": {"type": "integer", "enum": list(range(1, max(1, k) + 1))},
+            "rationale": {"type": "string", "maxLength": REASON_CHARS},
+        },
+        "required": ["pick", "rationale"],
+        "additionalProperties": False,
+    }
+    props = {
+        "choices": {"type": "array", "items": choice, "minItems": 1, "maxItems": max(1, min(n, k))},
+        "reasoning": {"type": "string", "maxLength": REASONING_CHARS},
     }
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 

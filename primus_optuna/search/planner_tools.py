@@ -1,7 +1,8 @@
 """The planner agent's tools: the library's own checks and models, each answering compact JSON.
 
-``check`` (legal, with the rules' reasons), ``estimate`` (memory per stage vs usable, step time and its
-largest terms, the expectation calibrated by the study's measurements), ``history`` and ``best`` (trials with
+``check`` (legal, with the rules' reasons), ``estimate`` (memory per stage vs usable, step time and every
+one of its terms, each stage's pipeline work, the expectation calibrated by the study's measurements and, once
+trials are measured, each term's measured-vs-estimated factor), ``history`` and ``best`` (trials with
 their measurements or prune/failure reasons), ``legal_values``, ``budget``, ``top_untried`` (the model-guided
 ranking), ``note`` / ``notes`` (the scratchpad kept in the study and carried to the next call).
 
@@ -21,6 +22,7 @@ from typing import Any
 import optuna
 
 from ..errors import SpecError
+from ..physics.calibration import BREAKDOWN_TERMS
 from ..physics.memory import estimate_memory
 from ..physics.throughput import estimate_throughput
 from ..redaction import redact
@@ -145,9 +147,10 @@ class PlannerTools:
         return self._run("check", {"config": config}, run)
 
     def estimate(self, config: dict[str, Any]) -> str:
-        """Peak memory per pipeline stage vs the usable memory, step time and its three largest terms, each
-        stage's pipeline work (the one with the most sets the pace), the model's tokens/s/GPU and the expectation
-        corrected by this study's measurements."""
+        """Peak memory per pipeline stage vs the usable memory; the step time and every one of its terms
+        (compute, recompute, bubble, each communication, optimizer: exposed seconds of the busiest stage, which
+        sets the pace); each stage's pipeline work; the model's tokens/s/GPU and the expectation corrected by
+        this study's measurements; once trials are measured, each term's measured-vs-estimated factor."""
 
         def run() -> dict[str, Any]:
             c = self.space.canonical(self._config(config))
@@ -157,23 +160,26 @@ class PlannerTools:
             mem = estimate_memory(self.spec, c)
             fits, attrs = memory_attrs(mem, self._mem_cal)
             est = estimate_throughput(self.spec, c)
-            terms = sorted(est.breakdown_s.items(), key=lambda kv: -kv[1])[:3]
             out: dict[str, Any] = {
                 "config": c.key(),
                 "fits": fits,
                 "peak_gib_per_stage": [round(s.total_gib, 1) for s in mem.stages],
                 "usable_gib": round(mem.usable_gib, 1),
                 "step_time_s": round(est.step_time_s, 4),
-                "top_terms_s": {k: round(v, 4) for k, v in terms},
+                "step_terms_s": {t: round(est.breakdown_s.get(t, 0.0), 4) for t in BREAKDOWN_TERMS},
                 "model_tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 1),
             }
             if len(est.stage_work_s) > 1:
+                out["busiest_stage"] = est.busiest_stage
                 out["pipeline_work_s_per_stage"] = [round(w, 3) for w in est.stage_work_s]
             if not fits:
                 out["why_not"] = attrs.get("prune_reason")
             expected = self._expected(c)
             if expected is not None:
                 out["expected_tokens_per_s_per_gpu"], out["uncertainty"] = expected
+            residuals = self._term_residuals(est.breakdown_s)
+            if residuals:
+                out["measured_vs_estimated"] = residuals
             return out
 
         return self._run("estimate", {"config": config}, run)
@@ -269,12 +275,35 @@ class PlannerTools:
             set_study_state(self.study, llm_budget.NOTES, kept)
 
     # --- the corrected model --------------------------------------------------------------------------------
+    def _learn(self) -> Any:
+        if self._learned is None:
+            self._learned = self.fallback.learn(self.trials, self._mem_cal.scale)
+        return self._learned
+
+    def _term_residuals(self, breakdown_s: dict[str, float]) -> dict[str, Any] | None:
+        """Per step-time term with time in it: the model's seconds, the seconds the study's measurements say
+        (the calibration fitted to them) and their ratio; ``None`` before any trial is measured."""
+        if self.fallback is None:
+            return None
+        cal, _, _, _, obs = self._learn()
+        measured = sum(1 for o in obs if not o.prior)
+        if not measured or cal.is_identity:
+            return None
+        terms = {
+            t: {
+                "estimated_s": round(v, 4),
+                "calibrated_s": round(v * cal.factor(t), 4),
+                "measured_over_estimated": round(cal.factor(t), 3),
+            }
+            for t in BREAKDOWN_TERMS
+            if (v := breakdown_s.get(t, 0.0)) > 0
+        }
+        return {"measured_trials": measured, "terms": terms}
+
     def _expected(self, config: TrainingConfig) -> tuple[float, float] | None:
         if self.fallback is None:
             return None
-        if self._learned is None:
-            self._learned = self.fallback.learn(self.trials, self._mem_cal.scale)
-        _, post, table, prior_log, _ = self._learned
+        _, post, table, prior_log, _ = self._learn()
         i = table.index.get(config)
         if i is None:
             return None

@@ -540,10 +540,11 @@ class LLMSpec(_Strict):
         default=2, ge=0, description="retries of HTTP 5xx/429 (none with an api_base: a local server)"
     )
     proposals_per_round: int = Field(default=4, gt=0)
-    mode: Literal["auto", "agent", "oneshot"] = Field(
+    mode: Literal["auto", "agent", "oneshot", "rank"] = Field(
         default="auto",
-        description="agent: tool calls before proposing; oneshot: one answer; auto: agent when LiteLLM "
-        "knows the model calls tools (or llm.mode: agent for a local server), else oneshot",
+        description="agent: tool calls before proposing; oneshot: one answer; rank: the model chooses and "
+        "justifies among the fallback's best candidates (never worse than them); auto: rank for a server on "
+        "this machine (api_base on localhost), agent when LiteLLM knows the model calls tools, else oneshot",
     )
     max_tool_calls: int = Field(default=8, ge=0, description="tool calls per agent call")
     max_prompt_tokens: int | None = Field(
@@ -569,6 +570,11 @@ class LLMSpec(_Strict):
         default=None,
         description="stream answers, so a request abandoned at llm.timeout_s stops generating on the server; "
         "default: on with an api_base (a local server), off otherwise",
+    )
+    cache: bool | None = Field(
+        default=None,
+        description="keep answers in DSPy's cache next to the storage, so a rerun replays them (only answers "
+        "that parsed are kept); default: on for a hosted provider, off with an api_base (a local server)",
     )
 
     def prompt_budget(self, *, local: bool, agent: bool) -> int:

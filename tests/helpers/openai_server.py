@@ -4,7 +4,7 @@ Each request to ``POST /v1/chat/completions`` takes the next scripted reply; whe
 last reply repeats. A reply is a string (the assistant message content) or a :class:`Reply` (status code, delay,
 raw body, or OpenAI tool calls: ``Reply(tool_calls=[("check", {"config": {...}})])`` answers a
 ``message.tool_calls`` list with ``finish_reason: tool_calls``). Every request body and its headers are kept in
-``server.requests``. A request with ``stream: true`` is answered as server-sent events. ``GET /v1/models`` lists ``models`` (name, context length) like vLLM / llama.cpp do.
+``server.requests``. A request with ``stream: true`` is answered as server-sent events (usage only when asked for). ``GET /v1/models`` lists ``models`` (name, context length) like vLLM / llama.cpp do.
 A reply may also be a function of the request body returning a string or :class:`Reply` (a scripted agent
 that reads the tool results it was sent, as :func:`ranking_agent`).
 
@@ -46,13 +46,16 @@ Responder = Callable[[dict[str, Any]], "str | Reply"]
 
 def ranking_agent(k: int = 4) -> Responder:
     """A scripted agent: asks ``top_untried(k)``, then submits what that tool answered (the model-guided
-    ranking), each with a rationale; no tool list in the request (one-shot) gets a JSON answer built from the
-    ``corrected_ranking`` field of the prompt when present, else an empty list."""
+    ranking), each with a rationale; a rank-mode request (no tools, a shortlist) gets the shortlist's first
+    ``k`` in order; a one-shot request an empty list."""
 
     def respond(body: dict[str, Any]) -> str | Reply:
         messages = body.get("messages") or []
         results = [m for m in messages if m.get("role") == "tool"]
         if body.get("tools") is None:
+            if "shortlist" in json.dumps(messages):  # rank mode: the shortlist's first k, in order
+                picks = [{"pick": i, "rationale": f"shortlisted {i}"} for i in range(1, k + 1)]
+                return json.dumps({"choices": picks, "reasoning": "the shortlist's order"})
             return json.dumps({"reasoning": "no tools", "candidates": []})
         if not results:
             return Reply(tool_calls=[("top_untried", {"k": k})])
@@ -69,17 +72,42 @@ def ranking_agent(k: int = 4) -> Responder:
     return respond
 
 
+def _completion(
+    cid: str, model: str, message: dict[str, Any], finish: str, usage: tuple[int, int]
+) -> dict[str, Any]:
+    """A ``chat.completion`` body of one choice."""
+    prompt, completion = usage
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
 class OpenAIServer:
     def __init__(
         self,
         replies: list[str | Reply | Responder],
         models: list[tuple[str, int | None]] | None = (("test-model", 4096),),  # type: ignore[assignment]
+        tools: bool = True,
     ) -> None:
         self.replies = [r if isinstance(r, Reply) or callable(r) else Reply(r) for r in replies]
         self.models = list(models) if models is not None else None
         self.streams_completed = 0
         self.streams_abandoned = 0
         """streamed answers the client closed before their end (a generation the server could stop)"""
+        self.tools = tools
+        """whether the server passes tools to its model: a tool-call probe (a request whose only tool is
+        ``primus_tool_probe``) is answered with that call, or in prose when False (llama.cpp without
+        ``--jinja``); probes are kept in ``probes``, not ``requests``"""
+        self.probes: list[dict[str, Any]] = []
         self.gets: list[str] = []
         """paths of the GET requests (kept apart: ``requests`` holds the chat completions)"""
         self.requests: list[dict[str, Any]] = []
@@ -114,6 +142,8 @@ class OpenAIServer:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)) or 0)
+                if self._probe(json.loads(body or b"{}")):
+                    return
                 with owner._lock:
                     owner.requests.append(
                         {"path": self.path, "headers": dict(self.headers), "body": body.decode()}
@@ -148,35 +178,45 @@ class OpenAIServer:
                             for i, (name, args) in enumerate(reply.tool_calls)
                         ]
                         finish = "tool_calls"
-                    prompt, completion = reply.usage
                     payload = json.dumps(
-                        {
-                            "id": f"chatcmpl-{len(owner.requests)}",
-                            "object": "chat.completion",
-                            "created": int(time.time()),
-                            "model": req.get("model", "test"),
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "message": message,
-                                    "finish_reason": reply.finish_reason or finish,
-                                }
-                            ],
-                            "usage": {
-                                "prompt_tokens": prompt,
-                                "completion_tokens": completion,
-                                "total_tokens": prompt + completion,
-                            },
-                        }
+                        _completion(
+                            f"chatcmpl-{len(owner.requests)}",
+                            req.get("model", "test"),
+                            message,
+                            reply.finish_reason or finish,
+                            reply.usage,
+                        )
                     ).encode()
-                if reply.status == 200 and reply.raw is None and json.loads(body or b"{}").get("stream"):
-                    self._stream(json.loads(payload), reply.chunk_delay_s)
+                req = json.loads(body or b"{}")
+                if reply.status == 200 and reply.raw is None and req.get("stream"):
+                    usage = bool((req.get("stream_options") or {}).get("include_usage"))
+                    self._stream(json.loads(payload), reply.chunk_delay_s, usage)
                     return
                 self._send(reply.status, payload)
 
-            def _stream(self, completion: dict[str, Any], delay_s: float) -> None:
+            def _probe(self, req: dict[str, Any]) -> bool:
+                names = [t.get("function", {}).get("name") for t in req.get("tools") or []]
+                if names != ["primus_tool_probe"]:
+                    return False
+                with owner._lock:
+                    owner.probes.append(req)
+                message: dict[str, Any] = {"role": "assistant", "content": "ok"}
+                if owner.tools:
+                    call = {"name": "primus_tool_probe", "arguments": '{"ok": true}'}
+                    message = {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": "p", "type": "function", "function": call}],
+                    }
+                finish = "tool_calls" if owner.tools else "stop"
+                payload = _completion("chatcmpl-probe", req.get("model", "test"), message, finish, (20, 5))
+                self._send(200, json.dumps(payload).encode())
+                return True
+
+            def _stream(self, completion: dict[str, Any], delay_s: float, usage: bool) -> None:
                 """The completion as server-sent events (``stream: true``): 16 characters per chunk, each
-                tool call in one delta, usage in the last chunk; a client that goes away stops it."""
+                tool call in one delta, usage in a last chunk only when ``stream_options.include_usage`` asks
+                for it (as OpenAI, llama.cpp and vLLM do); a client that goes away stops it."""
                 choice = completion["choices"][0]
                 msg = choice["message"]
                 base = {k: completion[k] for k in ("id", "created", "model")} | {
@@ -193,8 +233,10 @@ class OpenAIServer:
                 for i, call in enumerate(msg.get("tool_calls") or []):
                     events.append(event({"tool_calls": [{"index": i, **call}]}))
                 events.append(event({}, choice["finish_reason"]))
-                usage = {**base, "choices": [], "usage": completion["usage"]}
-                events += [f"data: {json.dumps(usage)}\n\n".encode(), b"data: [DONE]\n\n"]
+                if usage:
+                    last = {**base, "choices": [], "usage": completion["usage"]}
+                    events.append(f"data: {json.dumps(last)}\n\n".encode())
+                events.append(b"data: [DONE]\n\n")
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")

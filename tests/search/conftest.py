@@ -16,6 +16,7 @@ from optuna.artifacts import FileSystemArtifactStore
 
 from primus_optuna import Space, StudySpec, TrainingConfig
 from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.record.storage import StudyHandle, open_study
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.pruner import MemoryPrefilterPruner
@@ -52,7 +53,8 @@ class Ideas:
     """the sweep's length: the planner's first trial is trial ``n_sweep``"""
     baseline: TrainingConfig
     fits: list[TrainingConfig]
-    """legal configurations that fit and that the sweep does not try"""
+    """legal configurations that fit and that the sweep does not try, the step-time model's best first (a
+    candidate far below the best is not launched)"""
     nofit: TrainingConfig
     """a legal configuration that does not fit"""
 
@@ -63,7 +65,7 @@ class Ideas:
 
 
 class PlannerBench:
-    """The small MoE study with an ``llm`` section (a fake OpenAI model, no retries, 5 s timeout), a fake key in
+    """The small MoE study with an ``llm`` section (a fake OpenAI model, one-shot, no retries, 5 s timeout), a fake key in
     the environment, and the two ways the planner tests run it: in memory (a DummyLM) or in SQLite."""
 
     def __init__(self, tmp_path: Path) -> None:
@@ -71,7 +73,14 @@ class PlannerBench:
 
     def spec(self, **llm: Any) -> StudySpec:
         data = small_moe_study(sweep_order=["mbs"])
-        data["llm"] = {"model": "openai/test-model", "num_retries": 0, "timeout_s": 5, **llm}
+        # one-shot unless told (auto is rank mode with the loopback server's api_base)
+        data["llm"] = {
+            "model": "openai/test-model",
+            "num_retries": 0,
+            "timeout_s": 5,
+            "mode": "oneshot",
+            **llm,
+        }
         return StudySpec.from_dict(data)
 
     def ideas(self, spec: StudySpec) -> Ideas:
@@ -79,6 +88,7 @@ class PlannerBench:
         plan = PrimusSampler(spec).plan
         swept = {p.config for p in plan}
         fits = [c for c in space.configs() if c not in swept and estimate_memory(spec, c).fits]
+        fits.sort(key=lambda c: -estimate_throughput(spec, c).tokens_per_s_per_gpu)
         nofit = next(c for c in space.configs() if not estimate_memory(spec, c).fits)
         return Ideas(len(plan), plan[0].config, fits, nofit)
 

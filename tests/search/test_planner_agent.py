@@ -12,8 +12,8 @@ import pytest
 from dspy.utils import DummyLM
 
 from primus_optuna import Space
-from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.search.llm_budget import llm_accounting
+from primus_optuna.search.planner_schema import REPAIRABLE, repair_near_miss
 from primus_optuna.search.sampler import PrimusSampler
 from tests.helpers.openai_server import OpenAIServer, Reply
 
@@ -70,7 +70,7 @@ def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_lega
     assert [t.user_attrs["phase"] for t in tail] == ["planner", "planner"]
     space = Space(spec)
     assert tail[0].user_attrs["config_key"] == space.canonical(space.make(**good)).key()
-    assert tail[0].user_attrs["rationale"] == "legal, fits, untried"
+    assert tail[0].user_attrs["rationale"].startswith("legal, fits, untried [expected ")
     first, second = _transcripts(tmp_path)
     assert first["mode"] == "agent"
     tools = [c["tool"] for c in first["tool_calls"]]
@@ -79,7 +79,7 @@ def test_agent_checks_an_illegal_idea_estimates_alternatives_and_proposes_a_lega
     assert check["legal"] is False and any("tp=3 does not divide" in r for r in check["reasons"])
     no, yes = (json.loads(c["result"]) for c in first["tool_calls"][1:3])
     assert no["fits"] is False and no["why_not"].startswith("memory: ")
-    assert yes["fits"] is True and yes["peak_gib_per_stage"] and yes["top_terms_s"]
+    assert yes["fits"] is True and yes["peak_gib_per_stage"] and yes["step_terms_s"]
     assert yes["usable_gib"] > max(yes["peak_gib_per_stage"])
     # each pipeline stage's work beside its memory (none without a pipeline)
     for est in (no, yes):
@@ -201,7 +201,7 @@ def test_non_retryable_error_stops_the_planner_at_once(planner, tmp_path):
 
 def test_provider_refusing_tools_turns_the_planner_one_shot(planner, tmp_path):
     spec = planner.spec(mode="agent")
-    _, good, _, _, n_sweep = _ideas(planner, spec)
+    _, _, good, _, n_sweep = _ideas(planner, spec)  # the second best: the fallback's trial takes the best
     answer = json.dumps({"reasoning": "ok", "candidates": [{**good, "rationale": "one-shot"}]})
     refuse = Reply(
         raw=json.dumps({"error": {"message": "tools are not supported by this model"}}), status=400
@@ -214,24 +214,24 @@ def test_provider_refusing_tools_turns_the_planner_one_shot(planner, tmp_path):
     tail = handle.study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["fallback", "planner"]
     assert "refuses tool calls" in tail[0].user_attrs["rationale"]
-    assert tail[1].user_attrs["rationale"] == "one-shot"
+    assert tail[1].user_attrs["rationale"].startswith("one-shot [expected ")
 
 
 def test_oneshot_schema_fold_compaction_and_near_miss_repair(planner, tmp_path):
     spec = planner.spec(mode="oneshot", fold_system_prompt=True, max_prompt_tokens=1200)
     space = Space(spec)
     plan = PrimusSampler(spec).plan
-    swept = {p.config for p in plan}
-    target = next(
-        c
-        for c in space.configs()
-        if c.pp > 1
-        and c.vpp > 1
-        and c.pp_schedule == "interleaved"
-        and c not in swept
-        and estimate_memory(spec, c).fits
+    ideas = planner.ideas(spec)
+    # a near miss of one of the best ideas (one far below the best is not launched): one axis illegal
+    target, near, note = next(
+        (c, {**c.to_params(), axis: v}, f"{axis} {v}→{getattr(c, axis)}")
+        for c in ideas.fits[:5]
+        for axis in REPAIRABLE
+        for v in space.candidates[axis]
+        if v != getattr(c, axis)
+        and space.check(space.canonical(space.make(**{**c.to_params(), axis: v})))
+        and (repair_near_miss(space, {**c.to_params(), axis: v}) or (None,))[0] == c.to_params()
     )
-    near = {**target.to_params(), "pp_schedule": "1f1b"}  # illegal: 1f1b with virtual stages
     answer = json.dumps(
         {"reasoning": "virtual stages", "candidates": [{**near, "rationale": "vpp halves the bubble"}]}
     )
@@ -248,8 +248,8 @@ def test_oneshot_schema_fold_compaction_and_near_miss_repair(planner, tmp_path):
     ]
     last = study.trials[-1]
     assert last.user_attrs["phase"] == "planner" and last.user_attrs["config_key"] == target.key()
-    assert last.user_attrs["rationale"] == (
-        "vpp halves the bubble (repaired: pp_schedule 1f1b→interleaved to stay legal)"
+    assert last.user_attrs["rationale"].startswith(
+        f"vpp halves the bubble (repaired: {note} to stay legal) [expected "
     )
     (doc,) = _transcripts(tmp_path)
     assert doc["compacted"] and doc["compacted"][0].startswith("top trials cut to")
@@ -362,7 +362,7 @@ def test_compaction_order_and_llama_cpp_python_json_object(planner, tmp_path):
     assert steps[-2:] == ["legal_values dropped", "sweep_effects dropped"]
     assert all(s.startswith("top trials cut to") for s in steps[:-2]) and steps[-3] == "top trials cut to 0"
     assert doc["inputs"]["legal_values"].startswith("(left out to fit llm.max_prompt_tokens)")
-    assert study.trials[-1].user_attrs["rationale"] == "small prompt"
+    assert study.trials[-1].user_attrs["rationale"].startswith("small prompt [expected ")
 
 
 def test_report_shows_the_agents_tool_calls_and_notes(planner, tmp_path):

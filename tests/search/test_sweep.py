@@ -21,6 +21,21 @@ def _score_of(data):
     return score
 
 
+def _estimate_objective(spec, space):
+    """A plain objective whose value (a measurement, to the sampler) is the step-time model's estimate."""
+    import optuna
+
+    from primus_optuna.search.suggest import suggest_config
+
+    def objective(trial):
+        config = suggest_config(trial, spec, space)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return estimate_throughput(spec, config).tokens_per_s_per_gpu
+
+    return objective
+
+
 def _diff(a, b):
     return {x for x in AXES if getattr(a, x) != getattr(b, x)}
 
@@ -196,19 +211,58 @@ def test_a_baseline_that_does_not_fit_is_swept_around_the_nearest_fitting_centre
     import optuna
 
     from primus_optuna.search.pruner import MemoryPrefilterPruner
-    from primus_optuna.search.suggest import suggest_config
-
-    def objective(trial):
-        c = suggest_config(trial, spec, space)
-        if trial.should_prune():
-            raise optuna.TrialPruned()
-        return estimate_throughput(spec, c).tokens_per_s_per_gpu
 
     study = optuna.create_study(
         direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
     )
-    study.optimize(objective, n_trials=len(design.points))
+    study.optimize(_estimate_objective(spec, space), n_trials=len(design.points))
     states = [t.state for t in study.trials]
     assert states.count(optuna.trial.TrialState.PRUNED) == len(pruned) <= 3
     assert study.user_attrs["sweep"]["centre"] == centre.key()
     assert study.user_attrs["sweep"]["skipped"]
+
+
+def test_once_measured_the_sweep_skips_points_the_model_knows_are_worse():
+    """A measured study (a plain objective: its values are measurements) whose sweep would spend its trials on
+    micro-batch sizes the model puts at 40% of its best (confidently worse: upper bounds below 80%): the
+    corrected model's own pick runs instead."""
+    import optuna
+
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.sampler import PrimusSampler
+
+    spec = StudySpec.from_dict(small_moe_study(sweep_order=["mbs"]))
+    space = Space(spec)
+    sampler = PrimusSampler(spec, seed=0)
+    top = max(r.estimate.tokens_per_s_per_gpu for r in sampler.fallback.rows())
+    plan = sampler.plan
+    worse = [
+        p.config for p in plan[1:] if estimate_throughput(spec, p.config).tokens_per_s_per_gpu < 0.5 * top
+    ]
+    assert len(worse) >= 2  # the premise: the planned sweep holds points far below the model's best
+
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(_estimate_objective(spec, space), n_trials=len(plan))
+    ran = [space.canonical(space.make(**t.params)) for t in study.trials]
+    assert ran[0] == plan[0].config  # the centre first, as planned
+    assert not set(worse) & set(ran)
+    assert study.best_value >= 0.99 * top  # the trials went to the model's best instead
+
+
+def test_without_measurements_the_sweep_runs_as_planned():
+    import optuna
+
+    from primus_optuna.run.objective import make_objective
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.sampler import PrimusSampler
+
+    spec = StudySpec.from_dict(small_moe_study(sweep_order=["mbs"]))
+    sampler = PrimusSampler(spec, seed=0)
+    plan = sampler.plan
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(make_objective(spec), n_trials=len(plan))  # the analytical runner: nothing is measured
+    assert [t.user_attrs["config_key"] for t in study.trials] == [p.config.key() for p in plan]

@@ -1,14 +1,21 @@
 """The LLM planner's round: :meth:`~primus_optuna.search.planner.Planner.propose` (budget, prompt, call,
-validation) for a round of candidates; the first becomes this trial, the others are enqueued (``phase=planner``)
+validation) for a round of candidates, each launched only when the fallback's acquisition finds it worth a
+launch (:meth:`~primus_optuna.search.fallback.ModelGuidedProposer.judge`: else rejected with its expected
+figure, which the next call is told); the first becomes this trial, the others are enqueued (``phase=planner``)
 for the next trials of any worker. Nothing when no planner is configured, it is over budget or has no valid
 idea (the note says why, for the model-guided proposer's rationale)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from ...space import TrainingConfig
 from .base import Context, Proposal
 
 PLANNER_CONTEXT = 12
 """configurations of the corrected ranking shown to the planner"""
+SHORTLIST = 6
+"""the rank mode's shortlist: the fallback's best untried configurations by expected improvement"""
 
 
 class PlannerProposer:
@@ -27,16 +34,29 @@ class PlannerProposer:
             return None
         self.asked = True
         exclude = ctx.covered
+        judge = sampler.fallback.judge(
+            ctx.others, exclude=exclude, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
+        )
+
+        def validate(params: dict[str, Any]) -> tuple[TrainingConfig | None, str]:
+            """legal, fits, new (the sampler's check), then worth a launch (the fallback's acquisition)"""
+            config, reason = sampler.validate(params, exclude, ctx.mem_cal)
+            if config is None:
+                return None, reason
+            worth = judge(config)
+            return (config, worth.why) if worth.worth else (None, worth.why)
+
         out = planner.propose(
             ctx.study,
             ctx.others,
             n=sampler.proposals_per_round,
             tried=list(dict.fromkeys(c.key() for c in ctx.state.ordered)),
-            validate=lambda d: sampler.validate(d, exclude, ctx.mem_cal),
+            validate=validate,
             trial_number=ctx.trial.number,
             ranking=sampler.fallback.ranking(
                 ctx.others, k=PLANNER_CONTEXT, exclude=exclude, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
             ),
+            shortlist=judge.shortlist(SHORTLIST),
         )
         if not out.accepted:
             self.note = (

@@ -1,9 +1,14 @@
 """The sweep's next point: the first plan point not covered by a finished or running trial (so a trial added
 with ``study.add_trial`` covers its point instead of shifting the others, and N workers take N points). Points
-an earlier study measured (warm start) are skipped, the centre excepted."""
+an earlier study measured (warm start) are skipped, the centre excepted.
+
+Once something is measured (not in an analytical study), a point the corrected model is confident is worse
+(its upper bound, :class:`~primus_optuna.search.fallback.Judge`, below 80% of the best measured or expected)
+is left out, its trial spent on the model's own pick instead; the others keep the plan's order."""
 
 from __future__ import annotations
 
+from ..fallback import MIN_SHARE
 from .base import Context, Proposal
 from .warm import known_configs
 
@@ -24,6 +29,12 @@ class Sweep:
 
     def propose(self, ctx: Context) -> Proposal | None:
         left = self.remaining(ctx)
+        if len(left) > 1 and left[0].index > 0 and ctx.sampler.fallback.mode == "model":
+            judge = ctx.sampler.fallback.judge(
+                ctx.others, exclude=ctx.covered, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
+            )
+            if judge.n_measured:  # nothing measured (an analytical study): the plan stands
+                left = [p for p in left if judge(p.config).upper_share >= MIN_SHARE]
         if not left:
             return None
         p = left[0]
