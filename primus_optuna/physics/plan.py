@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import gc
+import heapq
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +23,13 @@ from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
 from .memory import MemoryEstimate, estimate_memory, peak_memory_all
-from .throughput import ThroughputEstimate, estimate_throughput, estimate_throughput_all, throughput_bounds
+from .throughput import (
+    ThroughputEstimate,
+    estimate_throughput,
+    estimate_throughput_all,
+    layout_of,
+    throughput_bound,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,33 +219,50 @@ def _plan_space(
 
 
 BOUND_SLACK = 1e-9
-"""relative slack on :func:`~.throughput.throughput_bounds` (the step is summed in another order than the bound's
-busy time: a rounding must not stop the search early)"""
+"""relative slack on :func:`~.throughput.throughput_bound` (the step is summed in another order than the
+bound's: a rounding must not stop the search early)"""
 
 
 def best_fitting(spec: StudySpec, space: Space | None = None) -> tuple[PlanEntry | None, int, int]:
     """``plan_space(spec, space, top=1).top[0]`` (None when nothing fits), the legal and the fitting counts, with
     the step time estimated only for the configurations whose throughput bound beats the best found so far
-    (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order): configurations
-    in the order of a bound that ignores the recompute, each checked against its own bound first."""
+    (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order).
+
+    Best first: the fitting configurations are grouped by layout (:func:`~.throughput.layout_of`), each group
+    bounded by the pipeline's busy time; the group of the highest bound is taken, its bound tightened with the
+    pipeline's fill and drain (:func:`~.throughput.throughput_bound`) and put back, or, once tight, each of its
+    configurations checked against its own bound and estimated; the search ends when no bound left reaches the
+    best estimate."""
     with _gc_paused():
         space = space or Space(spec)
         configs = space.configs()
         peaks, usable = peak_memory_all(spec, configs)
-        fit = [i for i, peak in enumerate(peaks) if peak <= usable]
-        coarse = throughput_bounds(spec, [configs[i] for i in fit], recompute=False)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        fitting = 0
+        for i, peak in enumerate(peaks):
+            if peak <= usable:
+                groups.setdefault(layout_of(configs[i]), []).append(i)
+                fitting += 1
+        heap = [
+            (-throughput_bound(spec, [configs[i] for i in g], bubble=False), n, False, g)
+            for n, g in enumerate(groups.values())
+        ]
+        heapq.heapify(heap)
         best: tuple[tuple[float, float, int], PlanEntry] | None = None
-        for k in sorted(range(len(fit)), key=coarse.__getitem__, reverse=True):
-            if best is not None and coarse[k] * (1 + BOUND_SLACK) < -best[0][0]:
-                break  # no configuration left can reach the best
-            i = fit[k]
-            if (
-                best is not None
-                and throughput_bounds(spec, [configs[i]])[0] * (1 + BOUND_SLACK) < -best[0][0]
-            ):
-                continue  # its recompute keeps it below the best
-            est = estimate_throughput(spec, configs[i])
-            key = (-est.tokens_per_s_per_gpu, peaks[i], i)
-            if best is None or key < best[0]:
-                best = (key, PlanEntry(configs[i], est, peaks[i], True))
-        return (best[1] if best else None), len(configs), len(fit)
+        while heap and (best is None or -heap[0][0] * (1 + BOUND_SLACK) >= -best[0][0]):
+            _, n, tight, group = heapq.heappop(heap)
+            if not tight:
+                heapq.heappush(heap, (-throughput_bound(spec, [configs[i] for i in group]), n, True, group))
+                continue
+            for i in group:
+                if (
+                    best is not None
+                    and len(group) > 1
+                    and throughput_bound(spec, [configs[i]]) * (1 + BOUND_SLACK) < -best[0][0]
+                ):
+                    continue  # its own bound keeps it below the best
+                est = estimate_throughput(spec, configs[i])
+                key = (-est.tokens_per_s_per_gpu, peaks[i], i)
+                if best is None or key < best[0]:
+                    best = (key, PlanEntry(configs[i], est, peaks[i], True))
+        return (best[1] if best else None), len(configs), fitting
