@@ -490,6 +490,23 @@ def peak_memory_gib(spec: StudySpec, config: Any) -> tuple[float, float]:
     return peaks[0], usable
 
 
+def usable_gib(spec: StudySpec) -> float:
+    """The memory a configuration may use (GiB): the GPU's, less ``search.memory_safety_margin``."""
+    return _context(spec).usable_gib
+
+
+def peaks_key(spec: StudySpec) -> tuple[Any, ...]:
+    """What :func:`peak_memory_all`'s peaks read of a study: two studies with equal keys give the same peaks of
+    the same configurations (the GPU is read for its memory size only, which sets the usable figure alone)."""
+    return (
+        spec.model.model_dump_json(),
+        spec.workload.model_dump_json(),
+        spec.pipeline.model_dump_json(),
+        spec.world,
+        spec.cluster.gpus_per_node,
+    )
+
+
 def peak_memory_all(spec: StudySpec, configs: list[Any]) -> tuple[list[float], float]:
     """The peak GiB of every configuration (as :func:`estimate_memory` gives it) and the usable GiB, for
     ranking whole spaces (:func:`~primus_optuna.physics.plan.plan_space`).

@@ -22,7 +22,7 @@ from typing import Any
 from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
-from .memory import MemoryEstimate, estimate_memory, peak_memory_all
+from .memory import MemoryEstimate, estimate_memory, peak_memory_all, usable_gib
 from .throughput import (
     ThroughputEstimate,
     estimate_throughput,
@@ -223,7 +223,9 @@ BOUND_SLACK = 1e-9
 bound's: a rounding must not stop the search early)"""
 
 
-def best_fitting(spec: StudySpec, space: Space | None = None) -> tuple[PlanEntry | None, int, int]:
+def best_fitting(
+    spec: StudySpec, space: Space | None = None, peaks: list[float] | None = None
+) -> tuple[PlanEntry | None, int, int]:
     """``plan_space(spec, space, top=1).top[0]`` (None when nothing fits), the legal and the fitting counts, with
     the step time estimated only for the configurations whose throughput bound beats the best found so far
     (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order).
@@ -232,11 +234,14 @@ def best_fitting(spec: StudySpec, space: Space | None = None) -> tuple[PlanEntry
     bounded by the pipeline's busy time; the group of the highest bound is taken, its bound tightened with the
     pipeline's fill and drain (:func:`~.throughput.throughput_bound`) and put back, or, once tight, each of its
     configurations checked against its own bound and estimated; the search ends when no bound left reaches the
-    best estimate."""
+    best estimate. ``peaks``: :func:`~.memory.peak_memory_all`'s of the space when known."""
     with _gc_paused():
         space = space or Space(spec)
         configs = space.configs()
-        peaks, usable = peak_memory_all(spec, configs)
+        if peaks is None:
+            peaks, usable = peak_memory_all(spec, configs)
+        else:
+            usable = usable_gib(spec)
         groups: dict[tuple[Any, ...], list[int]] = {}
         fitting = 0
         for i, peak in enumerate(peaks):
