@@ -26,7 +26,7 @@ from ..space.megatron_args import export_refusal, uses_primus
 from ..spec.hardware import GPU_CATALOG, MXFP8_GPUS, GPUSpec, catalog_node, gpu_key
 from ..spec.study import StudySpec
 from .memory import estimate_memory, peak_memory_all, peaks_key
-from .plan import PlanEntry, best_fitting
+from .plan import PlanEntry, best_fitting, gc_paused
 from .throughput import estimate_throughput
 from .uncertainty import estimate_band
 
@@ -473,9 +473,10 @@ def capacity_table(
         prices=check_prices(prices or {}, types),
     )
     reuse = _Reuse()
-    for t in types:
-        if t.excluded is None:
-            _fill_type(table, spec, t, band, reuse)
+    with gc_paused():  # each cell allocates tens of thousands of acyclic configurations
+        for t in types:
+            if t.excluded is None:
+                _fill_type(table, spec, t, band, reuse)
     _answer(table)
     return table
 

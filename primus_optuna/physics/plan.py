@@ -152,7 +152,7 @@ def no_fit_message(
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: ranking a space allocates tens of thousands of acyclic objects
     (configurations, estimates, entries), and the collections they trigger scan every live object (0.1-0.2 s
     of a plan). Reference counting still frees everything; the collector's previous state is restored."""
@@ -172,7 +172,7 @@ def plan_space(
     calibration: Calibration | None = None,
 ) -> PlanResult:
     """Estimate every legal configuration, drop those that do not fit, rank the rest (best first)."""
-    with _gc_paused():
+    with gc_paused():
         return _plan_space(spec, space, top, calibration)
 
 
@@ -231,11 +231,11 @@ def best_fitting(
     (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order).
 
     Best first: the fitting configurations are grouped by layout (:func:`~.throughput.layout_of`), each group
-    bounded by the pipeline's busy time; the group of the highest bound is taken, its bound tightened with the
-    pipeline's fill and drain (:func:`~.throughput.throughput_bound`) and put back, or, once tight, each of its
-    configurations checked against its own bound and estimated; the search ends when no bound left reaches the
-    best estimate. ``peaks``: :func:`~.memory.peak_memory_all`'s of the space when known."""
-    with _gc_paused():
+    bounded by the pipeline's busy time; the item of the highest bound is taken: a group's bound is tightened
+    with the pipeline's fill and drain (:func:`~.throughput.throughput_bound`), a tight group's configurations
+    are put back each with its own bound, a configuration is estimated; the search ends when no bound left
+    reaches the best estimate. ``peaks``: :func:`~.memory.peak_memory_all`'s of the space when known."""
+    with gc_paused():
         space = space or Space(spec)
         configs = space.configs()
         if peaks is None:
@@ -248,26 +248,25 @@ def best_fitting(
             if peak <= usable:
                 groups.setdefault(layout_of(configs[i]), []).append(i)
                 fitting += 1
-        heap = [
-            (-throughput_bound(spec, [configs[i] for i in g], bubble=False), n, False, g)
+        # (-bound, tie, 0 busy-time bound of a group / 1 tight bound of a group / 2 a configuration's, what)
+        heap: list[tuple[float, int, int, Any]] = [
+            (-throughput_bound(spec, [configs[g[0]]], bubble=False), n, 0, g)
             for n, g in enumerate(groups.values())
         ]
         heapq.heapify(heap)
+        tie = len(heap)
         best: tuple[tuple[float, float, int], PlanEntry] | None = None
         while heap and (best is None or -heap[0][0] * (1 + BOUND_SLACK) >= -best[0][0]):
-            _, n, tight, group = heapq.heappop(heap)
-            if not tight:
-                heapq.heappush(heap, (-throughput_bound(spec, [configs[i] for i in group]), n, True, group))
-                continue
-            for i in group:
-                if (
-                    best is not None
-                    and len(group) > 1
-                    and throughput_bound(spec, [configs[i]]) * (1 + BOUND_SLACK) < -best[0][0]
-                ):
-                    continue  # its own bound keeps it below the best
-                est = estimate_throughput(spec, configs[i])
-                key = (-est.tokens_per_s_per_gpu, peaks[i], i)
+            _, n, level, what = heapq.heappop(heap)
+            if level == 0:
+                heapq.heappush(heap, (-throughput_bound(spec, [configs[i] for i in what]), n, 1, what))
+            elif level == 1:
+                for i in what:
+                    tie += 1
+                    heapq.heappush(heap, (-throughput_bound(spec, [configs[i]]), tie, 2, i))
+            else:
+                est = estimate_throughput(spec, configs[what])
+                key = (-est.tokens_per_s_per_gpu, peaks[what], what)
                 if best is None or key < best[0]:
-                    best = (key, PlanEntry(configs[i], est, peaks[i], True))
+                    best = (key, PlanEntry(configs[what], est, peaks[what], True))
         return (best[1] if best else None), len(configs), fitting

@@ -745,20 +745,22 @@ def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = Tru
     fraction of an estimate's cost: the step is at least the pipeline's
     (:func:`~.pipeline.step_lower_bound`, with the pass durations of the fastest and the slowest of them),
     the data-parallel collectives, the optimizer step and the gradient additions being non-negative. For finding
-    the best of a space without estimating every configuration (:func:`~.plan.best_fitting`). ``bubble=False``:
-    the pipeline's busy time only (a looser bound, cheaper)."""
+    the best of a space without estimating every configuration (:func:`~.plan.best_fitting`).
+
+    ``bubble=False``: a looser bound, cheaper, of every configuration of the first one's layout (whatever its
+    recompute value and ``ep_overlap``): the pipeline's busy time with the passes at their fastest."""
     ctx = _context(spec)
     _, pp, _, _, lkey, dp, m, zb, lo, _ = _layout(ctx, configs[0])
     sh = lo.shape
-    recomputes = {"none" if zb else c.recompute for c in configs}
-    if bubble or len(recomputes) == 1:
-        b_least, b_most = _b_range(ctx, lkey, lo, recomputes, zb)
-    else:  # the busy time reads the least only
+    if bubble:
+        b_least, b_most = _b_range(ctx, lkey, lo, {"none" if zb else c.recompute for c in configs}, zb)
+        overlaps = {bool(getattr(c, "ep_overlap", False)) for c in configs}
+    else:  # recomputing re-runs a non-negative time
         b_least = b_most = sh.b_pass_zb if zb else sh.b_pass
+        overlaps = {False, True}
     b_lo, b_hi = list(b_least), list(b_most)
     f_lo, f_hi = list(sh.f_pass), list(sh.f_pass)
     if ctx.is_moe:
-        overlaps = {bool(getattr(c, "ep_overlap", False)) for c in configs}
         ep = [_ep_exposed(ctx, sh, m, pp, o) for o in overlaps]
         f_lo[0] += min(e[0] for e in ep)
         f_hi[0] += max(e[0] for e in ep)
