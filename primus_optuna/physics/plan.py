@@ -244,9 +244,14 @@ def best_fitting(
             usable = usable_gib(spec)
         groups: dict[tuple[Any, ...], list[int]] = {}
         fitting = 0
-        for i, peak in enumerate(peaks):
+        for i, (config, peak) in enumerate(zip(configs, peaks, strict=True)):
             if peak <= usable:
-                groups.setdefault(layout_of(configs[i]), []).append(i)
+                key = layout_of(config)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [i]
+                else:
+                    group.append(i)
                 fitting += 1
         # (-bound, tie, 0 busy-time bound of a group / 1 tight bound of a group / 2 a configuration's, what)
         heap: list[tuple[float, int, int, Any]] = [
@@ -257,9 +262,12 @@ def best_fitting(
         tie = len(heap)
         best: tuple[tuple[float, float, int], PlanEntry] | None = None
         while heap and (best is None or -heap[0][0] * (1 + BOUND_SLACK) >= -best[0][0]):
-            _, n, level, what = heapq.heappop(heap)
+            bound, n, level, what = heapq.heappop(heap)
+            bound = -bound
             if level == 0:
                 heapq.heappush(heap, (-throughput_bound(spec, [configs[i] for i in what]), n, 1, what))
+            elif level == 1 and len(what) == 1:
+                heapq.heappush(heap, (-bound, n, 2, what[0]))  # its own bound
             elif level == 1:
                 for i in what:
                     tie += 1

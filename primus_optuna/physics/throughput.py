@@ -752,23 +752,28 @@ def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = Tru
     ctx = _context(spec)
     _, pp, _, _, lkey, dp, m, zb, lo, _ = _layout(ctx, configs[0])
     sh = lo.shape
-    if bubble:
-        b_least, b_most = _b_range(ctx, lkey, lo, {"none" if zb else c.recompute for c in configs}, zb)
-        overlaps = {bool(getattr(c, "ep_overlap", False)) for c in configs}
-    else:  # recomputing re-runs a non-negative time
-        b_least = b_most = sh.b_pass_zb if zb else sh.b_pass
-        overlaps = {False, True}
+    w = sh.w_pass if zb else sh.no_w
+    c = _send_seconds(ctx, lkey[0], lkey[3], lkey[4], pp, dp)
+    if not bubble:  # recomputing re-runs a non-negative time; ep_overlap hides at most what it does with it
+        f_lo, b_lo = sh.f_pass, sh.b_pass_zb if zb else sh.b_pass
+        if ctx.is_moe:
+            (f0, b0), (f1, b1) = _ep_exposed(ctx, sh, m, pp, False), _ep_exposed(ctx, sh, m, pp, True)
+            f_lo = (f_lo[0] + min(f0, f1), *f_lo[1:])
+            b_lo = (b_lo[0] + min(b0, b1), *b_lo[1:])
+        step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), None, c)
+        return ctx.tokens_per_step / step / ctx.world if step > 0 else math.inf
+    b_least, b_most = _b_range(ctx, lkey, lo, {"none" if zb else x.recompute for x in configs}, zb)
     b_lo, b_hi = list(b_least), list(b_most)
     f_lo, f_hi = list(sh.f_pass), list(sh.f_pass)
     if ctx.is_moe:
-        ep = [_ep_exposed(ctx, sh, m, pp, o) for o in overlaps]
+        ep = [
+            _ep_exposed(ctx, sh, m, pp, o) for o in {bool(getattr(c, "ep_overlap", False)) for c in configs}
+        ]
         f_lo[0] += min(e[0] for e in ep)
         f_hi[0] += max(e[0] for e in ep)
         b_lo[0] += min(e[1] for e in ep)
         b_hi[0] += max(e[1] for e in ep)
-    w = sh.w_pass if zb else sh.no_w
-    c = _send_seconds(ctx, lkey[0], lkey[3], lkey[4], pp, dp)
-    step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), (f_hi, b_hi, w) if bubble else None, c)
+    step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), (f_hi, b_hi, w), c)
     return ctx.tokens_per_step / step / ctx.world if step > 0 else math.inf
 
 
