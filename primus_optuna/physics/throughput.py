@@ -743,8 +743,8 @@ def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = Tru
     """An upper bound on the uncalibrated :func:`estimate_throughput` ``tokens_per_s_per_gpu`` of every one of
     ``configs`` (alike in :func:`layout_of`; their recompute values and ``ep_overlap`` may differ), at a
     fraction of an estimate's cost: the step is at least the pipeline's
-    (:func:`~.pipeline.step_lower_bound`, with the pass durations of the fastest and the slowest of them),
-    the data-parallel collectives, the optimizer step and the gradient additions being non-negative. For finding
+    (:func:`~.pipeline.step_lower_bound`, with the pass durations of the fastest and the slowest of them) and
+    what follows it (:func:`_after_pipeline_least`), the gradient additions being non-negative. For finding
     the best of a space without estimating every configuration (:func:`~.plan.best_fitting`).
 
     ``bubble=False``: a looser bound, cheaper, of every configuration of the first one's layout (whatever its
@@ -774,6 +774,7 @@ def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = Tru
         b_lo[0] += min(e[1] for e in ep)
         b_hi[0] += max(e[1] for e in ep)
     step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), (f_hi, b_hi, w), c)
+    step += _after_pipeline_least(ctx, lkey, lo, dp, zb)
     return ctx.tokens_per_step / step / ctx.world if step > 0 else math.inf
 
 
@@ -901,10 +902,7 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     klass = lo.mix.stage_class[s]
     # the busiest stage: its layers of each kind (then its output layers), its data-parallel collectives and
     # optimizer step (after the pipeline), and its compute terms per micro-batch
-    skey = (lkey, dp, klass)
-    st = ctx.stage_terms.get(skey)
-    if st is None:
-        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, s, klass, dp, zb)
+    st = _class_terms(ctx, lkey, lo, klass, dp, zb)
     counts, dense, expert, rs, ag, optimizer, attention, mlp, other, tp_t, cp_t = st
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
@@ -954,6 +952,32 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
     return ThroughputEstimate(step, tps, mfu, bd, s, m, timing.class_work, timing.stage_class)
+
+
+def _class_terms(
+    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, klass: int, dp: int, zb: bool
+) -> tuple[Any, ...]:
+    """:func:`_stage_terms` of the first stage of class ``klass`` (memoised)."""
+    skey = (lkey, dp, klass)
+    st = ctx.stage_terms.get(skey)
+    if st is None:
+        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, lo.mix.class_stage[klass], klass, dp, zb)
+    return st
+
+
+def _after_pipeline_least(ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, dp: int, zb: bool) -> float:
+    """At least the step's time after the pipeline whichever stage is the busiest: its exposed data-parallel
+    collectives (at most ``1 - dp_tail`` of each hidden) and its optimizer step, as :func:`_estimate` adds them."""
+    keep = 1.0 - ctx.k.overlap_interference
+    least = math.inf
+    for klass in range(len(lo.mix.classes)):
+        rs, ag, optimizer = _class_terms(ctx, lkey, lo, klass, dp, zb)[3:6]
+        if ctx.overlap_grad_reduce and not zb:
+            dp_least = (rs - keep * ((1 - ctx.k.dp_tail) * rs)) + (ag - keep * ((1 - ctx.k.dp_tail) * ag))
+        else:
+            dp_least = rs + ag
+        least = min(least, dp_least + optimizer)
+    return max(0.0, least)
 
 
 def _stage_terms(ctx: _Context, lo: _LayoutTerms, s: int, klass: int, dp: int, zb: bool) -> tuple[Any, ...]:
