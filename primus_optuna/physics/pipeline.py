@@ -1001,9 +1001,9 @@ def step_lower_bound(
     so there it is at least as long as the path that runs micro-batch 0's forwards up to stage ``s``, every
     pass of stage ``s`` in its order, and (1F1B, interleaved, whose stage ``s`` ends with the backward of the
     last micro-batch) that micro-batch's backwards from stage ``s`` down: the pipeline's fill and drain. The
-    quantisation (:func:`_rounding`) lengthens each pass by at most ``ρ`` times its quantised duration, so ``P``
-    re-timed keeps at least ``1 − ρ`` of its quantised length, and the path above loses at most what rounding
-    takes from its passes."""
+    quantisation (:func:`_rounding`) lengthens each pass by at most ``ρ`` times its quantised duration (the
+    most it adds over the least it leaves), so ``P`` re-timed keeps at least ``1 − ρ`` of its quantised length,
+    and the path above loses at most what rounding takes from its passes."""
     f_lo, b_lo, w_lo = lo
     kr = range(len(f_lo))
     work = []
@@ -1033,16 +1033,18 @@ def step_lower_bound(
     rho = 0.0
     for kind, n, links in terms.passes:
         d, r = durations[kind], rounding[kind]
-        x = links * c if in_pass else 0.0
+        # its duration, and what rounding adds to it (with the transfer into it, asynchronous) or takes from it
+        x, down = (links * c, links * down_c) if in_pass else (0.0, 0.0)
         up = links * up_c
         for j in kr:
             x += n[j] * d[j]
             up += n[j] * r[j][0]
+            down += n[j] * r[j][1]
         if up <= 0.0:
             continue
-        if x <= up:
-            return busy  # rounding may double this pass: no bound on the re-timing's loss
-        rho = max(rho, up / (x - up))
+        if x <= down:
+            return busy  # it may quantise to nothing: no bound on the re-timing's loss
+        rho = max(rho, up / (x - down))
     if rho >= 1.0:
         return busy
     ms = min(m, M_CAP_PER_STAGE * mix.pp)
