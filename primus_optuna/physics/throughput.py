@@ -767,7 +767,7 @@ def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = Tru
     f_lo, f_hi = list(sh.f_pass), list(sh.f_pass)
     if ctx.is_moe:
         ep = [
-            _ep_exposed(ctx, sh, m, pp, o) for o in {bool(getattr(c, "ep_overlap", False)) for c in configs}
+            _ep_exposed(ctx, sh, m, pp, o) for o in {bool(getattr(x, "ep_overlap", False)) for x in configs}
         ]
         f_lo[0] += min(e[0] for e in ep)
         f_hi[0] += max(e[0] for e in ep)
@@ -835,8 +835,9 @@ def _recompute_per_kind(
 def _b_range(
     ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, recomputes: set[str], zb: bool
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """At most and at least each B pass of a layout under any of the recompute values: without and with the
-    most any of them re-runs (``full:N`` re-runs at most what ``full`` does; memoised per shape)."""
+    """The least and the most each B pass of a layout lasts under any of the recompute values: without
+    recomputing, and with the most any of them re-runs (``full:N`` re-runs at most what ``full`` does; memoised
+    per shape)."""
     if len(recomputes) == 1:
         b_rec = _recomputed(ctx, lkey, lo, next(iter(recomputes)), zb)[1]
         return b_rec, b_rec
