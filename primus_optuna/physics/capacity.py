@@ -25,8 +25,8 @@ from ..space import Space, TrainingConfig
 from ..space.megatron_args import export_refusal, uses_primus
 from ..spec.hardware import GPU_CATALOG, MXFP8_GPUS, GPUSpec, catalog_node, gpu_key
 from ..spec.study import StudySpec
-from .memory import estimate_memory, peak_memory_all
-from .plan import PlanEntry, best_fitting
+from .memory import estimate_memory, peak_memory_all, peaks_key
+from .plan import PlanEntry, best_fitting, gc_paused
 from .throughput import estimate_throughput
 from .uncertainty import estimate_band
 
@@ -381,7 +381,34 @@ def _memory_reason(spec: StudySpec, space: Space) -> str:
     )
 
 
-def _row(spec: StudySpec, t: GpuType, world: int, batch: str) -> tuple[CapacityRow, StudySpec | None]:
+class _Reuse:
+    """The enumerations and peak memories of the cells planned so far, for the cells alike (one size on GPU types
+    of the same node size and launcher enumerate the same space; their peaks differ only in the usable memory)."""
+
+    def __init__(self) -> None:
+        self.spaces: dict[tuple[Any, ...], Space] = {}
+        self.peaks: dict[tuple[Any, ...], tuple[list[TrainingConfig], list[float]]] = {}
+
+    def space(self, sw: StudySpec) -> Space:
+        space = Space(sw)
+        key = (space.facts, tuple((a, tuple(v)) for a, v in space.candidates.items()))
+        other = self.spaces.get(key)
+        if other is None or not space.adopt_enumeration(other):
+            self.spaces[key] = space
+        return space
+
+    def peak_memory(self, sw: StudySpec, space: Space) -> list[float]:
+        configs = space.configs()
+        key = (peaks_key(sw), id(configs))
+        hit = self.peaks.get(key)
+        if hit is None:
+            hit = self.peaks[key] = (configs, peak_memory_all(sw, configs)[0])  # holds the list: its id stays
+        return hit[1]
+
+
+def _row(
+    spec: StudySpec, t: GpuType, world: int, batch: str, reuse: _Reuse | None = None
+) -> tuple[CapacityRow, StudySpec | None]:
     """The row of ``world`` GPUs of type ``t``, and the study at that size (None when it is refused)."""
     row = CapacityRow(t.name, world, global_batch_size=_scaled_gbs(spec, world, batch))
     layout = t.layout(world)
@@ -394,12 +421,13 @@ def _row(spec: StudySpec, t: GpuType, world: int, batch: str) -> tuple[CapacityR
         row.why_not, row.why_kind = str(exc), "spec"
         return row, None
     row.nodes, row.gpus_per_node = sw.cluster.nodes, sw.cluster.gpus_per_node
-    space = Space(sw)
+    reuse = reuse or _Reuse()
+    space = reuse.space(sw)
     if space.empty:
         why = _batch_reason(space)
         row.why_not, row.why_kind = (why, "batch") if why else (space.explain_empty(limit=50_000), "rules")
         return row, sw
-    row.best, row.legal_configs, row.feasible_configs = best_fitting(sw, space)
+    row.best, row.legal_configs, row.feasible_configs = best_fitting(sw, space, reuse.peak_memory(sw, space))
     if row.best is None:
         row.why_not, row.why_kind = _memory_reason(sw, space), "memory"
     return row, sw
@@ -444,23 +472,29 @@ def capacity_table(
         days=days,
         prices=check_prices(prices or {}, types),
     )
-    for t in types:
-        if t.excluded is None:
-            _fill_type(table, spec, t, band)
+    reuse = _Reuse()
+    with gc_paused():  # each cell allocates tens of thousands of acyclic configurations
+        for t in types:
+            if t.excluded is None:
+                _fill_type(table, spec, t, band, reuse)
     _answer(table)
     return table
 
 
-def _fill_type(table: CapacityTable, spec: StudySpec, t: GpuType, band: BandFn | None) -> None:
+def _fill_type(
+    table: CapacityTable, spec: StudySpec, t: GpuType, band: BandFn | None, reuse: _Reuse | None = None
+) -> None:
     """The rows of type ``t`` at the requested sizes (and beyond, doubling, when none fits), their metrics,
     scaling efficiency and the notes on sizes that give fewer tokens per day than a smaller one."""
-    rows: list[tuple[CapacityRow, StudySpec | None]] = [_row(spec, t, n, table.batch) for n in table.sizes]
+    rows: list[tuple[CapacityRow, StudySpec | None]] = [
+        _row(spec, t, n, table.batch, reuse) for n in table.sizes
+    ]
     n = table.sizes[-1]
     while not any(r.fits for r, _ in rows) and n < GROWTH_LIMIT * table.sizes[-1]:
         if rows[-1][0].why_kind == "batch" and table.batch == "fixed":
             break  # more GPUs only split the same batch further
         n *= 2
-        rows.append(_row(spec, t, n, table.batch))
+        rows.append(_row(spec, t, n, table.batch, reuse))
     fitting = [r for r, _ in rows if r.fits]
     table.smallest_fit[t.name] = fitting[0].gpus if fitting else None
     base = fitting[0].tokens_per_s_per_gpu if fitting else 0.0

@@ -62,7 +62,7 @@ from .shapes import (
     embedding_params,
     output_params,
 )
-from .spec_cache import per_spec
+from .spec_cache import MAX_SPECS, per_spec
 
 # --- documented constants ------------------------------------------------------------------------------------
 WEIGHT_BYTES = 2
@@ -202,6 +202,10 @@ class MemoryEstimate:
 
 
 # --- per-spec context ------------------------------------------------------------------------------------------
+_TABLES: dict[tuple[Any, ...], tuple[dict[Any, Any], ...]] = {}
+"""the memo tables of :class:`_Context`, by :func:`peaks_key`"""
+
+
 class _Context:
     """Study-level constants and memo tables (valid for one spec object)."""
 
@@ -235,6 +239,21 @@ class _Context:
             tuple[Any, ...], list[tuple[float, float, float, float, float, int, int, bool]]
         ] = {}
         self.static_sums: dict[tuple[Any, ...], tuple[list[float], float, float]] = {}
+        # the memo tables read nothing of the GPU: studies alike but for it (capacity planning) share them
+        if len(_TABLES) > MAX_SPECS:
+            _TABLES.clear()
+        tables = (
+            self.shapes,
+            self.acts,
+            self.mixes,
+            self.stage_acts,
+            self.params,
+            self.static,
+            self.static_sums,
+        )
+        (self.shapes, self.acts, self.mixes, self.stage_acts, self.params, self.static, self.static_sums) = (
+            _TABLES.setdefault(peaks_key(spec), tables)
+        )
 
     def shape(self, tp: int, cp: int, ep: int, mbs: int) -> LayerShape:
         key = (tp, cp, ep, mbs)
@@ -488,6 +507,23 @@ def peak_memory_gib(spec: StudySpec, config: Any) -> tuple[float, float]:
     float: see :func:`peak_memory_all`)."""
     peaks, usable = peak_memory_all(spec, [config])
     return peaks[0], usable
+
+
+def usable_gib(spec: StudySpec) -> float:
+    """The memory a configuration may use (GiB): the GPU's, less ``search.memory_safety_margin``."""
+    return _context(spec).usable_gib
+
+
+def peaks_key(spec: StudySpec) -> tuple[Any, ...]:
+    """What :func:`peak_memory_all`'s peaks read of a study: two studies with equal keys give the same peaks of
+    the same configurations (the GPU is read for its memory size only, which sets the usable figure alone)."""
+    return (
+        spec.model.model_dump_json(),
+        spec.workload.model_dump_json(),
+        spec.pipeline.model_dump_json(),
+        spec.world,
+        spec.cluster.gpus_per_node,
+    )
 
 
 def peak_memory_all(spec: StudySpec, configs: list[Any]) -> tuple[list[float], float]:

@@ -32,6 +32,7 @@ pass durations normalised and rounded to 1/50 of the mean chunk's work.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache, reduce
@@ -1006,3 +1007,138 @@ def bubble_fraction(
     """Bubble / step time (uniform stages)."""
     t = pipeline_timing(schedule, pp, vpp, m, f, b, w, c)
     return t.bubble / t.step if t.step else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _BoundTerms:
+    """What :func:`step_lower_bound` needs of one :class:`ChunkMix`, built once per mix: its distinct passes,
+    and per stage class the path through one of its stages."""
+
+    passes: tuple[tuple[int, tuple[float, ...], int], ...]
+    """(F 0 / B 1 / W 2, per kind count, blocking sends in it and asynchronous transfers into it)"""
+    paths: tuple[tuple[tuple[float, ...], tuple[float, ...], int, int, int], ...]
+    """per stage class, of its last stage ``s``: the forward counts per kind of the chunks before ``s`` (the
+    head), the backward counts of the same chunks (the tail: 1F1B and interleaved only), the sends and
+    transfers on head and tail, the class, and the sends and transfers of one micro-batch of the stage's
+    passes"""
+
+
+@lru_cache(maxsize=4096)
+def _bound_terms(mix: ChunkMix) -> _BoundTerms:
+    schedule, pp, nv = mix.schedule, mix.pp, len(mix.counts)
+    asynchronous, zb = schedule == "interleaved", schedule in ("zb1p", "zbv")
+    st = [stage_of(schedule, pp, k) for k in range(nv)]
+    kinds = range(len(mix.res))
+
+    def cross(k: int, j: int) -> int:
+        return int(0 <= j < nv and st[j] != st[k])
+
+    # per chunk, the sends in (blocking) or transfers into (asynchronous) its F and B passes
+    f_link = [cross(k, k - 1) if asynchronous else cross(k, k + 1) for k in range(nv)]
+    b_link = [cross(k, k + 1) if asynchronous else cross(k, k - 1) for k in range(nv)]
+    passes = {(0, mix.counts[k], f_link[k]) for k in range(nv)}
+    passes |= {(1, mix.counts[k], b_link[k]) for k in range(nv)}
+    if zb:
+        passes |= {(2, mix.counts[k], 0) for k in range(nv)}
+    stage_links = [0] * pp
+    for k in range(nv):
+        stage_links[st[k]] += f_link[k] + b_link[k]
+    last_of = {mix.stage_class[s]: s for s in range(pp)}
+    paths = []
+    for klass, s in sorted(last_of.items()):
+        # stage s's first pass is F(s, 0): the head runs micro-batch 0's forwards on the chunks before it
+        head = tuple(sum(mix.counts[k][j] for k in range(s)) for j in kinds)
+        links = sum(f_link[k] for k in range(1, s + 1)) if asynchronous else sum(f_link[:s])
+        tail = (0.0,) * len(head)
+        if not zb:  # its last pass is B(s, m-1): that micro-batch's backwards on the chunks before follow
+            tail = head
+            links += sum(b_link[:s])
+        paths.append((head, tail, links, klass, stage_links[s]))
+    return _BoundTerms(tuple(sorted(passes)), tuple(paths))
+
+
+def _rounding(lo: float, hi: float, grid: float, unit_lo: float, unit_hi: float) -> tuple[float, float]:
+    """The most that rounding ``x`` to a multiple of ``unit/grid`` (as the simulation's key does) adds to it and
+    takes from it, over ``x`` in ``[lo, hi]`` and ``unit`` in ``[unit_lo, unit_hi]`` (seconds)."""
+    if unit_lo <= 0.0:
+        return math.inf, math.inf
+    step = unit_hi / grid
+    a, b = lo * grid / unit_hi, hi * grid / unit_lo
+    k = math.floor(a + 0.5)
+    if b >= k + 0.5 - 1e-9 or a <= k - 0.5 + 1e-9:  # a half step (ties round to even) may lie between
+        return 0.5 * step, 0.5 * step
+    return max(0.0, k - a) * step, max(0.0, b - k) * step
+
+
+def step_lower_bound(
+    mix: ChunkMix,
+    m: int,
+    lo: tuple[Sequence[float], Sequence[float], Sequence[float]],
+    hi: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,
+    c: float,
+) -> float:
+    """A lower bound on :func:`mixed_pipeline_timing`'s ``step`` for every set of pass durations between ``lo``
+    and ``hi`` (per kind ``(f, b, w)``, componentwise; ``c`` one send), at the cost of a few sums (``hi`` None:
+    the busy time of ``lo`` only).
+
+    The step is ``max(m·busy, span + (m − ms)·busy)``, ``span`` being the simulated critical path ``P`` re-timed
+    with the exact durations. ``P`` is a longest path of the simulation's pass graph at the quantised durations,
+    so there it is at least as long as the path that runs micro-batch 0's forwards up to stage ``s``, every
+    pass of stage ``s`` in its order, and (1F1B, interleaved, whose stage ``s`` ends with the backward of the
+    last micro-batch) that micro-batch's backwards from stage ``s`` down: the pipeline's fill and drain. The
+    quantisation (:func:`_rounding`) lengthens each pass by at most ``ρ`` times its quantised duration (the
+    most it adds over the least it leaves), so ``P`` re-timed keeps at least ``1 − ρ`` of its quantised length,
+    and the path above loses at most what rounding takes from its passes."""
+    f_lo, b_lo, w_lo = lo
+    kr = range(len(f_lo))
+    work = []
+    for n, sends in mix.classes:
+        x = sends * c
+        for j in kr:
+            x += n[j] * (f_lo[j] + b_lo[j] + w_lo[j])
+        work.append(x)
+    per_mb = max(work)
+    busy = m * per_mb
+    if mix.pp == 1 or hi is None:
+        return busy
+    f_hi, b_hi, w_hi = hi
+    unit_lo = unit_hi = 2 * c
+    for j in kr:
+        unit_lo += mix.mean[j] * (f_lo[j] + b_lo[j] + w_lo[j])
+        unit_hi += mix.mean[j] * (f_hi[j] + b_hi[j] + w_hi[j])
+    res = mix.res
+    rounding = [
+        [_rounding(lo_[j], hi_[j], res[j], unit_lo, unit_hi) for j in kr]
+        for lo_, hi_ in ((f_lo, f_hi), (b_lo, b_hi), (w_lo, w_hi))
+    ]
+    up_c, down_c = _rounding(c, c, _RES, unit_lo, unit_hi)
+    terms = _bound_terms(mix)
+    durations = (f_lo, b_lo, w_lo)
+    in_pass = mix.schedule != "interleaved"  # blocking sends are part of their pass; transfers are not
+    rho = 0.0
+    for kind, n, links in terms.passes:
+        d, r = durations[kind], rounding[kind]
+        # its duration, and what rounding adds to it (with the transfer into it, asynchronous) or takes from it
+        x, down = (links * c, links * down_c) if in_pass else (0.0, 0.0)
+        up = links * up_c
+        for j in kr:
+            x += n[j] * d[j]
+            up += n[j] * r[j][0]
+            down += n[j] * r[j][1]
+        if up <= 0.0:
+            continue
+        if x <= down:
+            return busy  # it may quantise to nothing: no bound on the re-timing's loss
+        rho = max(rho, up / (x - down))
+    if rho >= 1.0:
+        return busy
+    ms = min(m, M_CAP_PER_STAGE * mix.pp)
+    longest = 0.0
+    for head, tail, links, klass, stage_links in terms.paths:
+        n = mix.classes[klass][0]
+        x = links * (c - down_c) + ms * (work[klass] - stage_links * down_c)
+        for j in kr:
+            x += head[j] * (f_lo[j] - rounding[0][j][1]) + tail[j] * (b_lo[j] - rounding[1][j][1])
+            x -= ms * n[j] * (rounding[0][j][1] + rounding[1][j][1] + rounding[2][j][1])
+        longest = max(longest, x)
+    return max(busy, (1.0 - rho) * longest + (m - ms) * per_mb)

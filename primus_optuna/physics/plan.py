@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import gc
+import heapq
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,8 +22,14 @@ from typing import Any
 from ..space import Space, TrainingConfig
 from ..spec.study import StudySpec
 from .calibration import Calibration
-from .memory import MemoryEstimate, estimate_memory, peak_memory_all
-from .throughput import ThroughputEstimate, estimate_throughput, estimate_throughput_all, throughput_bounds
+from .memory import MemoryEstimate, estimate_memory, peak_memory_all, usable_gib
+from .throughput import (
+    ThroughputEstimate,
+    estimate_throughput,
+    estimate_throughput_all,
+    layout_of,
+    throughput_bound,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +152,7 @@ def no_fit_message(
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: ranking a space allocates tens of thousands of acyclic objects
     (configurations, estimates, entries), and the collections they trigger scan every live object (0.1-0.2 s
     of a plan). Reference counting still frees everything; the collector's previous state is restored."""
@@ -165,7 +172,7 @@ def plan_space(
     calibration: Calibration | None = None,
 ) -> PlanResult:
     """Estimate every legal configuration, drop those that do not fit, rank the rest (best first)."""
-    with _gc_paused():
+    with gc_paused():
         return _plan_space(spec, space, top, calibration)
 
 
@@ -212,33 +219,62 @@ def _plan_space(
 
 
 BOUND_SLACK = 1e-9
-"""relative slack on :func:`~.throughput.throughput_bounds` (the step is summed in another order than the bound's
-busy time: a rounding must not stop the search early)"""
+"""relative slack on :func:`~.throughput.throughput_bound` (the step is summed in another order than the
+bound's: a rounding must not stop the search early)"""
 
 
-def best_fitting(spec: StudySpec, space: Space | None = None) -> tuple[PlanEntry | None, int, int]:
+def best_fitting(
+    spec: StudySpec, space: Space | None = None, peaks: list[float] | None = None
+) -> tuple[PlanEntry | None, int, int]:
     """``plan_space(spec, space, top=1).top[0]`` (None when nothing fits), the legal and the fitting counts, with
     the step time estimated only for the configurations whose throughput bound beats the best found so far
-    (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order): configurations
-    in the order of a bound that ignores the recompute, each checked against its own bound first."""
-    with _gc_paused():
+    (uncalibrated; the same entry, ties broken alike: by peak memory, then the space's order).
+
+    Best first: the fitting configurations are grouped by layout (:func:`~.throughput.layout_of`), each group
+    bounded by the pipeline's busy time; the item of the highest bound is taken: a group's bound is tightened
+    with the pipeline's fill and drain (:func:`~.throughput.throughput_bound`), a tight group's configurations
+    are put back each with its own bound, a configuration is estimated; the search ends when no bound left
+    reaches the best estimate. ``peaks``: :func:`~.memory.peak_memory_all`'s of the space when known."""
+    with gc_paused():
         space = space or Space(spec)
         configs = space.configs()
-        peaks, usable = peak_memory_all(spec, configs)
-        fit = [i for i, peak in enumerate(peaks) if peak <= usable]
-        coarse = throughput_bounds(spec, [configs[i] for i in fit], recompute=False)
+        if peaks is None:
+            peaks, usable = peak_memory_all(spec, configs)
+        else:
+            usable = usable_gib(spec)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        fitting = 0
+        for i, (config, peak) in enumerate(zip(configs, peaks, strict=True)):
+            if peak <= usable:
+                key = layout_of(config)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [i]
+                else:
+                    group.append(i)
+                fitting += 1
+        # (-bound, tie, 0 busy-time bound of a group / 1 tight bound of a group / 2 a configuration's, what)
+        heap: list[tuple[float, int, int, Any]] = [
+            (-throughput_bound(spec, [configs[g[0]]], bubble=False), n, 0, g)
+            for n, g in enumerate(groups.values())
+        ]
+        heapq.heapify(heap)
+        tie = len(heap)
         best: tuple[tuple[float, float, int], PlanEntry] | None = None
-        for k in sorted(range(len(fit)), key=coarse.__getitem__, reverse=True):
-            if best is not None and coarse[k] * (1 + BOUND_SLACK) < -best[0][0]:
-                break  # no configuration left can reach the best
-            i = fit[k]
-            if (
-                best is not None
-                and throughput_bounds(spec, [configs[i]])[0] * (1 + BOUND_SLACK) < -best[0][0]
-            ):
-                continue  # its recompute keeps it below the best
-            est = estimate_throughput(spec, configs[i])
-            key = (-est.tokens_per_s_per_gpu, peaks[i], i)
-            if best is None or key < best[0]:
-                best = (key, PlanEntry(configs[i], est, peaks[i], True))
-        return (best[1] if best else None), len(configs), len(fit)
+        while heap and (best is None or -heap[0][0] * (1 + BOUND_SLACK) >= -best[0][0]):
+            bound, n, level, what = heapq.heappop(heap)
+            bound = -bound
+            if level == 0:
+                heapq.heappush(heap, (-throughput_bound(spec, [configs[i] for i in what]), n, 1, what))
+            elif level == 1 and len(what) == 1:
+                heapq.heappush(heap, (-bound, n, 2, what[0]))  # its own bound
+            elif level == 1:
+                for i in what:
+                    tie += 1
+                    heapq.heappush(heap, (-throughput_bound(spec, [configs[i]]), tie, 2, i))
+            else:
+                est = estimate_throughput(spec, configs[what])
+                key = (-est.tokens_per_s_per_gpu, peaks[what], what)
+                if best is None or key < best[0]:
+                    best = (key, PlanEntry(configs[what], est, peaks[what], True))
+        return (best[1] if best else None), len(configs), fitting

@@ -49,6 +49,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, g
 from .layer_mix import StageMix, chunk_counts, even_fallback, rank_layer_params, stage_mixes
 from .measured import ProfileTerms, profile_constants
 from .network import study_topology
-from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing
+from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing, step_lower_bound
 from .shapes import embedding_params, output_params
 from .spec_cache import per_spec
 
@@ -299,6 +300,7 @@ class _Context:
         self.layouts: dict[tuple[Any, ...], _LayoutTerms] = {}
         self.shapes: dict[tuple[Any, ...], _ShapeTerms] = {}
         self.recs: dict[tuple[Any, ...], tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        self.rec_most: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self.p2p: dict[tuple[int, ...], float] = {}
         self.stage_terms: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.gaf = w.gradient_accumulation_fusion
@@ -784,36 +786,50 @@ def estimate_throughput_all(
     return [_estimate(ctx, c, calibration) for c in configs]
 
 
-def throughput_bounds(spec: StudySpec, configs: list[Any], recompute: bool = True) -> list[float]:
-    """Upper bounds on the uncalibrated :func:`estimate_throughput` ``tokens_per_s_per_gpu`` of each
-    configuration, at a fraction of its cost: the step is at least ``m`` times the busiest stage's passes (the
-    pipeline's busy time), here without the expert-parallel exchange, the sends, the bubble, the data-parallel
-    collectives and the optimizer step (each non-negative). ``recompute=False``: without what the recompute
-    value re-runs too (one bound for every recompute value of a layout, cheaper). For finding the best of a
-    space without estimating every configuration (:func:`~.plan.best_fitting`)."""
+def layout_of(config: Any) -> tuple[Any, ...]:
+    """The axes that :func:`throughput_bound` needs configurations to share (all but the recompute value and
+    ``ep_overlap``)."""
+    return (config.tp, config.pp, config.ep, config.cp, config.mbs, config.vpp, config.pp_schedule,
+            config.moe_dispatcher, config.dp, config.num_microbatches)  # fmt: skip
+
+
+def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = True) -> float:
+    """An upper bound on the uncalibrated :func:`estimate_throughput` ``tokens_per_s_per_gpu`` of every one of
+    ``configs`` (alike in :func:`layout_of`; their recompute values and ``ep_overlap`` may differ), at a
+    fraction of an estimate's cost: the step is at least the pipeline's
+    (:func:`~.pipeline.step_lower_bound`, with the pass durations of the fastest and the slowest of them) and
+    what follows it (:func:`_after_pipeline_least`), the gradient additions being non-negative. For finding
+    the best of a space without estimating every configuration (:func:`~.plan.best_fitting`).
+
+    ``bubble=False``: a looser bound, cheaper, of every configuration of the first one's layout (whatever its
+    recompute value and ``ep_overlap``): the pipeline's busy time with the passes at their fastest."""
     ctx = _context(spec)
-    out = []
-    memo: dict[tuple[Any, ...], float] = {}  # the bound reads every axis but ep_overlap (and recompute)
-    for config in configs:
-        key = (config.tp, config.pp, config.ep, config.cp, config.mbs, config.vpp, config.pp_schedule,
-               config.moe_dispatcher, config.recompute if recompute else None, config.dp,
-               config.num_microbatches)  # fmt: skip
-        bound = memo.get(key)
-        if bound is None:
-            if recompute:
-                m, zb, lo, _, b_rec = _passes(ctx, config)[6:]
-            else:
-                m, zb, lo = _layout(ctx, config)[6:9]
-                b_rec = lo.shape.b_pass_zb if zb else lo.shape.b_pass
-            sh = lo.shape
-            w = sh.w_pass if zb else sh.no_w
-            unit = [f + b + x for f, b, x in zip(sh.f_pass, b_rec, w, strict=True)]
-            per_mb = max(
-                sum(n * u for n, u in zip(counts, unit, strict=False)) for counts, _ in lo.mix.classes
-            )
-            bound = memo[key] = ctx.tokens_per_step / (m * per_mb) / ctx.world if per_mb > 0 else math.inf
-        out.append(bound)
-    return out
+    _, pp, _, _, lkey, dp, m, zb, lo, _ = _layout(ctx, configs[0])
+    sh = lo.shape
+    w = sh.w_pass if zb else sh.no_w
+    c = _send_seconds(ctx, lkey[0], lkey[3], lkey[4], pp, dp)
+    if not bubble:  # recomputing re-runs a non-negative time; ep_overlap hides at most what it does with it
+        f_lo, b_lo = sh.f_pass, sh.b_pass_zb if zb else sh.b_pass
+        if ctx.is_moe:
+            (f0, b0), (f1, b1) = _ep_exposed(ctx, sh, m, pp, False), _ep_exposed(ctx, sh, m, pp, True)
+            f_lo = (f_lo[0] + min(f0, f1), *f_lo[1:])
+            b_lo = (b_lo[0] + min(b0, b1), *b_lo[1:])
+        step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), None, c)
+        return ctx.tokens_per_step / step / ctx.world if step > 0 else math.inf
+    b_least, b_most = _b_range(ctx, lkey, lo, {"none" if zb else x.recompute for x in configs}, zb)
+    b_lo, b_hi = list(b_least), list(b_most)
+    f_lo, f_hi = list(sh.f_pass), list(sh.f_pass)
+    if ctx.is_moe:
+        ep = [
+            _ep_exposed(ctx, sh, m, pp, o) for o in {bool(getattr(x, "ep_overlap", False)) for x in configs}
+        ]
+        f_lo[0] += min(e[0] for e in ep)
+        f_hi[0] += max(e[0] for e in ep)
+        b_lo[0] += min(e[1] for e in ep)
+        b_hi[0] += max(e[1] for e in ep)
+    step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), (f_hi, b_hi, w), c)
+    step += _after_pipeline_least(ctx, lkey, lo, dp, zb)
+    return ctx.tokens_per_step / step / ctx.world if step > 0 else math.inf
 
 
 def _layout(ctx: _Context, config: Any) -> tuple[Any, ...]:
@@ -836,29 +852,92 @@ def _layout(ctx: _Context, config: Any) -> tuple[Any, ...]:
 
 def _passes(ctx: _Context, config: Any) -> tuple[Any, ...]:
     """(tp, pp, cp, mbs, layout key, dp, m, zero-bubble, layout terms, recompute seconds per kind, B passes
-    with them) of ``config``: what :func:`_estimate` and :func:`throughput_bounds` share."""
+    with them) of ``config``: what :func:`_estimate` and :func:`throughput_bound` share."""
     tp, pp, cp, mbs, lkey, dp, m, zb, lo, recompute = _layout(ctx, config)
-    sh = lo.shape
+    recs, b_rec = _recomputed(ctx, lkey, lo, recompute, zb)
+    return tp, pp, cp, mbs, lkey, dp, m, zb, lo, recs, b_rec
+
+
+def _recomputed(
+    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, recompute: str, zb: bool
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(recompute seconds per kind, B passes with them) of a layout under a recompute value (memoised)."""
     # one layer of each kind (the model's own, an MoE model's dense layers), then the output layer, one
     # micro-batch: F, B (with what the recompute value re-runs) and W passes
     rkey = (lkey, recompute)
     hit = ctx.recs.get(rkey)
     if hit is None:
-        recs = tuple(
-            recompute_seconds(ctx, x.lay, recompute, tp, cp, mbs, lo.per_chunk)
-            + _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, x.moe)
-            for x in sh.kinds
-        )
+        sh = lo.shape
+        recs = _recompute_per_kind(ctx, sh, recompute, lkey[0], lkey[3], lkey[4], lo.per_chunk)
         # the B passes with what the recompute value re-runs (the output layer re-runs nothing)
         base = sh.b_pass_zb if zb else sh.b_pass
         hit = ctx.recs[rkey] = (recs, (*(b + r for b, r in zip(base, recs, strict=False)), base[-1]))
-    return tp, pp, cp, mbs, lkey, dp, m, zb, lo, hit[0], hit[1]
+    return hit
+
+
+def _recompute_per_kind(
+    ctx: _Context, sh: _ShapeTerms, recompute: str, tp: int, cp: int, mbs: int, per_chunk: float
+) -> tuple[float, ...]:
+    """Per kind of layer, the seconds ``recompute`` re-runs per layer and micro-batch."""
+    return tuple(
+        recompute_seconds(ctx, x.lay, recompute, tp, cp, mbs, per_chunk)
+        + _mla_shared_recompute_seconds(ctx, recompute, tp, cp, mbs, x.moe)
+        for x in sh.kinds
+    )
+
+
+def _b_range(
+    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, recomputes: set[str], zb: bool
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The least and the most each B pass of a layout lasts under any of the recompute values: without
+    recomputing, and with the most any of them re-runs (``full:N`` re-runs at most what ``full`` does; memoised
+    per shape)."""
+    if len(recomputes) == 1:
+        b_rec = _recomputed(ctx, lkey, lo, next(iter(recomputes)), zb)[1]
+        return b_rec, b_rec
+    sh = lo.shape
+    values = frozenset("full" if parse_recompute(r).is_full else r for r in recomputes)
+    key = (lkey[0], lkey[3], lkey[2], lkey[4], lkey[7], values)
+    most = ctx.rec_most.get(key)
+    if most is None:
+        recs = [_recompute_per_kind(ctx, sh, r, lkey[0], lkey[3], lkey[4], 1.0) for r in values]
+        most = ctx.rec_most[key] = tuple(max(col) for col in zip(*recs, strict=True))
+    base = sh.b_pass_zb if zb else sh.b_pass
+    return base, (*(b + r for b, r in zip(base, most, strict=False)), base[-1])
+
+
+def _ep_exposed(ctx: _Context, sh: _ShapeTerms, m: int, pp: int, overlap: bool) -> tuple[float, float]:
+    """The exposed expert-parallel dispatch/combine of one MoE layer and micro-batch, forward and backward."""
+    x = sh.kinds[0]  # the model's own kind (the first) holds the MoE layers
+    lay = x.lay
+    ep_f, ep_b = lay.ep_f, lay.ep_b
+    if overlap:
+        # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
+        # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
+        # vice versa, never more than that compute, and the hidden part still costs the interference
+        # fraction
+        keep = 1.0 - ctx.k.overlap_interference
+        steady = max(0, m - (pp if pp > 1 else 1)) / m
+        comp_f = x.lin + lay.core_f + lay.other_f
+        comp_b = 2 * x.lin + lay.core_b + 2 * lay.other_f
+        ep_f -= steady * keep * min(ep_f, comp_b)
+        ep_b -= steady * keep * min(ep_b, comp_f)
+    return ep_f, ep_b
+
+
+def _send_seconds(ctx: _Context, tp: int, cp: int, mbs: int, pp: int, dp: int) -> float:
+    """One pipeline send of a micro-batch's activations (memoised)."""
+    ckey = (tp, cp, mbs, pp, dp)
+    c = ctx.p2p.get(ckey)
+    if c is None:
+        msg = mbs * ctx.seq / cp * ctx.model.hidden_size / tp * ACT
+        c = ctx.p2p[ckey] = ctx.topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
+    return c
 
 
 def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> ThroughputEstimate:
     tp, pp, cp, mbs, lkey, dp, m, zb, lo, recs, b_rec = _passes(ctx, config)
     k = ctx.k
-    md = ctx.model
     is_moe = ctx.is_moe
     keep = 1.0 - k.overlap_interference
     sh = lo.shape
@@ -866,38 +945,19 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     b_pass = list(b_rec)
     ep_step = 0.0  # exposed dispatch/combine of one MoE layer and micro-batch
     if is_moe:  # the model's own kind (the first) holds the MoE layers
-        x = sh.kinds[0]
-        lay = x.lay
-        ep_f, ep_b = lay.ep_f, lay.ep_b
-        if getattr(config, "ep_overlap", False):
-            # Megatron's --overlap-moe-expert-parallel-comm: in the steady state one micro-batch's forward runs
-            # with another's backward, so the forward's dispatch/combine hides under the backward's compute and
-            # vice versa, never more than that compute, and the hidden part still costs the interference
-            # fraction
-            steady = max(0, m - (pp if pp > 1 else 1)) / m
-            comp_f = x.lin + lay.core_f + lay.other_f
-            comp_b = 2 * x.lin + lay.core_b + 2 * lay.other_f
-            ep_f -= steady * keep * min(ep_f, comp_b)
-            ep_b -= steady * keep * min(ep_b, comp_f)
+        ep_f, ep_b = _ep_exposed(ctx, sh, m, pp, getattr(config, "ep_overlap", False))
         f_pass[0] += ep_f
         b_pass[0] += ep_b
         ep_step = ep_f + ep_b
 
     # pipeline
-    ckey = (tp, cp, mbs, pp, dp)
-    c = ctx.p2p.get(ckey)
-    if c is None:
-        msg = mbs * ctx.seq / cp * md.hidden_size / tp * ACT
-        c = ctx.p2p[ckey] = ctx.topo.p2p(msg, Group(pp, tp * cp * dp)) if pp > 1 else 0.0
+    c = _send_seconds(ctx, tp, cp, mbs, pp, dp)
     timing = mixed_pipeline_timing(lo.mix, m, f_pass, b_pass, sh.w_pass if zb else sh.no_w, c)
     s = timing.stage
     klass = lo.mix.stage_class[s]
     # the busiest stage: its layers of each kind (then its output layers), its data-parallel collectives and
     # optimizer step (after the pipeline), and its compute terms per micro-batch
-    skey = (lkey, dp, klass)
-    st = ctx.stage_terms.get(skey)
-    if st is None:
-        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, s, klass, dp, zb)
+    st = _class_terms(ctx, lkey, lo, klass, dp, zb)
     counts, dense, expert, rs, ag, optimizer, attention, mlp, other, tp_t, cp_t = st
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
@@ -947,6 +1007,32 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     tps = ctx.tokens_per_step / step / ctx.world
     mfu = ctx.model_flops_step / (step * ctx.world * ctx.peak)
     return ThroughputEstimate(step, tps, mfu, bd, s, m, timing.class_work, timing.stage_class)
+
+
+def _class_terms(
+    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, klass: int, dp: int, zb: bool
+) -> tuple[Any, ...]:
+    """:func:`_stage_terms` of the first stage of class ``klass`` (memoised)."""
+    skey = (lkey, dp, klass)
+    st = ctx.stage_terms.get(skey)
+    if st is None:
+        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, lo.mix.class_stage[klass], klass, dp, zb)
+    return st
+
+
+def _after_pipeline_least(ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, dp: int, zb: bool) -> float:
+    """At least the step's time after the pipeline whichever stage is the busiest: its exposed data-parallel
+    collectives (at most ``1 - dp_tail`` of each hidden) and its optimizer step, as :func:`_estimate` adds them."""
+    keep = 1.0 - ctx.k.overlap_interference
+    least = math.inf
+    for klass in range(len(lo.mix.classes)):
+        rs, ag, optimizer = _class_terms(ctx, lkey, lo, klass, dp, zb)[3:6]
+        if ctx.overlap_grad_reduce and not zb:
+            dp_least = (rs - keep * ((1 - ctx.k.dp_tail) * rs)) + (ag - keep * ((1 - ctx.k.dp_tail) * ag))
+        else:
+            dp_least = rs + ag
+        least = min(least, dp_least + optimizer)
+    return max(0.0, least)
 
 
 def _stage_terms(ctx: _Context, lo: _LayoutTerms, s: int, klass: int, dp: int, zb: bool) -> tuple[Any, ...]:

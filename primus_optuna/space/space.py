@@ -216,6 +216,20 @@ class Space:
             raise SpecError(self.explain_empty())
         return configs
 
+    def adopt_enumeration(self, other: Space) -> bool:
+        """Take ``other``'s enumeration (:meth:`configs`, the same list) when it enumerates the same space: the
+        same facts, model, pipeline layout and candidates, all that the rules and the enumeration read. True when
+        taken (e.g. one cluster size of two GPU types alike in node size and launcher)."""
+        if (
+            self.facts != other.facts
+            or self.candidates != other.candidates
+            or self.spec.model != other.spec.model
+            or self.spec.pipeline != other.spec.pipeline
+        ):
+            return False
+        self.__dict__["_configs"] = other._configs
+        return True
+
     @property
     def empty(self) -> bool:
         """Whether no configuration is legal (:meth:`explain_empty` says why; :meth:`configs` raises it)."""

@@ -234,3 +234,28 @@ def test_a_size_the_study_refuses_says_why():
     row = table.rows("gb200")[0]  # one 4-GPU tray of a GB200 rack: search.max_tp 8 exceeds it
     assert not row.fits and row.why_kind == "spec" and "search.max_tp=8 exceeds the 4 GPUs" in row.why_not
     assert table.rows("h100")[0].why_kind == "node" and table.rows("gb200")[1].fits
+
+
+def test_cells_alike_share_the_enumeration_and_peaks_and_give_the_same_rows():
+    """H100 and H200 nodes (8 GPUs, Megatron-LM) enumerate the same space at a size: the table plans them from
+    one enumeration and one set of peaks, and each row is what planning its type alone gives (legal and fitting
+    counts, best configuration, throughput, peak); MI300X (Primus: zero-bubble schedules) enumerates its own."""
+    from primus_optuna.physics.capacity import _Reuse, _size_spec
+
+    spec = StudySpec.from_dict(small_dense_study())
+    types = resolve_gpu_types(spec, ["h100", "h200", "mi300x"])
+    reuse = _Reuse()
+    spaces = [reuse.space(_size_spec(spec, t, 16, "fixed")) for t in types]
+    assert spaces[1].configs() is spaces[0].configs()
+    assert spaces[2].configs() is not spaces[0].configs()
+    together = capacity_table(spec, [8, 16], ["h100", "h200", "mi300x"])
+    for t in ["h100", "h200", "mi300x"]:
+        alone = capacity_table(spec, [8, 16], [t])
+        for a, b in zip(together.rows(t), alone.rows(t), strict=True):
+            assert (a.legal_configs, a.feasible_configs) == (b.legal_configs, b.feasible_configs)
+            assert a.best is not None and b.best is not None
+            assert (a.best.config, a.tokens_per_s_per_gpu, a.best.peak_gib) == (
+                b.best.config,
+                b.tokens_per_s_per_gpu,
+                b.best.peak_gib,
+            )

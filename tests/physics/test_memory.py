@@ -577,3 +577,18 @@ def test_clamped_glu_keeps_its_clamped_copy_unless_moe_act_is_recomputed() -> No
     assert layer_activation_bytes(shape, "selective:moe_act") == layer_activation_bytes(
         plain, "selective:moe_act"
     )
+
+
+def test_peaks_key_names_what_the_peaks_read():
+    """Two studies alike but for the GPU give the same peaks (their usable memory differs) and share the memo
+    tables; another global batch changes the key."""
+    d = small_dense_study()
+    h100 = StudySpec.from_dict(d)
+    h200 = StudySpec.from_dict({**d, "cluster": {**d["cluster"], "gpu": "h200"}})
+    configs = Space(h100).configs()
+    assert mem.peaks_key(h100) == mem.peaks_key(h200)
+    assert mem.peak_memory_all(h100, configs)[0] == mem.peak_memory_all(h200, configs)[0]
+    assert mem.usable_gib(h100) < mem.usable_gib(h200)
+    assert mem._context(h100).stage_acts is mem._context(h200).stage_acts  # one set of memo tables
+    other = StudySpec.from_dict({**d, "workload": {**d["workload"], "global_batch_size": 128}})
+    assert mem.peaks_key(other) != mem.peaks_key(h100)

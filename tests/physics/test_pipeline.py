@@ -174,3 +174,43 @@ def test_uniform_pipeline_timing_is_the_mixed_one_with_alike_chunks() -> None:
 def test_chunk_mix_refuses_counts_that_do_not_match_the_chunks() -> None:
     with pytest.raises(ValueError, match="3 chunk counts for 8 chunks"):
         chunk_mix("interleaved", 4, 2, ((1.0,),) * 3)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb1p", "zbv"])
+def test_step_lower_bound_is_below_every_step_in_its_range(schedule: str) -> None:
+    """:func:`step_lower_bound` of a range of pass durations is at most the step of any durations in it (random
+    mixes of kinds, uneven chunks, sends), and beats the busy time where the bubble is large."""
+    import random
+
+    from primus_optuna.physics.pipeline import chunk_mix, mixed_pipeline_timing, n_virtual, step_lower_bound
+
+    rng = random.Random(schedule)
+    zb = schedule in ("zb1p", "zbv")
+    gained = 0
+    for _ in range(300):
+        pp = rng.choice([2, 3, 4, 8])
+        v = 2 if schedule == "zbv" else (rng.choice([2, 3, 4]) if schedule == "interleaved" else 1)
+        nv = n_virtual(schedule, pp, v)
+        kinds = rng.choice([1, 2])
+        counts = tuple(
+            (*(float(rng.choice([1, 2, 3, 3])) for _ in range(kinds)), 1.0 if k == nv - 1 else 0.0)
+            for k in range(nv)
+        )
+        mix = chunk_mix(schedule, pp, v, counts)
+        m = rng.choice([1, 2, 3, 4, 8, 16]) * (pp if schedule == "interleaved" else 1)
+        f_lo = [rng.uniform(0.2, 2.0) for _ in range(kinds + 1)]
+        b_lo = [x * rng.uniform(1.0, 3.0) for x in f_lo]
+        w_lo = [x * rng.uniform(0.5, 1.2) if zb else 0.0 for x in f_lo]
+        widen = [rng.choice([0.0, 0.0, rng.uniform(0.0, 0.6)]) for _ in range(3)]
+        hi = tuple([x * (1 + g) for x in d] for d, g in zip((f_lo, b_lo, w_lo), widen, strict=True))
+        c = rng.choice([0.0, rng.uniform(0.0, 0.3)])
+        bound = step_lower_bound(mix, m, (f_lo, b_lo, w_lo), hi, c)
+        for _ in range(3):  # durations inside the range
+            t = [
+                [lo_ + rng.random() * (h - lo_) for lo_, h in zip(d, dh, strict=True)]
+                for d, dh in zip((f_lo, b_lo, w_lo), hi, strict=True)
+            ]
+            step = mixed_pipeline_timing(mix, m, *t, c).step
+            assert bound <= step * (1 + 1e-12), (schedule, pp, v, m, counts)
+        gained += bound > mixed_pipeline_timing(mix, m, f_lo, b_lo, w_lo, c).busy * (1 + 1e-9)
+    assert gained > 30  # the fill (and drain) count

@@ -240,3 +240,17 @@ def test_a_layer_count_no_pp_divides_is_named_with_the_pipeline_section_as_the_f
     assert space.legal_values()["pp"] == [1]
     (line,) = [w for w in space.axis_warnings() if w.startswith("pp:")]
     assert "divides the model's 61 layers evenly; add a pipeline section" in line
+
+
+def test_adopt_enumeration_only_of_the_same_space():
+    """A space takes another's enumeration (the same list) when facts, model, pipeline layout and candidates are
+    the same, whatever the GPU; not when the world differs or the launcher adds schedules (Primus on AMD)."""
+    d = small_dense_study()
+    h100 = Space(StudySpec.from_dict(d))
+    h200 = Space(StudySpec.from_dict({**d, "cluster": {**d["cluster"], "gpu": "h200"}}))
+    assert h200.adopt_enumeration(h100) and h200.configs() is h100.configs()
+    mi300x = Space(StudySpec.from_dict({**d, "cluster": {**d["cluster"], "gpu": "mi300x"}}))
+    bigger = Space(StudySpec.from_dict({**d, "cluster": {**d["cluster"], "nodes": 2}}))
+    for other in (mi300x, bigger):
+        assert not other.adopt_enumeration(h100)
+        assert other.configs() is not h100.configs()
