@@ -149,6 +149,7 @@ def template_values(
     """The values templates may use; every config-derived value matches ``[A-Za-z0-9_.+-]*``."""
     values: dict[str, Any] = {
         **config.to_dict(),
+        **{a: getattr(config, a) for a in AXES},  # every axis, an optional one at its default too
         "world": spec.world,
         "nodes": spec.cluster.nodes,
         "gpus_per_node": spec.cluster.gpus_per_node,

@@ -547,7 +547,9 @@ class Planner:
         k_rank = len(ranking) if k_best >= N_BEST else min(len(ranking), k_best)
         return {
             "study": self.describe_study(),
-            "legal_values": _json(self.space.legal_values()),
+            "legal_values": _json(
+                {a: v for a, v in self.space.legal_values().items() if a in self.space.searched_axes}
+            ),
             "coupling_rules": self.rules_text(),
             "sweep_effects": _json(sweep_effects(trials)),
             "best_trials": _json(best_trials(trials, self.spec.search.multi_objective, k=k_best)),

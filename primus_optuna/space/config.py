@@ -26,6 +26,8 @@ _ALLOWED: tuple[tuple[str, frozenset[Any]], ...] = tuple(
 _BOOLS: tuple[str, ...] = tuple(a.name for a in AXIS_LIST if a.kind == "bool")
 _CANONICAL: tuple[str, ...] = tuple(a.name for a in AXIS_LIST if a.canonical is not None)
 """choice axes stored in canonical form (``recompute``)"""
+_ALWAYS: tuple[str, ...] = tuple(a.name for a in AXIS_LIST if not a.optional)
+_OPTIONAL: tuple[tuple[str, Any], ...] = tuple((a.name, a.default) for a in AXIS_LIST if a.optional)
 _CANONICAL_SEEN: dict[str, set[Any]] = {a: set() for a in _CANONICAL}
 """values already checked to be canonical (validation stays O(1) in bulk enumeration)"""
 
@@ -67,8 +69,13 @@ class _ConfigMethods:
         return dataclasses.replace(self, dp=0, num_microbatches=0, **changes)
 
     def to_params(self) -> dict[str, Any]:
-        """The ten axes as a dict (Optuna parameter names)."""
-        return {a: getattr(self, a) for a in AXES}
+        """The axes as a dict (Optuna parameter names); an optional axis only when it is not at its default (a
+        configuration of a study that does not search it reads the same as before the axis existed)."""
+        out = {a: getattr(self, a) for a in _ALWAYS}
+        for a, default in _OPTIONAL:
+            if getattr(self, a) != default:
+                out[a] = getattr(self, a)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """Axes plus the derived ``dp`` and ``num_microbatches``; each ``None`` where it is not derived or the

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import SpecError
-from ..spec.axes import ENUM_ORDER, REGISTRY
+from ..spec.axes import ENUM_ORDER, REGISTRY, unused_optional
 from ..spec.recompute import parse_recompute
 from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
 from .config import TrainingConfig, passes_checks, prechecked_config
@@ -178,6 +178,12 @@ class Space:
             if axes
             else self.baseline
         )
+
+    @cached_property
+    def searched_axes(self) -> tuple[str, ...]:
+        """The axes this study searches: every axis but an optional one offered at its default only (not
+        suggested, hashed or asked of the planner; it reads as its default)."""
+        return tuple(a for a in AXES if not unused_optional(a, self.candidates[a]))
 
     @cached_property
     def baseline_raw(self) -> TrainingConfig:

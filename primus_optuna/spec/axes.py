@@ -224,6 +224,23 @@ AXIS_LIST: tuple[Axis, ...] = (
         megatron="--overlap-moe-expert-parallel-comm",
         primus="overlap_moe_expert_parallel_comm",
     ),
+    Axis(
+        "dp_shard",
+        "int",
+        1,
+        "FSDP",
+        "ranks of the data-parallel group that shard parameters, gradients and optimizer state (FSDP2 / "
+        "Megatron-FSDP, ZeRO-3; dp_replicate = dp / dp_shard replicas: HSDP); 1 = the distributed optimizer "
+        "(ZeRO-1: optimizer state sharded over dp, parameters and gradients replicated)",
+        "PRIMUS_DP_SHARD",
+        enum_rank=10,
+        text_rank=10,
+        candidates=lambda facts: [1],
+        # Megatron-LM / Primus take no sharding degree: --use-megatron-fsdp with dp / dp_shard distributed-
+        # optimizer instances (space.megatron_args.fsdp_overrides)
+        torchtitan="parallelism.data_parallel_shard_degree",
+        optional=True,
+    ),
 )
 """Every axis, in the order of the configuration's fields (Optuna parameters are suggested in this order)."""
 
@@ -237,3 +254,15 @@ ENUM_ORDER: tuple[str, ...] = tuple(a.name for a in sorted(AXIS_LIST, key=lambda
 """the space's enumeration order (the axes that prune most come first)"""
 TEXT_ORDER: tuple[str, ...] = tuple(a.name for a in sorted(AXIS_LIST, key=lambda a: a.text_rank))
 OPTIONAL_AXES: tuple[str, ...] = tuple(a.name for a in AXIS_LIST if a.optional)
+
+
+def unused_optional(axis: str, values: Any) -> bool:
+    """Whether ``axis`` is optional and ``values`` (one value, or the candidate list) is only its default: a study
+    that does not search it (left out of the space hash and the planner's answer)."""
+    a = REGISTRY[axis]
+    return a.optional and (values == a.default or values == [a.default] or values == (a.default,))
+
+
+def without_unused_optional(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (axis → value or candidates) without the optional axes a study does not search."""
+    return {k: v for k, v in values.items() if k not in REGISTRY or not unused_optional(k, v)}
