@@ -65,6 +65,10 @@ from .shapes import (
 from .spec_cache import MAX_SPECS, per_spec
 
 # --- documented constants ------------------------------------------------------------------------------------
+FSDP_UNITS_IN_FLIGHT = 2
+"""FSDP2 gathers one unit (a layer, the embedding, the output layer) ahead of the one computing (implicit
+forward prefetch, explicit backward prefetch of the next unit: torch ``fully_shard``), so two units are
+unsharded at a time; an assumption, not a fit."""
 WEIGHT_BYTES = 2
 """bf16/fp16 model weights."""
 FP8_EXTRA_WEIGHT_BYTES = 2
@@ -407,14 +411,33 @@ _FULL = Recompute("full")
 
 
 # --- the estimate ---------------------------------------------------------------------------------------------
+def _static_key(
+    tp: int, pp: int, ep: int, cp: int, vpp: int, schedule: str, deepep: bool, dp_shard: int
+) -> tuple[Any, ...]:
+    """The memo key of the layout-only terms (a study that does not search ``dp_shard`` keeps its keys)."""
+    layout = (tp, pp, ep, cp, vpp, schedule, deepep)
+    return layout if dp_shard == 1 else (*layout, dp_shard)
+
+
 def _static(
-    ctx: _Context, tp: int, pp: int, ep: int, cp: int, vpp: int, schedule: str, deepep: bool
+    ctx: _Context,
+    tp: int,
+    pp: int,
+    ep: int,
+    cp: int,
+    vpp: int,
+    schedule: str,
+    deepep: bool,
+    dp_shard: int = 1,
 ) -> list[tuple[float, float, float, float, float, int, int, bool]]:
     """Per stage: weights, gradients, optimizer, comm buffers, dispatcher buffers (GiB), params, layer
     params, holds the output layer. Memoised: it depends on the layout axes only."""
-    key = (tp, pp, ep, cp, vpp, schedule, deepep)
+    key = _static_key(tp, pp, ep, cp, vpp, schedule, deepep, dp_shard)
     rows = ctx.static.get(key)
     if rows is not None:
+        return rows
+    if dp_shard > 1:
+        rows = ctx.static[key] = _fsdp_static(ctx, tp, pp, ep, cp, vpp, schedule, deepep, dp_shard)
         return rows
     dp = max(1, ctx.world // (tp * cp * pp))
     dense_shard = dp * cp if ctx.dist_opt else 1
@@ -453,6 +476,50 @@ def _static(
     return rows
 
 
+def _fsdp_static(
+    ctx: _Context, tp: int, pp: int, ep: int, cp: int, vpp: int, schedule: str, deepep: bool, dp_shard: int
+) -> list[tuple[float, float, float, float, float, int, int, bool]]:
+    """:func:`_static` under FSDP (ZeRO-3) over ``dp_shard`` ranks of the data-parallel group.
+
+    Parameters, gradients and optimizer state are sharded over the FSDP group: dense parameters over
+    dp_shard·cp ranks, expert parameters over dp_shard·cp·tp/ep (TorchTitan's ``fsdp`` and ``efsdp`` meshes,
+    torchtitan/distributed/parallel_dims.py@b5bcd76c:280-281, 380); HSDP replicates them over dp/dp_shard.
+    Each layer is gathered when used and resharded after forward (FSDP2's default ``reshard_after_forward``),
+    so the unsharded working set is :data:`FSDP_UNITS_IN_FLIGHT` units (the one computing and the one
+    prefetched) of the largest unit the stage holds, in 16-bit parameters plus their unsharded gradients
+    (the one being computed and the one being reduce-scattered)."""
+    rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
+    dense_shard = dp_shard * cp
+    expert_shard = max(1, dp_shard * cp * tp // ep)
+    m = ctx.model
+    layer = max(
+        rank_layer_params(m, tp, ep, moe).total for moe in ((True, False) if ctx.is_moe else (False,))
+    )
+    emb, out = embedding_params(ctx.spec, tp), output_params(ctx.spec, tp, pp)
+    dp = max(1, ctx.world // (tp * cp * pp))
+    extra_groups = CCL_GIB_PER_GROUP * (1 if 1 < dp_shard < dp else 0)  # HSDP: the shard and replica groups
+    fsdp_rows = []
+    for (dense, expert, _gemm, _), mx, (weights, _g, _o, comm, disp, params, lparams, has_out) in zip(
+        ctx.stage_params(tp, pp, ep, vpp, schedule), ctx.mix(pp, vpp, schedule), rows, strict=True
+    ):
+        share = dense / dense_shard + expert / expert_shard
+        unit = max(layer, emb if mx.embedding else 0, out if mx.loss else 0)
+        gathered = FSDP_UNITS_IN_FLIGHT * unit
+        fsdp_rows.append(
+            (
+                weights * share / params + WEIGHT_BYTES * gathered / GIB,
+                ctx.grad_bytes * (share + gathered) / GIB,
+                ctx.optimizer_bytes * share / GIB,
+                comm + extra_groups,
+                disp,
+                params,
+                lparams,
+                has_out,
+            )
+        )
+    return fsdp_rows
+
+
 def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     """Per-stage per-GPU memory of ``config`` (a :class:`~primus_optuna.space.TrainingConfig`).
 
@@ -468,7 +535,9 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
     m = config.num_microbatches or max(1, spec.workload.global_batch_size // (mbs * dp))
     extra_chunk = bool(getattr(config, "ep_overlap", False))
     acts = ctx.stage_activations(tp, cp, mbs, config.recompute, pp, vpp, schedule, m, extra_chunk)
-    rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep")
+    rows = _static(
+        ctx, tp, pp, ep, cp, vpp, schedule, config.moe_dispatcher == "deepep", getattr(config, "dp_shard", 1)
+    )
     stages: list[StageMemory] = []
     for i, (weights, grads, optim, comm, disp, params, lparams, _) in enumerate(rows):
         act = acts[i]
@@ -490,13 +559,21 @@ def estimate_memory(spec: StudySpec, config: Any) -> MemoryEstimate:
 
 
 def _static_sums(
-    ctx: _Context, tp: int, pp: int, ep: int, cp: int, vpp: int, schedule: str, deepep: bool
+    ctx: _Context,
+    tp: int,
+    pp: int,
+    ep: int,
+    cp: int,
+    vpp: int,
+    schedule: str,
+    deepep: bool,
+    dp_shard: int = 1,
 ) -> tuple[list[float], float, float]:
     """(weights + gradients + optimizer per stage, comm buffers, dispatcher buffers), memoised."""
-    key = (tp, pp, ep, cp, vpp, schedule, deepep)
+    key = _static_key(tp, pp, ep, cp, vpp, schedule, deepep, dp_shard)
     sums = ctx.static_sums.get(key)
     if sums is None:
-        rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
+        rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep, dp_shard)
         comm, disp = rows[0][3], rows[0][4]  # the same on every stage
         sums = ctx.static_sums[key] = ([w + g + o for w, g, o, *_ in rows], comm, disp)
     return sums
@@ -550,9 +627,10 @@ def peak_memory_all(spec: StudySpec, configs: list[Any]) -> tuple[list[float], f
         if acts is None:
             acts = ctx.stage_activations(tp, cp, mbs, recompute, pp, vpp, schedule, m, extra_chunk)
         deepep = config.moe_dispatcher == "deepep"
-        sums = static_sums.get((tp, pp, ep, cp, vpp, schedule, deepep))
+        shard = getattr(config, "dp_shard", 1)
+        sums = static_sums.get(_static_key(tp, pp, ep, cp, vpp, schedule, deepep, shard))
         if sums is None:
-            sums = _static_sums(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
+            sums = _static_sums(ctx, tp, pp, ep, cp, vpp, schedule, deepep, shard)
         bases, comm, disp = sums
         allocated = max(map(add, bases, acts))  # weights + grads + optim + act, busiest stage
         peaks.append(allocated + comm + disp + (CONTEXT_GIB + FRAGMENTATION * allocated))

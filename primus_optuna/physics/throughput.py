@@ -51,8 +51,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
+from ..spec.axes import AXES
 from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
 from .calibration import BREAKDOWN_TERMS, Calibration, FamilyConstants, family_constants
@@ -296,6 +298,7 @@ class _Context:
         self.params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.mixed_kinds = m.is_moe and m.num_dense_layers > 0
         self.dp_coll: dict[tuple[int, ...], tuple[float, float, float]] = {}
+        self.fsdp: dict[tuple[int, ...], tuple[tuple[float, float], ...]] = {}
         # memo tables of estimate_throughput: per layout, per (layout, recompute), per p2p message, per (layout, dp)
         self.layouts: dict[tuple[Any, ...], _LayoutTerms] = {}
         self.shapes: dict[tuple[Any, ...], _ShapeTerms] = {}
@@ -689,10 +692,12 @@ class _Context:
         return r
 
     def dp_collectives(
-        self, tp: int, pp: int, ep: int, cp: int, dp: int, mx: StageMix
+        self, tp: int, pp: int, ep: int, cp: int, dp: int, mx: StageMix, shard: int = 1
     ) -> tuple[float, float, float]:
-        """(gradient reduce, parameter gather, local parameters) of one step on the busiest stage ``mx``."""
-        key = (tp, pp, ep, cp, dp, mx)
+        """(gradient reduce, parameter gather, local parameters) of one step on the busiest stage ``mx``; under
+        FSDP over ``shard`` ranks the per-layer collectives are :func:`fsdp_layer_collectives` and what is
+        left after the pipeline is HSDP's all-reduce of the gradient shards over the dp/shard replicas."""
+        key = (tp, pp, ep, cp, dp, mx) if shard == 1 else (tp, pp, ep, cp, dp, mx, shard)
         r = self.dp_coll.get(key)
         if r is not None:
             return r
@@ -701,6 +706,18 @@ class _Context:
         dp_grp = Group(dp * cp, tp)
         edp = max(1, (tp * cp * dp) // ep)
         edp_grp = Group(edp, ep)
+        if shard > 1:
+            eshard = max(1, (tp * cp * shard) // ep)
+            replicas = Group(max(1, dp // shard), tp * cp * shard)
+            rs = topo.all_reduce(dense / (shard * cp) * self.grad_bytes, replicas, True) + topo.all_reduce(
+                expert / eshard * self.grad_bytes, replicas, True
+            )
+            r = self.dp_coll[key] = (
+                rs if replicas.size > 1 else 0.0,
+                0.0,
+                dense / (shard * cp) + expert / eshard,
+            )
+            return r
         if self.spec.workload.distributed_optimizer:
             rs = topo.reduce_scatter(dense * self.grad_bytes, dp_grp, True) + topo.reduce_scatter(
                 expert * self.grad_bytes, edp_grp, True
@@ -720,6 +737,62 @@ class _Context:
 
 
 _context = per_spec(_Context)
+
+
+def fsdp_layer_collectives(
+    ctx: _Context, tp: int, pp: int, cp: int, ep: int, shard: int
+) -> tuple[tuple[float, float], ...]:
+    """FSDP over ``shard`` ranks: per kind of layer, then the output layer, (parameter all-gather, gradient
+    reduce-scatter) seconds of one micro-batch. Dense parameters are sharded over shard·cp ranks (inner tp),
+    expert parameters over shard·cp·tp/ep (inner ep): TorchTitan's ``fsdp`` and ``efsdp`` meshes
+    (torchtitan/distributed/parallel_dims.py@b5bcd76c:280-281, 380). Gathered in 16-bit (FP8 with
+    ``fp8_param_gather``), reduced in the main-grad dtype, across nodes by the comm model."""
+    key = (tp, pp, cp, ep, shard)
+    r = ctx.fsdp.get(key)
+    if r is not None:
+        return r
+    topo, md = ctx.topo, ctx.model
+    dense_grp = Group(shard * cp, tp)
+    expert_grp = Group(max(1, (tp * cp * shard) // ep), ep)
+
+    def pair(dense: float, expert: float) -> tuple[float, float]:
+        ag = topo.all_gather(dense * ctx.gather_bytes, dense_grp, True)
+        rs = topo.reduce_scatter(dense * ctx.grad_bytes, dense_grp, True)
+        if expert:
+            ag += topo.all_gather(expert * ctx.gather_bytes, expert_grp, True)
+            rs += topo.reduce_scatter(expert * ctx.grad_bytes, expert_grp, True)
+        return ag, rs
+
+    kinds = (True, False) if ctx.mixed_kinds else (ctx.is_moe,)
+    rows = [pair(p.dense, p.expert) for p in (rank_layer_params(md, tp, ep, moe) for moe in kinds)]
+    rows.append(pair(output_params(ctx.spec, tp, pp), 0))
+    r = ctx.fsdp[key] = tuple(rows)
+    return r
+
+
+def _fsdp_exposed(
+    ctx: _Context,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    shard: int,
+    f_pass: list[float],
+    b_pass: list[float],
+    keep: float,
+) -> list[float]:
+    """FSDP's per-layer collectives added to each pass (per kind, then the output layer): the gather for the next
+    unit is prefetched under this one's compute (forward and backward), the gradient reduce-scatter runs under
+    the backward too; what the compute cannot hide is exposed, and the hidden part costs the interference
+    fraction. Returns the exposed seconds per unit and micro-batch (forward + backward)."""
+    extra = []
+    for j, (ag, rs) in enumerate(fsdp_layer_collectives(ctx, tp, pp, cp, ep, shard)):
+        f = ag - keep * min(ag, f_pass[j])
+        b = ag + rs - keep * min(ag + rs, b_pass[j])
+        f_pass[j] += f
+        b_pass[j] += b
+        extra.append(f + b)
+    return extra
 
 
 def recompute_seconds(
@@ -786,11 +859,13 @@ def estimate_throughput_all(
     return [_estimate(ctx, c, calibration) for c in configs]
 
 
+_LAYOUT = attrgetter(*(a for a in AXES if a not in ("recompute", "ep_overlap")), "dp", "num_microbatches")
+
+
 def layout_of(config: Any) -> tuple[Any, ...]:
     """The axes that :func:`throughput_bound` needs configurations to share (all but the recompute value and
-    ``ep_overlap``)."""
-    return (config.tp, config.pp, config.ep, config.cp, config.mbs, config.vpp, config.pp_schedule,
-            config.moe_dispatcher, config.dp, config.num_microbatches)  # fmt: skip
+    ``ep_overlap``), with dp and the micro-batch count."""
+    return _LAYOUT(config)
 
 
 def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = True) -> float:
@@ -828,7 +903,8 @@ def throughput_bound(spec: StudySpec, configs: Sequence[Any], bubble: bool = Tru
         b_lo[0] += min(e[1] for e in ep)
         b_hi[0] += max(e[1] for e in ep)
     step = step_lower_bound(lo.mix, m, (f_lo, b_lo, w), (f_hi, b_hi, w), c)
-    step += _after_pipeline_least(ctx, lkey, lo, dp, zb)
+    # FSDP's per-layer collectives only add to the passes (non-negative): left out, the bound stays below
+    step += _after_pipeline_least(ctx, lkey, lo, dp, zb, getattr(configs[0], "dp_shard", 1))
     return ctx.tokens_per_step / step / ctx.world if step > 0 else math.inf
 
 
@@ -950,6 +1026,9 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         b_pass[0] += ep_b
         ep_step = ep_f + ep_b
 
+    shard = getattr(config, "dp_shard", 1)
+    fsdp = _fsdp_exposed(ctx, tp, pp, cp, ep, shard, f_pass, b_pass, keep) if shard > 1 else None
+
     # pipeline
     c = _send_seconds(ctx, tp, cp, mbs, pp, dp)
     timing = mixed_pipeline_timing(lo.mix, m, f_pass, b_pass, sh.w_pass if zb else sh.no_w, c)
@@ -957,7 +1036,7 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
     klass = lo.mix.stage_class[s]
     # the busiest stage: its layers of each kind (then its output layers), its data-parallel collectives and
     # optimizer step (after the pipeline), and its compute terms per micro-batch
-    st = _class_terms(ctx, lkey, lo, klass, dp, zb)
+    st = _class_terms(ctx, lkey, lo, klass, dp, zb, shard)
     counts, dense, expert, rs, ag, optimizer, attention, mlp, other, tp_t, cp_t = st
     # Primus's zero-bubble schedules run with the DP grad-reduce/param-gather overlap off (asserted with the
     # distributed optimizer): the whole reduce-scatter and all-gather are exposed
@@ -995,7 +1074,7 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         "cp_comm": m * cp_t,
         "ep_comm": m * counts[0] * ep_step,
         "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
-        "dp_comm": dp_exposed,
+        "dp_comm": dp_exposed + (m * sum(n * e for n, e in zip(counts, fsdp, strict=True)) if fsdp else 0.0),
         "optimizer": optimizer,
     }
     calibrated = calibration is not None and not calibration.is_identity
@@ -1010,23 +1089,25 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
 
 
 def _class_terms(
-    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, klass: int, dp: int, zb: bool
+    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, klass: int, dp: int, zb: bool, shard: int = 1
 ) -> tuple[Any, ...]:
     """:func:`_stage_terms` of the first stage of class ``klass`` (memoised)."""
-    skey = (lkey, dp, klass)
+    skey = (lkey, dp, klass) if shard == 1 else (lkey, dp, klass, shard)
     st = ctx.stage_terms.get(skey)
     if st is None:
-        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, lo.mix.class_stage[klass], klass, dp, zb)
+        st = ctx.stage_terms[skey] = _stage_terms(ctx, lo, lo.mix.class_stage[klass], klass, dp, zb, shard)
     return st
 
 
-def _after_pipeline_least(ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, dp: int, zb: bool) -> float:
+def _after_pipeline_least(
+    ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms, dp: int, zb: bool, shard: int = 1
+) -> float:
     """At least the step's time after the pipeline whichever stage is the busiest: its exposed data-parallel
     collectives (at most ``1 - dp_tail`` of each hidden) and its optimizer step, as :func:`_estimate` adds them."""
     keep = 1.0 - ctx.k.overlap_interference
     least = math.inf
     for klass in range(len(lo.mix.classes)):
-        rs, ag, optimizer = _class_terms(ctx, lkey, lo, klass, dp, zb)[3:6]
+        rs, ag, optimizer = _class_terms(ctx, lkey, lo, klass, dp, zb, shard)[3:6]
         if ctx.overlap_grad_reduce and not zb:
             dp_least = (rs - keep * ((1 - ctx.k.dp_tail) * rs)) + (ag - keep * ((1 - ctx.k.dp_tail) * ag))
         else:
@@ -1035,7 +1116,9 @@ def _after_pipeline_least(ctx: _Context, lkey: tuple[Any, ...], lo: _LayoutTerms
     return max(0.0, least)
 
 
-def _stage_terms(ctx: _Context, lo: _LayoutTerms, s: int, klass: int, dp: int, zb: bool) -> tuple[Any, ...]:
+def _stage_terms(
+    ctx: _Context, lo: _LayoutTerms, s: int, klass: int, dp: int, zb: bool, shard: int = 1
+) -> tuple[Any, ...]:
     """Of stage ``s`` (class ``klass``) of a layout: its counts of each kind, (dense, expert) parameters,
     gradient reduce and parameter gather, optimizer step, and per micro-batch its compute_attention,
     compute_mlp, compute_other (output layers included), tp_comm and cp_comm."""
@@ -1043,7 +1126,7 @@ def _stage_terms(ctx: _Context, lo: _LayoutTerms, s: int, klass: int, dp: int, z
     mx = lo.mixes[s]
     tp, pp, ep, cp = lo.parallel
     dense, expert = ctx.stage_params(tp, pp, ep, mx)
-    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx)
+    rs, ag, local = ctx.dp_collectives(tp, pp, ep, cp, dp, mx, shard)
     optimizer = local * ctx.opt_bytes / ctx.hbm + 30 * ctx.kernel_s
     attention = mlp = other = tp_t = cp_t = 0.0
     for n, x in zip(counts, lo.shape.kinds, strict=False):

@@ -49,21 +49,11 @@ from ..space.megatron_args import (
     uses_primus,
 )
 from ..spec import StudySpec
+from ..spec.axes import AXIS_LIST
 
 FORMATS: tuple[str, ...] = ("primus", "megatron", "env", "json")
 
-ENV_NAMES: dict[str, str] = {
-    "tp": "PRIMUS_TP",
-    "pp": "PRIMUS_PP",
-    "ep": "PRIMUS_EP",
-    "cp": "PRIMUS_CP",
-    "vpp": "PRIMUS_VPP",
-    "mbs": "PRIMUS_MBS",
-    "recompute": "PRIMUS_RECOMPUTE",
-    "moe_dispatcher": "PRIMUS_MOE_DISPATCHER",
-    "pp_schedule": "PRIMUS_PP_SCHEDULE",
-    "ep_overlap": "PRIMUS_EP_OVERLAP",
-}
+ENV_NAMES: dict[str, str] = {a.name: a.env for a in AXIS_LIST}
 """``env`` format: one variable per axis (plus ``PRIMUS_GBS``/``PRIMUS_DP``/``PRIMUS_SEQ_LENGTH``)."""
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
-from ..spec import AXES, StudySpec
+from ..spec import AXES, INT_AXES, StudySpec
 from .base import (
     EarlyStopped,
     LaunchFailure,
@@ -130,13 +130,10 @@ def canonical_config(spec: StudySpec, config: TrainingConfig, space: Space | Non
     """
     space = space or Space(spec)
     try:
-        clean = TrainingConfig.from_params(
-            {a: getattr(config, a) for a in ("tp", "pp", "ep", "cp", "vpp", "mbs")}
-            | {a: getattr(config, a) for a in ("recompute", "moe_dispatcher", "pp_schedule", "ep_overlap")}
-        )
+        clean = TrainingConfig.from_params({a: getattr(config, a) for a in AXES})
     except SpecError as exc:
         raise LaunchFailure(f"refused to launch: {exc}") from None
-    for a in ("tp", "pp", "ep", "cp", "vpp", "mbs"):
+    for a in INT_AXES:
         if type(getattr(config, a)) is not int:
             raise LaunchFailure(f"refused to launch: {a} must be an int, got {getattr(config, a)!r}")
     canon = space.canonical(clean)
@@ -152,6 +149,7 @@ def template_values(
     """The values templates may use; every config-derived value matches ``[A-Za-z0-9_.+-]*``."""
     values: dict[str, Any] = {
         **config.to_dict(),
+        **{a: getattr(config, a) for a in AXES},  # every axis, an optional one at its default too
         "world": spec.world,
         "nodes": spec.cluster.nodes,
         "gpus_per_node": spec.cluster.gpus_per_node,

@@ -44,6 +44,7 @@ from ..search.state import CONFIG, store_spec, system_attrs
 from ..search.suggest import suggest_config
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
+from ..spec.axes import OPTIONAL_AXES
 from ..spec.study import AXES
 from .base import EarlyStopped, RunContext, RunFailure, Runner
 from .follow import LiveIteration
@@ -334,7 +335,7 @@ def requeue_interrupted(study: optuna.Study) -> list[int]:
         if t.number in retried or t.user_attrs.get("retry_of") in out:
             continue
         params = {k: v for k, v in t.params.items() if k in AXES}
-        if len(params) != len(AXES):
+        if len(params) < len(AXES) - len(OPTIONAL_AXES):
             continue  # interrupted before its configuration was chosen: nothing to re-run
         attrs = {k: t.user_attrs[k] for k in RETRY_ATTRS if k in t.user_attrs}
         attrs["rationale"] = f"re-run of interrupted trial {t.number}: " + str(attrs.get("rationale", ""))

@@ -390,11 +390,11 @@ def megatron_args(spec: StudySpec, config: TrainingConfig, train_iters: int) -> 
 
 def megatron_env(spec: StudySpec, config: TrainingConfig) -> dict[str, str]:
     """``CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron-LM requires it: tp > 1 or cp > 1, unless the EP-overlap
-    path (which wants more connections) is on (``megatron/training/arguments.py``@d98e8a64:1451-1479; FSDP,
-    the other exception, is never used); plus the workload's own (:func:`launch_env`:
+    path (which wants more connections) is on (``megatron/training/arguments.py``@d98e8a64:1451-1479) or
+    FSDP (``dp_shard`` > 1: arguments.py@d98e8a64:1048, 1166 assert it is not 1); plus the workload's own (:func:`launch_env`:
     ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` with ``workload.te_op_fuser``)."""
     env = launch_env(spec)
-    if (config.tp > 1 or config.cp > 1) and not config.ep_overlap:
+    if (config.tp > 1 or config.cp > 1) and not config.ep_overlap and config.dp_shard == 1:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return env
 
@@ -423,7 +423,7 @@ def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
         # static rendezvous, one torchrun per host (torchrun's "node"): its rank and master resolved per host
         run = [*opts.torchrun, "--nnodes", values["hosts"], "--nproc-per-node", values["gpus_per_host"]]
         run += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT]
-        config = TrainingConfig.from_params({a: values[a] for a in AXES})
+        config = TrainingConfig.from_params({a: values[a] for a in AXES if a in values})
         argv = [*run, script, *megatron_args(spec, config, opts.train_iters), *opts.extra_args]
         env = {**megatron_env(spec, config), **launch.env}
         return Launch(argv=argv, env=env, extra_logs=launch.extra_logs)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
+from ..spec.axes import DEFAULTS, OPTIONAL_AXES
 from ..spec.study import AXES, BOOL_AXES
 from .nearest import Nearest
 from .state import CONFIG, FIXED_PARAMS, PROPOSAL, system_attrs
@@ -35,9 +36,9 @@ _NEAREST: weakref.WeakKeyDictionary[Space, Any] = weakref.WeakKeyDictionary()
 def complete_config(space: Space, params: dict[str, Any]) -> TrainingConfig | None:
     """The canonical configuration of a trial's params (``None`` unless all ten axes are present; a boolean
     axis missing from a trial recorded before it existed reads as false)."""
-    if any(a not in params and a not in BOOL_AXES for a in AXES):
+    if any(a not in params and a not in BOOL_AXES and a not in OPTIONAL_AXES for a in AXES):
         return None
-    return space.canonical(TrainingConfig.from_params({a: params.get(a, False) for a in AXES}))
+    return space.canonical(TrainingConfig.from_params({a: params.get(a, DEFAULTS[a]) for a in AXES}))
 
 
 def config_from_params(space: Space, params: dict[str, Any]) -> TrainingConfig:

@@ -68,13 +68,14 @@ import dspy
 import optuna
 from dspy.clients import DISK_CACHE_LIMIT
 from dspy.clients.cache import Cache
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from ..errors import SpecError
 from ..redaction import redact
 from ..space import Space, TrainingConfig
 from ..space.rules import RULES
 from ..spec import StudySpec
+from ..spec.axes import AXIS_LIST
 from ..spec.study import LLMSpec
 from . import llm_budget
 from .llm_budget import llm_accounting
@@ -118,20 +119,16 @@ _cache_lock = threading.Lock()
 _configured_cache: str | None = None
 
 
-class Candidate(BaseModel):
-    """One proposed configuration (values are checked in code, so unknown strings parse and are rejected)."""
-
-    tp: int
-    pp: int
-    ep: int = 1
-    cp: int = 1
-    vpp: int = 1
-    mbs: int = 1
-    recompute: str = "none"
-    moe_dispatcher: str = "alltoall"
-    pp_schedule: str = "1f1b"
-    ep_overlap: bool = False
-    rationale: str = Field(default="", description="one short sentence: why this should beat the best so far")
+Candidate = create_model(  # one field per axis (spec.axes), then the rationale
+    "Candidate",
+    __module__=__name__,
+    __doc__="One proposed configuration (values are checked in code, so unknown strings parse and are rejected).",
+    **{a.name: (a.python_type, ...) if a.planner_required else (a.python_type, a.default) for a in AXIS_LIST},
+    rationale=(
+        str,
+        Field(default="", description="one short sentence: why this should beat the best so far"),
+    ),
+)
 
 
 class ProposeConfigs(dspy.Signature):
@@ -732,7 +729,9 @@ class Planner:
         k_rank = len(ranking) if k_best >= N_BEST else min(len(ranking), k_best)
         return {
             "study": self.describe_study(),
-            "legal_values": _json(self.space.legal_values()),
+            "legal_values": _json(
+                {a: v for a, v in self.space.legal_values().items() if a in self.space.searched_axes}
+            ),
             "coupling_rules": self.rules_text(),
             "sweep_effects": _json(sweep_effects(trials)),
             "best_trials": _json(best_trials(trials, self.spec.search.multi_objective, k=k_best)),

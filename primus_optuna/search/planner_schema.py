@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
+from ..spec.axes import unused_optional
 from ..spec.study import AXES
 from .sweep import repair
 
@@ -41,7 +42,8 @@ def candidate_schema(space: Space) -> dict[str, Any]:
     """One candidate: every axis an enum of its legal values, ``rationale`` a short string."""
     legal = space.legal_values()
     props: dict[str, Any] = {}
-    for axis in AXES:
+    axes = [a for a in AXES if not unused_optional(a, legal[a])]
+    for axis in axes:
         values = legal[axis]
         kind = (
             "boolean"
@@ -55,7 +57,7 @@ def candidate_schema(space: Space) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": props,
-        "required": [*AXES, "rationale"],
+        "required": [*axes, "rationale"],
         "additionalProperties": False,
     }
 

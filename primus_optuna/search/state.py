@@ -37,6 +37,7 @@ import optuna
 from ..errors import SpecError
 from ..space import Space
 from ..spec import StudySpec
+from ..spec.axes import without_unused_optional
 from ..spec.model import MODEL_HASHED_WHEN_CHANGED, ModelSpec
 from ..spec.study import HASHED_WHEN_CHANGED, WorkloadSpec
 
@@ -189,8 +190,10 @@ def space_hash(spec: StudySpec) -> str:
     search = {
         k: v for k, v in data["search"].items() if k not in ("n_trials", "seed", "sweep_trials", "early_stop")
     }
+    for k in ("baseline", "axes"):  # axes added later, not searched: old hashes hold
+        search[k] = without_unused_optional(search[k])
     doc = {
-        "candidates": Space(spec).candidates,
+        "candidates": without_unused_optional(Space(spec).candidates),
         "model": _without_defaults(data["model"], MODEL_HASHED_WHEN_CHANGED, ModelSpec),
         "cluster": hashed_cluster(data["cluster"]),
         "workload": hashed_workload(data["workload"]),

@@ -61,7 +61,7 @@ def axis_distributions(space: Space) -> dict[str, CategoricalDistribution]:
     """One fixed categorical distribution per axis over its legal values (the same in every trial, as Optuna
     requires)."""
     legal = space.legal_values()
-    return {a: CategoricalDistribution(list(legal[a] or space.candidates[a])) for a in AXES}
+    return {a: CategoricalDistribution(list(legal[a] or space.candidates[a])) for a in space.searched_axes}
 
 
 def recorded_distributions(study: optuna.Study) -> dict[str, CategoricalDistribution]:
@@ -96,7 +96,7 @@ def suggest_config(
         trial.set_user_attr(PRUNE_REASON, reason)
         raise optuna.TrialPruned(reason)
     dists = {**axis_distributions(space), **recorded_distributions(trial.study)}
-    params = {a: trial.suggest_categorical(a, list(dists[a].choices)) for a in AXES}
+    params = {a: trial.suggest_categorical(a, list(dists[a].choices)) for a in space.searched_axes}
     suggested = space.canonical(TrainingConfig.from_params(params))
     config, reason = legal_config(space, suggested)
     if config is None:

@@ -211,7 +211,27 @@ def megatron_overrides(
     if w.tp_comm_overlap and c.tp > 1:
         out["tp_comm_overlap"] = True
     out.update(_precision_overrides(spec))
+    if c.dp_shard > 1:
+        out.update(fsdp_overrides(spec, c))
     return out
+
+
+def fsdp_overrides(spec: StudySpec, c: TrainingConfig) -> dict[str, Any]:
+    """Megatron-FSDP (ZeRO-3) over ``dp_shard`` ranks: ``use_megatron_fsdp`` with parameters, gradients and
+    optimizer state sharded (``optim_grads_params``, arguments.py@d98e8a64:3190; Primus trainer_base.yaml@
+    fd1eeabb:187-189), the ``fsdp_dtensor`` checkpoint format it requires (arguments.py@d98e8a64:1168-1169),
+    the distributed optimizer Megatron-FSDP v1 runs on (arguments.py@d98e8a64:1124-1136), and HSDP's
+    dp/dp_shard replicas as distributed-optimizer instances (``enable_hsdp``: megatron/core/distributed/fsdp/
+    mcore_fsdp_adapter.py@d98e8a64:346). The launch must not set ``CUDA_DEVICE_MAX_CONNECTIONS=1``
+    (arguments.py@d98e8a64:1048, 1166: :func:`~primus_optuna.run.presets.megatron_env`)."""
+    dp = c.dp or spec.world // (c.tp * c.cp * c.pp)
+    return {
+        "use_megatron_fsdp": True,
+        "data_parallel_sharding_strategy": "optim_grads_params",
+        "ckpt_format": "fsdp_dtensor",
+        "use_distributed_optimizer": True,
+        "num_distributed_optimizer_instances": max(1, dp // c.dp_shard),
+    }
 
 
 def _moe_overrides(spec: StudySpec, c: TrainingConfig, primus: bool) -> dict[str, Any]:

@@ -476,6 +476,33 @@ def _recompute_layers(f: Facts, c: Any) -> str | None:
 
 
 _P = ("tp", "cp", "pp")
+
+
+def _fsdp_dp(f: Facts, c: Any) -> str | None:
+    # TorchTitan: dp_replicate · dp_shard · cp · tp · pp = world (torchtitan/distributed/parallel_dims.py@
+    # b5bcd76c:182-185); Megatron-FSDP's HSDP: the DP group splits into whole replicas
+    # (megatron/core/parallel_state.py@d98e8a64:924)
+    if c.dp_shard > 1:
+        dp = _dp(f, c)
+        if dp and dp % c.dp_shard:
+            return (
+                f"dp_shard={c.dp_shard} does not divide dp={dp} (dp_replicate = dp / dp_shard); pick a divisor "
+                "of dp, or dp_shard=1 for the distributed optimizer"
+            )
+    return None
+
+
+def _fsdp_ep(f: Facts, c: Any) -> str | None:
+    # TorchTitan shards experts over dp_shard·cp·tp / ep ranks (efsdp):
+    # torchtitan/distributed/parallel_dims.py@b5bcd76c:187-191
+    if c.dp_shard > 1 and c.ep > 1 and (c.dp_shard * c.cp * c.tp) % c.ep:
+        return (
+            f"ep={c.ep} does not divide dp_shard·cp·tp = {c.dp_shard}·{c.cp}·{c.tp} (FSDP shards the experts "
+            "over the rest); raise dp_shard or lower ep"
+        )
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("tp_max", ("tp",), "tp ≤ max_tp", _tp_max),
     Rule("tp_heads", ("tp",), "tp divides the attention heads", _tp_heads),
@@ -589,6 +616,10 @@ RULES: tuple[Rule, ...] = (
         "full:N needs N < layers per virtual pipeline chunk",
         _recompute_layers,
     ),
+)
+RULES += (
+    Rule("fsdp_dp", (*_P, "dp_shard"), "dp_shard divides dp (dp_replicate = dp / dp_shard)", _fsdp_dp),
+    Rule("fsdp_ep", (*_P, "ep", "dp_shard"), "with dp_shard > 1, ep divides dp_shard·cp·tp", _fsdp_ep),
 )
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 

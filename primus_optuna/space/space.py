@@ -16,25 +16,13 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import SpecError
+from ..spec.axes import ENUM_ORDER, REGISTRY, unused_optional
 from ..spec.recompute import parse_recompute
 from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpec
 from .config import TrainingConfig, passes_checks, prechecked_config
 from .megatron_args import ZERO_BUBBLE, uses_primus
 from .rules import RULES, Facts, Rule, layers_per_chunk
 
-# Enumeration order: the axes that prune most come first.
-ENUM_ORDER: tuple[str, ...] = (
-    "tp",
-    "cp",
-    "pp",
-    "ep",
-    "vpp",
-    "pp_schedule",
-    "mbs",
-    "recompute",
-    "moe_dispatcher",
-    "ep_overlap",
-)
 DEFAULT_MBS = (1, 2, 4, 8)
 MAX_DEFAULT_VPP = 8
 
@@ -159,6 +147,9 @@ class Space:
                 # DeepSeek-V3 recipes recompute them (mla_up_proj)
                 values.insert(values.index("selective:moe") if f.is_moe else 1, "selective:mla_up_proj")
             return values
+        declared = REGISTRY[axis].candidates
+        if declared is not None:
+            return declared(f)
         return list(CHOICES[axis])
 
     def canonical(self, config: TrainingConfig) -> TrainingConfig:
@@ -187,6 +178,12 @@ class Space:
             if axes
             else self.baseline
         )
+
+    @cached_property
+    def searched_axes(self) -> tuple[str, ...]:
+        """The axes this study searches: every axis but an optional one offered at its default only (not
+        suggested, hashed or asked of the planner; it reads as its default)."""
+        return tuple(a for a in AXES if not unused_optional(a, self.candidates[a]))
 
     @cached_property
     def baseline_raw(self) -> TrainingConfig:

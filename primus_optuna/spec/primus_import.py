@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from .axes import AXIS_LIST
 from .layout import expand_layout
 from .optimizer import OPTIMIZER_DTYPE_FIELDS
 from .primus_env import resolve_primus_env
@@ -217,13 +218,14 @@ def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
     deepep = get("moe_token_dispatcher_type") == "flex" or any(
         _truthy(get(k, False)) for k in ("moe_enable_deepep", "use_turbo_deepep")
     )
-    return {
-        "tp": int(get("tensor_model_parallel_size", 1)),
+    sizes = {  # the sizes read as they are written (pp and vpp from the layout above)
+        a.name: int(get(a.primus, a.default))
+        for a in AXIS_LIST
+        if a.kind == "int" and a.primus and a.name not in ("pp", "vpp")
+    }
+    return sizes | {
         "pp": pp,
-        "ep": int(get("expert_model_parallel_size", 1)),
-        "cp": int(get("context_parallel_size", 1)),
         "vpp": vpp,
-        "mbs": int(get("micro_batch_size", 1)),
         "recompute": recompute,
         "moe_dispatcher": "deepep" if deepep else "alltoall",
         "pp_schedule": schedule,

@@ -23,12 +23,14 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from ..errors import SpecError
 from ..redaction import MASK, looks_secret, redact_data
+from .axes import AXES, BOOL_AXES, CHOICES, INT_AXES, REGISTRY  # noqa: F401 (re-exported)
 from .hardware import GPU_CATALOG, GPUSpec, gpu_key, with_overrides
 from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
@@ -38,21 +40,7 @@ from .profile import HardwareProfile, load_profile, profile_from_data
 from .recompute import parse_recompute
 from .strict import StrictIntModel
 
-AXES: tuple[str, ...] = (
-    "tp",
-    "pp",
-    "ep",
-    "cp",
-    "vpp",
-    "mbs",
-    "recompute",
-    "moe_dispatcher",
-    "pp_schedule",
-    "ep_overlap",
-)
-BOOL_AXES: tuple[str, ...] = ("ep_overlap",)
-INT_AXES: tuple[str, ...] = ("tp", "pp", "ep", "cp", "vpp", "mbs")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = CHOICES["recompute"]
 """The plain recompute words; the axis also takes ``selective:<modules>`` and ``full:N``
 (:mod:`primus_optuna.spec.recompute`)."""
 MOE_RECOMPUTE = (
@@ -68,21 +56,16 @@ MOE_RECOMPUTE = (
 """Default recompute candidates of an MoE model, in decreasing memory order (illegal ``full:N`` drop out)."""
 DENSE_RECOMPUTE = ("none", "selective", "selective:mlp", "full:1", "full:2", "full")
 """Default recompute candidates of a dense model, in decreasing memory order."""
-DISPATCHERS = ("alltoall", "deepep")
-SCHEDULES = ("1f1b", "interleaved", "zb1p", "zbv")
-CHOICES: dict[str, tuple[Any, ...]] = {
-    "recompute": RECOMPUTE,
-    "moe_dispatcher": DISPATCHERS,
-    "pp_schedule": SCHEDULES,
-    "ep_overlap": (False, True),
-}
+DISPATCHERS = CHOICES["moe_dispatcher"]
+SCHEDULES = CHOICES["pp_schedule"]
 
 
 def check_choice(axis: str, value: Any) -> Any:
     """``value`` validated for a categorical axis, in canonical form; a :class:`SpecError` (a ``ValueError``)
     names the field and the allowed values."""
-    if axis == "recompute":
-        return parse_recompute(value).value
+    canonical = REGISTRY[axis].canonical
+    if canonical is not None:
+        return canonical(value)
     if axis in BOOL_AXES:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             value = value.strip().lower() == "true"
@@ -417,25 +400,29 @@ HASHED_WHEN_CHANGED = (
 before they existed keep their hash)"""
 
 
-class BaselineSpec(_Strict):
-    """A configuration written in a study file; omitted axes take Megatron's defaults."""
-
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0)
-    mbs: int = Field(default=1, gt=0)
-    recompute: str = "none"
-    """none, selective, selective:<modules>, full or full:N (:mod:`primus_optuna.spec.recompute`)"""
-    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
-    pp_schedule: Literal["1f1b", "interleaved", "zb1p", "zbv"] = "1f1b"
-    ep_overlap: bool = False
-
-    @field_validator("recompute")
+class _Baseline(_Strict):
+    @field_validator(*(a for a in AXES if REGISTRY[a].canonical is not None), check_fields=False)
     @classmethod
-    def _recompute(cls, v: str) -> str:
-        return parse_recompute(v).value
+    def _canonical(cls, v: Any, info: ValidationInfo) -> Any:
+        return REGISTRY[info.field_name].canonical(v)  # type: ignore[index,misc]
+
+
+def _baseline_field(name: str) -> tuple[Any, Any]:
+    a = REGISTRY[name]
+    if a.kind == "int":
+        return int, Field(default=a.default, gt=0)
+    if a.kind == "bool" or a.canonical is not None:
+        return a.python_type, a.default
+    return Literal[a.choices], a.default  # type: ignore[valid-type]
+
+
+BaselineSpec = create_model(  # type: ignore[call-overload]
+    "BaselineSpec",
+    __base__=_Baseline,
+    __module__=__name__,
+    __doc__="A configuration written in a study file; omitted axes take Megatron's defaults.",
+    **{a: _baseline_field(a) for a in AXES},
+)
 
 
 class EarlyStopSpec(_Strict):
@@ -491,8 +478,8 @@ class SearchSpec(_Strict):
             elif axis in BOOL_AXES:
                 if any(not isinstance(x, bool) for x in values):
                     raise ValueError(f"axes.{axis} must be true/false, got {values}")
-            elif axis == "recompute":
-                values = [parse_recompute(x).value for x in values]
+            elif REGISTRY[axis].canonical is not None:
+                values = [REGISTRY[axis].canonical(x) for x in values]  # type: ignore[misc]
             else:
                 for x in values:
                     if x not in CHOICES[axis]:

@@ -128,7 +128,9 @@ def make_study(storage: str, *, multi: bool = False, name: str = "small") -> opt
             path = Path(tmp) / f"planner-call-{doc['trial_number']}.json"
             path.write_text(json.dumps(doc))
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=study)
-    dists = {a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in space.candidates}
+    dists = {
+        a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in space.searched_axes
+    }
     for i, (phase, axes, state, measured, extra) in enumerate(TRIALS):
         c = space.canonical(space.make(**axes))
         estimate = (measured or 4000.0) * 1.1

@@ -71,7 +71,7 @@ def _run_study(path: Path) -> tuple[StudySpec, list[Any]]:
     )
     store_spec(study, spec)
     study.optimize(make_objective(spec), n_trials=spec.search.n_trials)
-    trials = [t for t in study.get_trials(deepcopy=False) if len(t.params) == 10]
+    trials = [t for t in study.get_trials(deepcopy=False) if "tp" in t.params]
     return spec, [trial_config(t, spec) for t in trials]
 
 

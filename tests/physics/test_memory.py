@@ -592,3 +592,26 @@ def test_peaks_key_names_what_the_peaks_read():
     assert mem._context(h100).stage_acts is mem._context(h200).stage_acts  # one set of memo tables
     other = StudySpec.from_dict({**d, "workload": {**d["workload"], "global_batch_size": 128}})
     assert mem.peaks_key(other) != mem.peaks_key(h100)
+
+def test_fsdp_shards_weights_grads_and_optimizer_over_dp_shard_and_keeps_two_layers_unsharded() -> None:
+    spec = StudySpec.from_dict(small_moe_study(axes={"dp_shard": [1, 2, 4]}))
+    space = Space(spec)
+    base = space.canonical(space.make(tp=1, pp=2, ep=2, cp=1, mbs=1))
+    zero1 = estimate_memory(spec, base).stages[1]
+    lp = layer_params(LayerShape.from_config(spec, base))
+    n = spec.model.num_layers // 2
+    dense = n * lp.dense + output_params(spec, 1, 2)
+    expert = n * lp.expert
+    unit = mem.FSDP_UNITS_IN_FLIGHT * max(lp.dense + lp.expert, output_params(spec, 1, 2))
+    for shard in (2, 4):
+        c = base.replace(dp_shard=shard).derive(spec.world, spec.workload.global_batch_size)
+        assert space.check(c) == []
+        st = estimate_memory(spec, c).stages[1]
+        share = dense / shard + expert / (shard // 2)  # experts over dp_shard·cp·tp/ep ranks
+        assert st.breakdown["optimizer_gib"] == pytest.approx(12 * share / GIB)
+        assert st.breakdown["gradients_gib"] == pytest.approx(4 * (share + unit) / GIB)
+        assert st.breakdown["weights_gib"] == pytest.approx(2 * (share + unit) / GIB)
+        assert st.breakdown["activations_gib"] == zero1.breakdown["activations_gib"]
+    assert zero1.breakdown["gradients_gib"] == pytest.approx(
+        4 * (dense + expert) / GIB
+    )  # ZeRO-1: not sharded

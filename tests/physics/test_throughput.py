@@ -14,11 +14,13 @@ from primus_optuna.physics.calibration import (
     gpu_family,
 )
 from primus_optuna.physics.throughput import (
+    _context,
     estimate_throughput,
     format_throughput,
+    fsdp_layer_collectives,
     throughput_section,
 )
-from primus_optuna.space import Space
+from primus_optuna.space import Space, TrainingConfig
 from primus_optuna.spec import GPU_CATALOG, StudySpec
 from tests.conftest import FLAGSHIP, STUDIES, small_dense_study, small_moe_study
 
@@ -690,3 +692,31 @@ def test_fp8_output_proj_runs_the_output_layer_at_the_fp8_rate_with_its_casts() 
     assert a.layer(1, 1, 8, 4, "deepep") == b.layer(1, 1, 8, 4, "deepep")
     c = Space(on).make(tp=1, pp=1, ep=8, mbs=4, moe_dispatcher="deepep").derive(on.world, 1024)
     assert estimate_throughput(on, c).step_time_s < estimate_throughput(off, c).step_time_s
+
+
+def _fsdp_case(nodes: int, gbs: int = 64) -> tuple[StudySpec, TrainingConfig]:
+    study = small_dense_study(axes={"dp_shard": [1, 8 * nodes]})
+    study["cluster"]["nodes"] = nodes
+    study["workload"]["global_batch_size"] = gbs
+    spec = StudySpec.from_dict(study)
+    space = Space(spec)
+    return spec, space.canonical(space.make(tp=1, pp=1, mbs=1))
+
+
+def test_fsdp_gathers_every_layer_per_micro_batch_and_costs_more_across_nodes() -> None:
+    spec, c = _fsdp_case(1)
+    full = c.replace(dp_shard=c.dp).derive(spec.world, spec.workload.global_batch_size)
+    zero1, fsdp = estimate_throughput(spec, c), estimate_throughput(spec, full)
+    assert fsdp.breakdown_s["dp_comm"] > zero1.breakdown_s["dp_comm"] > 0
+    # per micro-batch: twice the micro-batches, about twice the exposed FSDP traffic (the step's share does not)
+    spec2, c2 = _fsdp_case(1, gbs=128)
+    full2 = c2.replace(dp_shard=c2.dp).derive(spec2.world, 128)
+    assert estimate_throughput(spec2, full2).breakdown_s["dp_comm"] == pytest.approx(
+        2 * fsdp.breakdown_s["dp_comm"], rel=0.01
+    )
+    # across nodes the gathers and reduce-scatters run at network bandwidth: slower, less of them hidden
+    spec4, c4 = _fsdp_case(4, gbs=256)
+    full4 = c4.replace(dp_shard=c4.dp).derive(spec4.world, 256)
+    assert estimate_throughput(spec4, full4).breakdown_s["dp_comm"] > fsdp.breakdown_s["dp_comm"]
+    one, four = (fsdp_layer_collectives(_context(s), 1, 1, 1, 1, 8 * n) for s, n in ((spec, 1), (spec4, 4)))
+    assert four[0][0] > one[0][0] and four[0][1] > one[0][1]

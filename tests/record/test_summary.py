@@ -20,7 +20,9 @@ def url(tmp_path):
     study = make_study(url)
     spec = small_spec()
     space = Space(spec)
-    dists = {a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in space.candidates}
+    dists = {
+        a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in space.searched_axes
+    }
     c = space.canonical(space.make(mbs=2))
     base = {"config_key": c.key(), "phase": "fallback", "memory_peak_gib": 80.0}
     study.add_trial(  # a job stopped early: launched, it spent GPU-hours

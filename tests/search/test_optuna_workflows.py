@@ -19,7 +19,6 @@ from primus_optuna.search.fallback import rng_for
 from primus_optuna.search.pruner import MemoryPrefilterPruner
 from primus_optuna.search.sampler import PrimusSampler
 from primus_optuna.search.suggest import suggest_config
-from primus_optuna.spec.study import AXES
 from tests.conftest import small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -94,7 +93,8 @@ def test_2_added_trials_cover_their_points_instead_of_shifting_the_sweep(spec):
             optuna.trial.create_trial(
                 params=c.to_params(),
                 distributions={
-                    a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in AXES
+                    a: optuna.distributions.CategoricalDistribution(space.candidates[a])
+                    for a in space.searched_axes
                 },
                 value=value,
             )
@@ -408,7 +408,9 @@ def test_22_6_a_plain_objectives_pruned_trials_teach_the_learner(spec):
     t = optuna.trial.create_trial(
         state=State.PRUNED,
         params=c.to_params(),
-        distributions={a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in AXES},
+        distributions={
+            a: optuna.distributions.CategoricalDistribution(space.candidates[a]) for a in space.searched_axes
+        },
         intermediate_values={0: 100.0, 1: 120.0},
     )
     assert [(o.config, o.measured) for o in observations(space, [t])] == [(c, 110.0)]

@@ -5,7 +5,7 @@ from primus_optuna import Space, StudySpec
 from primus_optuna.run.objective import make_objective
 from primus_optuna.search.suggest import axis_distributions, suggest_config
 from primus_optuna.spec.study import AXES
-from tests.conftest import small_moe_study
+from tests.conftest import small_dense_study, small_moe_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -29,9 +29,9 @@ def test_every_axis_is_a_fixed_categorical_over_its_legal_values_and_illegal_one
     dists = axis_distributions(space)
     legal = space.legal_values()
     for t in study.trials:
-        assert set(t.distributions) == set(AXES)
-        assert all(t.distributions[a] == dists[a] for a in AXES)
-        assert all(list(dists[a].choices) == legal[a] for a in AXES)
+        assert set(t.distributions) == set(space.searched_axes) == set(AXES) - {"dp_shard"}
+        assert all(t.distributions[a] == dists[a] for a in space.searched_axes)
+        assert all(list(dists[a].choices) == legal[a] for a in space.searched_axes)
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned, "a random sample of this product has illegal points"
     assert all(t.user_attrs["prune_reason"].startswith("illegal: ") for t in pruned)
@@ -87,3 +87,13 @@ def test_make_objective_works_with_stock_samplers(sampler):
     assert optuna.trial.TrialState.COMPLETE in states
     best = study.best_trial
     assert best.user_attrs["source"] == "analytical" and best.value > 0
+
+
+def test_an_optional_axis_is_suggested_only_when_the_study_searches_it():
+    spec = StudySpec.from_dict(small_dense_study(axes={"dp_shard": [1, 2, 4]}))
+    space = Space(spec)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen: list[object] = []
+    study.optimize(lambda t: seen.append(suggest_config(t, spec, space)) or 1.0, n_trials=12)
+    assert all("dp_shard" in t.params for t in study.trials)
+    assert {c.dp_shard for c in seen} > {1}

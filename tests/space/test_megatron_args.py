@@ -346,3 +346,36 @@ def test_deepep_and_ep_overlap_turn_the_shared_expert_overlap_off() -> None:
     plain = base.replace(moe_dispatcher="alltoall", ep_overlap=False)
     assert "moe_shared_expert_overlap" not in megatron_overrides(spec, plain)
     assert "--moe-shared-expert-overlap" not in megatron_flags(megatron_overrides(spec, base))
+
+def test_dp_shard_exports_megatron_fsdp_with_hsdp_replicas_and_no_single_connection() -> None:
+    from primus_optuna.run.presets import megatron_env
+
+    spec = StudySpec.from_dict(
+        {
+            "name": "fsdp",
+            "model": {"catalog": "llama3.1-8b"},
+            "cluster": {"gpu": "h100", "nodes": 2, "gpus_per_node": 8},
+            "workload": {"seq_length": 4096, "global_batch_size": 64, "precision": "bf16"},
+            "search": {"baseline": {"tp": 2}, "axes": {"dp_shard": [1, 4, 8]}},
+        }
+    )
+    space = Space(spec)
+    zero1 = space.canonical(space.make(tp=2))
+    hsdp = space.canonical(space.make(tp=2, dp_shard=4))  # dp 8: 2 replicas of 4 shards
+    assert space.check(hsdp) == [] and hsdp.dp == 8
+    assert "use_megatron_fsdp" not in megatron_overrides(spec, zero1)
+    out = megatron_overrides(spec, hsdp)
+    # Megatron-LM arguments.py@d98e8a64:1168 (fsdp_dtensor), 3190 (strategy); mcore_fsdp_adapter.py:346 (HSDP)
+    assert out["use_megatron_fsdp"] is True and out["data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert out["ckpt_format"] == "fsdp_dtensor" and out["num_distributed_optimizer_instances"] == 2
+    assert (
+        megatron_overrides(spec, space.canonical(space.make(tp=2, dp_shard=8)))[
+            "num_distributed_optimizer_instances"
+        ]
+        == 1
+    )
+    # arguments.py@d98e8a64:1048, 1166: FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1
+    assert megatron_env(spec, zero1)["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in megatron_env(spec, hsdp)
+    flags = export_config(spec, hsdp, "megatron")
+    assert "--use-megatron-fsdp" in flags and "--ckpt-format fsdp_dtensor" in flags

@@ -68,6 +68,9 @@ CASES = {
     # flagship is FP8 with Megatron's default delayed scaling
     "recompute_fp8": ({"recompute": "selective:moe"}, {"recompute": "selective:moe_act"}, "delayed scaling"),
     "recompute_modules": ({"recompute": "selective:moe"}, {"recompute": "selective:mlp"}, "no dense MLP"),
+    # flagship at tp1 pp4 cp1: dp = 16, ep = 8 (TorchTitan parallel_dims.py@b5bcd76c:182-191)
+    "fsdp_dp": ({"dp_shard": 8}, {"dp_shard": 3}, "does not divide dp=16"),
+    "fsdp_ep": ({"dp_shard": 8}, {"dp_shard": 2}, "dp_shard·cp·tp"),
 }
 
 

@@ -123,6 +123,7 @@ def test_summary_shape():
         "moe_dispatcher",
         "pp_schedule",
         "ep_overlap",
+        "dp_shard",
     ]
 
 

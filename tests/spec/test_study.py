@@ -498,3 +498,23 @@ def test_capacity_section_targets_and_token_counts():
         data["capacity"] = bad
         with pytest.raises(SpecError, match=re.escape(message)):
             StudySpec.from_dict(data)
+
+def test_dp_shard_enters_the_space_hash_and_config_key_only_when_searched():
+    from primus_optuna.search.state import space_hash
+    from primus_optuna.space import Space
+
+    base = StudySpec.from_dict(small_dense_study())
+    written = small_dense_study()
+    written["search"]["baseline"]["dp_shard"] = 1
+    assert space_hash(StudySpec.from_dict(written)) == space_hash(base) == "a5ff2ba3fc71c2cf"
+    assert space_hash(StudySpec.from_dict(small_dense_study(axes={"dp_shard": [1]}))) == space_hash(base)
+    searched = StudySpec.from_dict(small_dense_study(axes={"dp_shard": [1, 2, 4]}))
+    assert space_hash(searched) != space_hash(base)
+    space = Space(searched)
+    assert (
+        space.baseline.key() == Space(base).baseline.key() == "tp2-pp2-ep1-cp1-vpp1-mbs1-none-alltoall-1f1b"
+    )
+    assert space.baseline.replace(dp_shard=2).key().endswith("-1f1b-dpshard2")
+    assert {c.dp_shard for c in space.configs()} == {1, 2, 4}
+    with pytest.raises(SpecError, match="dp_shard"):
+        StudySpec.from_dict(small_dense_study(axes={"dp_shard": [0]}))

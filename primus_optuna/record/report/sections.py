@@ -209,10 +209,12 @@ def _gpu_hours(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _legal_values(rec: StudyRecord) -> dict[str, list[Any]]:
+    """The legal values of the axes the study searches."""
     try:
-        return rec.space.legal_values()
+        values = rec.space.legal_values()
     except Exception:
-        return rec.space.candidates
+        values = rec.space.candidates
+    return {a: values[a] for a in rec.space.searched_axes}
 
 
 def _sweep(doc: Doc, rec: StudyRecord) -> None:
