@@ -593,6 +593,7 @@ def test_peaks_key_names_what_the_peaks_read():
     other = StudySpec.from_dict({**d, "workload": {**d["workload"], "global_batch_size": 128}})
     assert mem.peaks_key(other) != mem.peaks_key(h100)
 
+
 def test_fsdp_shards_weights_grads_and_optimizer_over_dp_shard_and_keeps_two_layers_unsharded() -> None:
     spec = StudySpec.from_dict(small_moe_study(axes={"dp_shard": [1, 2, 4]}))
     space = Space(spec)

@@ -347,6 +347,7 @@ def test_deepep_and_ep_overlap_turn_the_shared_expert_overlap_off() -> None:
     assert "moe_shared_expert_overlap" not in megatron_overrides(spec, plain)
     assert "--moe-shared-expert-overlap" not in megatron_flags(megatron_overrides(spec, base))
 
+
 def test_dp_shard_exports_megatron_fsdp_with_hsdp_replicas_and_no_single_connection() -> None:
     from primus_optuna.run.presets import megatron_env
 

@@ -499,6 +499,7 @@ def test_capacity_section_targets_and_token_counts():
         with pytest.raises(SpecError, match=re.escape(message)):
             StudySpec.from_dict(data)
 
+
 def test_dp_shard_enters_the_space_hash_and_config_key_only_when_searched():
     from primus_optuna.search.state import space_hash
     from primus_optuna.space import Space
