@@ -585,7 +585,9 @@ def _result(doc: Doc, rec: StudyRecord) -> None:
     doc.p(f"Verdict: **{verdict}**.")
     if rows:
         own = estimate_throughput(rec.spec, best.config, cal).tokens_per_s_per_gpu
-        measured = f"; measured {fmt_tok(best.value)}" if best.attr("source") not in (None, "analytical") else ""
+        measured = (
+            f"; measured {fmt_tok(best.value)}" if best.attr("source") not in (None, "analytical") else ""
+        )
         doc.p(
             f"`vs best est.` compares each neighbour's estimate with the best configuration's own estimate under "
             f"the same model ({fmt_tok(own)} tokens/s/GPU{measured}): the model's view of each step, not a "
