@@ -15,10 +15,11 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -694,6 +695,12 @@ class StudySpec(_Strict):
                 return ModelSpec.from_hf_config(path, **overrides).model_dump()
             except SpecError as exc:
                 raise ValueError(str(exc).removeprefix("model.hf_config: ")) from None
+        for (
+            key
+        ) in v:  # a misspelt catalog/hf_config would otherwise read as an inline model missing its sizes
+            near = difflib.get_close_matches(str(key), ("catalog", "hf_config"), n=1, cutoff=0.7)
+            if near and key not in ModelSpec.model_fields:
+                raise ValueError(f"unknown key {key!r}; did you mean {near[0]!r}?")
         return v
 
     @model_validator(mode="after")
@@ -742,7 +749,7 @@ class StudySpec(_Strict):
         try:
             return cls.model_validate(data, context={"base_dir": str(base_dir)})
         except ValidationError as exc:
-            raise SpecError(format_validation_error(exc, source)) from None
+            raise SpecError(format_validation_error(exc, source, cls)) from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> StudySpec:
@@ -844,14 +851,35 @@ _BOUNDS = {
 """pydantic's numeric-bound error types: the comparison and the wording of the fix"""
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One message, one line per problem, each naming the field path and what to do."""
+def _section_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The keys the section at ``path`` of ``model`` accepts (names and aliases); [] where it is not a model."""
+    for part in path:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if field is None:
+            return []
+        todo, model = [field.annotation], None
+        while todo and model is None:
+            t = todo.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                model = t
+            todo.extend(get_args(t))
+        if model is None:
+            return []
+    return [a for n, f in model.model_fields.items() for a in (n, f.alias) if a]
+
+
+def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """One message, one line per problem, each naming the field path and what to do (for an unknown key of
+    ``model``, the nearest key it accepts)."""
     lines = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check its spelling against the study-file reference in docs/study-file.md"
+            keys = _section_keys(model, err["loc"][:-1]) if model is not None else []
+            near = difflib.get_close_matches(str(err["loc"][-1]), keys, n=1, cutoff=0.7)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            msg = f"unknown key; {hint}remove it or check its spelling against the study-file reference in docs/study-file.md"
         elif err["type"] == "missing":
             msg = "required; add it"
         elif err["type"] in _BOUNDS:

@@ -43,6 +43,25 @@ def test_unknown_key_rejected_with_field_name():
     assert "workload.seq_len" in str(e.value) and "unknown key" in str(e.value)
 
 
+def test_unknown_key_names_the_nearest_key_of_its_section():
+    data = small_moe_study()
+    data["workload"]["seq_lenght"] = data["workload"].pop("seq_length")
+    data["cluster"]["gpu_per_node"] = data["cluster"].pop("gpus_per_node")
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload.seq_lenght: unknown key; did you mean 'seq_length'?" in str(e.value)
+    assert "cluster.gpu_per_node: unknown key; did you mean 'gpus_per_node'?" in str(e.value)
+
+
+def test_misspelt_model_catalog_is_named_not_read_as_an_inline_model():
+    data = small_moe_study()
+    data["model"] = {"catalgo": "mixtral-8x7b"}
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "unknown key 'catalgo'; did you mean 'catalog'?" in str(e.value)
+    assert "num_layers" not in str(e.value)
+
+
 def test_out_of_range_number_names_the_bound_and_the_fix():
     data = small_moe_study()
     data["workload"]["global_batch_size"] = -8
@@ -498,6 +517,7 @@ def test_capacity_section_targets_and_token_counts():
         data["capacity"] = bad
         with pytest.raises(SpecError, match=re.escape(message)):
             StudySpec.from_dict(data)
+
 
 def test_dp_shard_enters_the_space_hash_and_config_key_only_when_searched():
     from primus_optuna.search.state import space_hash
