@@ -38,7 +38,6 @@ from .model import MODEL_CATALOG, ModelSpec
 from .network import NetworkSpec, network_field
 from .optimizer import OPTIMIZER_DTYPE_FIELDS, PRECISION_AWARE_FIELDS  # noqa: F401 (re-exported)
 from .profile import HardwareProfile, load_profile, profile_from_data
-from .recompute import parse_recompute
 from .strict import StrictIntModel
 
 RECOMPUTE = CHOICES["recompute"]
