@@ -1027,7 +1027,7 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         ep_step = ep_f + ep_b
 
     shard = getattr(config, "dp_shard", 1)
-    fsdp = _fsdp_exposed(ctx, tp, pp, cp, ep, shard, f_pass, b_pass, keep) if shard > 1 else None
+    fsdp = _fsdp_exposed(ctx, tp, pp, cp, config.ep, shard, f_pass, b_pass, keep) if shard > 1 else None
 
     # pipeline
     c = _send_seconds(ctx, tp, cp, mbs, pp, dp)
