@@ -207,7 +207,18 @@ class ClusterSpec(_Strict):
 
     def warnings(self) -> list[str]:
         """What is legal but probably not meant: more GPUs per node than the GPU's intra-node fabric joins
-        (the model prices every GPU of a node at its NVLink/xGMI bandwidth)."""
+        (the model prices every GPU of a node at its NVLink/xGMI bandwidth); a hardware profile measured on a
+        CPU standing in for an AMD/NVIDIA GPU."""
+        out = self._fabric_warnings()
+        prof, g = self.profile, self.gpu
+        if prof is not None and prof.device.kind == "cpu" and g.vendor in ("amd", "nvidia"):
+            out.append(
+                f"cluster.profile: measured on {prof.device.name}, not on the cluster's {g.name}: every compute term is "
+                f"priced at that CPU's speed; run `primus-optuna calibrate` on one of its nodes, or remove the key"
+            )
+        return out
+
+    def _fabric_warnings(self) -> list[str]:
         g, n = self.gpu, self.gpus_per_node
         if g.topology == "mesh":
             domain, what = g.intra_node_links + 1, f"a full mesh of {g.intra_node_links} links per GPU"
