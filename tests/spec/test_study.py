@@ -1,5 +1,6 @@
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -538,3 +539,12 @@ def test_dp_shard_enters_the_space_hash_and_config_key_only_when_searched():
     assert {c.dp_shard for c in space.configs()} == {1, 2, 4}
     with pytest.raises(SpecError, match="dp_shard"):
         StudySpec.from_dict(small_dense_study(axes={"dp_shard": [0]}))
+
+
+def test_the_study_file_reference_example_loads():
+    """docs/study-file.md's annotated study (its first YAML block) is a study file that loads as written."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "study-file.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", doc, re.S)
+    assert block is not None
+    spec = StudySpec.from_dict(yaml.safe_load(block.group(1)), base_dir="studies")
+    assert spec.name == "mixtral-8x22b-mi355x-fp8" and spec.capacity is not None
