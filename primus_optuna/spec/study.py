@@ -235,6 +235,20 @@ class ClusterSpec(_Strict):
         ]
 
 
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """``FILE:LINE:COL: not valid YAML: problem (context)`` on one line, where PyYAML marks the place."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
+    context = getattr(exc, "context", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+    return (
+        f"{where}: not valid YAML: {problem}"
+        + (f" ({context})" if context else "")
+        + "; fix the syntax there"
+    )
+
+
 def _gpus_per_host(given: int | None, gpu: GPUSpec, gpus_per_node: int) -> int:
     """``cluster.gpus_per_host``, else the GPU's (at most the node's GPUs), else the node's."""
     if given is not None:
@@ -778,7 +792,7 @@ class StudySpec(_Strict):
         except _DuplicateKey as exc:
             raise SpecError(f"{p}: {exc}") from None
         except yaml.YAMLError as exc:
-            raise SpecError(f"{p}: not valid YAML: {exc}") from None
+            raise SpecError(_yaml_error(p, exc)) from None
         return cls.from_dict(data, source=str(p), base_dir=p.parent)
 
     def to_dict(self) -> dict[str, Any]:

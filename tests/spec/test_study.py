@@ -218,6 +218,16 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
         StudySpec.from_yaml(p)
 
 
+def test_bad_yaml_names_the_line_and_column_on_one_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\n  model: 1\n")
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_yaml(p)
+    assert (
+        str(e.value) == f"{p}:2:8: not valid YAML: mapping values are not allowed here; fix the syntax there"
+    )
+
+
 def _with_gpu(gpu):
     return StudySpec.from_dict(
         {**small_dense_study(), "cluster": {"gpu": gpu, "nodes": 1, "gpus_per_node": 8}}
