@@ -906,6 +906,8 @@ def format_validation_error(exc: ValidationError, source: str, model: type[BaseM
             msg = f"unknown key; {hint}remove it or check its spelling against the study-file reference in docs/study-file.md"
         elif err["type"] == "missing":
             msg = "required; add it"
+        elif err["type"] in ("literal_error", "enum"):
+            msg = f"{msg}, got {err.get('input')!r}"
         elif err["type"] in _BOUNDS:
             op, word = _BOUNDS[err["type"]]
             bound = next(iter((err.get("ctx") or {}).values()), "?")

@@ -558,3 +558,11 @@ def test_the_study_file_reference_example_loads():
     assert block is not None
     spec = StudySpec.from_dict(yaml.safe_load(block.group(1)), base_dir="studies")
     assert spec.name == "mixtral-8x22b-mi355x-fp8" and spec.capacity is not None
+
+
+def test_a_value_outside_its_choices_says_what_was_given():
+    data = small_moe_study()
+    data["workload"]["precision"] = "bf61"
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload.precision: Input should be 'bf16', 'fp16' or 'fp8', got 'bf61'" in str(e.value)
