@@ -892,6 +892,13 @@ def _section_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
     return [a for n, f in model.model_fields.items() for a in (n, f.alias) if a]
 
 
+def _nearest_keys(key: str, keys: list[str]) -> list[str]:
+    """The accepted keys nearest a misspelt one: the closest, and a second as close to within 0.1."""
+    scored = sorted(((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in set(keys)), reverse=True)
+    best = scored[0][0] if scored else 0.0
+    return [k for r, k in scored[:2] if r >= 0.7 and r >= best - 0.1]
+
+
 def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
     """One message, one line per problem, each naming the field path and what to do (for an unknown key of
     ``model``, the nearest key it accepts)."""
@@ -901,8 +908,8 @@ def format_validation_error(exc: ValidationError, source: str, model: type[BaseM
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             keys = _section_keys(model, err["loc"][:-1]) if model is not None else []
-            near = difflib.get_close_matches(str(err["loc"][-1]), keys, n=1, cutoff=0.7)
-            hint = f"did you mean {near[0]!r}? " if near else ""
+            near = _nearest_keys(str(err["loc"][-1]), keys)
+            hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
             msg = f"unknown key; {hint}remove it or check its spelling against the study-file reference in docs/study-file.md"
         elif err["type"] == "missing":
             msg = "required; add it"

@@ -52,6 +52,11 @@ def test_unknown_key_names_the_nearest_key_of_its_section():
         StudySpec.from_dict(data)
     assert "workload.seq_lenght: unknown key; did you mean 'seq_length'?" in str(e.value)
     assert "cluster.gpu_per_node: unknown key; did you mean 'gpus_per_node'?" in str(e.value)
+    data = small_moe_study()
+    data["llm"] = {"modle": "openai/gpt-4o"}  # as close to `mode` as to `model`: both named
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "llm.modle: unknown key; did you mean 'mode' or 'model'?" in str(e.value)
 
 
 def test_misspelt_model_catalog_is_named_not_read_as_an_inline_model():
