@@ -48,6 +48,10 @@ def cli() -> None:
     """Find the fastest distributed-training configuration for an LLM on a GPU cluster (an Optuna study)."""
 
 
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+"""click's "a bare group/command prints its help" (click >= 8.2)"""
+
+
 def main(argv: list[str] | None = None) -> Any:
     """The program's entry point (the console script): the command, then the process's exit (a Ctrl-C before
     the command handles signals: 130, SIGINT's code; a usage error: 2). From the moment
@@ -61,6 +65,13 @@ def main(argv: list[str] | None = None) -> Any:
             # a Ctrl-C before the command installed its own handling (click's standalone mode would print
             # "Aborted!" and exit 1): the exit code of SIGINT, as a run interrupted later has
             sys.exit(128 + signal.SIGINT)
+        except click.UsageError as exc:  # one `error:` line, as every other user error (click: three lines)
+            if isinstance(exc, _NO_ARGS_IS_HELP):  # a bare command: its help, as click prints it
+                exc.show()
+                sys.exit(exc.exit_code)
+            where = exc.ctx.command_path if exc.ctx else "primus-optuna"
+            click.echo(f"error: {exc.format_message().rstrip('.')} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)

@@ -168,5 +168,8 @@ def _network(device: str, out: str, budget_s: float, study: str | None, local_ra
         f"wrote {out}: {len(rows)} points, {', '.join(colls)} over "
         + ", ".join(f"{n} ranks ({k} per node)" for n, k in scopes)
     )
-    base = os.path.dirname(os.path.abspath(study)) if study else os.getcwd()
-    click.echo(f"add to the study: cluster.network: {os.path.relpath(os.path.abspath(out), base)}")
+    if study:  # a path relative to the study file, as cluster.network reads it
+        where = os.path.relpath(os.path.abspath(out), os.path.dirname(os.path.abspath(study)))
+    else:  # no study named: the absolute path reads right from any study file
+        where = os.path.abspath(out)
+    click.echo(f"add to the study: cluster.network: {where}")

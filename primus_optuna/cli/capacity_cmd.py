@@ -16,10 +16,12 @@ from ..physics.capacity import (
     BATCH_MODES,
     CapacityRow,
     CapacityTable,
+    band_text,
     capacity_table,
     check_prices,
     check_sizes,
     resolve_gpu_types,
+    si_text,
 )
 from ..spec.hardware import gpu_key
 from ..spec.study import StudySpec, token_count
@@ -102,15 +104,8 @@ def parse_prices(text: str, gpus: list[str], option: str = "--price") -> dict[st
         raise SpecError(f"{option}: {text!r} is not a price list; {hint}") from None
 
 
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
 def _money(x: float | None) -> str:
-    return "-" if x is None else "$" + _si(x)
+    return "-" if x is None else "$" + si_text(x)
 
 
 def _columns(t: CapacityTable) -> list[tuple[str, int, Callable[[CapacityRow], str]]]:
@@ -121,17 +116,17 @@ def _columns(t: CapacityTable) -> list[tuple[str, int, Callable[[CapacityRow], s
         cols.append(("GBS", 6, lambda r: str(r.global_batch_size)))
     cols += [
         ("tok/s/GPU", 9, lambda r: f"{r.tokens_per_s_per_gpu:,.0f}"),
-        ("cluster/s", 9, lambda r: _si(r.cluster_tokens_per_s)),
-        ("tok/day", 8, lambda r: _si(r.tokens_per_day)),
+        ("cluster/s", 9, lambda r: si_text(r.cluster_tokens_per_s)),
+        ("tok/day", 8, lambda r: si_text(r.tokens_per_day)),
     ]
     if t.tokens is not None:
         cols.append(("days", 8, lambda r: f"{r.days:,.1f}" + ("*" if r.meets is False else "")))
-        cols.append(("GPU-hours", 9, lambda r: _si(r.gpu_hours or 0.0)))
+        cols.append(("GPU-hours", 9, lambda r: si_text(r.gpu_hours or 0.0)))
         if t.prices:
             cols.append(("cost", 8, lambda r: _money(r.cost)))
     cols.append(("eff.", 5, lambda r: f"{r.efficiency or 0:.0%}"))
     if any(r.band is not None for r in t.all_rows):
-        cols.append(("band", 12, lambda r: _band_text(r.band)))
+        cols.append(("band", 12, lambda r: band_text(r.band)))
     return cols
 
 
@@ -144,19 +139,14 @@ def _row_text(cols: list[tuple[str, int, Callable[[CapacityRow], str]]], r: Capa
     return f"  {line}  {r.best.config if r.best else ''}" + (f"\n          ^ {r.note}" if r.note else "")
 
 
-def _band_text(band: object) -> str:
-    text = getattr(band, "text", None)
-    return "-" if band is None else text() if callable(text) else str(band)
-
-
 def _answer_text(label: str, r: CapacityRow | None, none: str) -> str:
     if r is None:
         return f"  {label:<12} {none}"
     days = f"{r.days:,.1f} days, " if r.days is not None else ""
     cost = f"{_money(r.cost)}, " if r.cost is not None else ""
-    hours = f"{_si(r.gpu_hours)} GPU-hours, " if r.gpu_hours is not None else ""
+    hours = f"{si_text(r.gpu_hours)} GPU-hours, " if r.gpu_hours is not None else ""
     return (
-        f"  {label:<12} {r.gpus} {r.gpu} ({days}{cost}{hours}{_si(r.cluster_tokens_per_s)} tokens/s): "
+        f"  {label:<12} {r.gpus} {r.gpu} ({days}{cost}{hours}{si_text(r.cluster_tokens_per_s)} tokens/s): "
         f"{r.best.config if r.best else ''}"
     )
 
@@ -171,7 +161,7 @@ def render(t: CapacityTable) -> str:
     out = [f"capacity of {t.study}: seq {t.seq_length}, {batch}; every figure estimated"]
     if t.tokens is not None:
         deadline = f" in {t.days:g} days" if t.days is not None else ""
-        out.append(f"target: {_si(t.tokens)} tokens{deadline}" + ("; * = misses it" if t.days else ""))
+        out.append(f"target: {si_text(t.tokens)} tokens{deadline}" + ("; * = misses it" if t.days else ""))
     cols = _columns(t)
     head = "  " + "  ".join(f"{h:>{w}}" for h, w, _ in cols) + "  best configuration"
     for ty in t.types:

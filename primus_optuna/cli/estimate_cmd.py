@@ -30,6 +30,7 @@ from ._common import (
     study_argument,
     user_errors,
 )
+from .space_cmd import config_line
 
 
 def _memory_or_none(spec: StudySpec, config: TrainingConfig) -> MemoryEstimate | None:
@@ -177,7 +178,7 @@ def estimate(study: str, config_text: str, as_json: bool, explain_comm: bool) ->
     if as_json:
         emit_json(doc)
         raise SystemExit(0 if doc["legal"] else 1)
-    click.echo(f"{config}  dp={config.dp} micro-batches={config.num_microbatches}")
+    click.echo(config_line(spec, config))
     if not doc["legal"]:
         click.echo("illegal:")
         for reason in doc["reasons"]:

@@ -81,6 +81,16 @@ def _derived_note(spec: StudySpec, config: TrainingConfig) -> str | None:
     return None
 
 
+def config_line(spec: StudySpec, config: TrainingConfig) -> str:
+    """The configuration with its derived ``dp`` and micro-batch count, or why either is missing."""
+    note = _derived_note(spec, config)
+    if config.dp and config.num_microbatches:
+        return f"{config}  dp={config.dp} micro-batches={config.num_microbatches}"
+    if config.dp:
+        return f"{config}  dp={config.dp}, micro-batches: none ({note})"
+    return f"{config}  dp: none ({note})"
+
+
 @click.command()
 @study_argument
 @config_option
@@ -112,13 +122,7 @@ def check(study: str, config_text: str, as_json: bool) -> None:
             }
         )
         raise SystemExit(1 if reasons else 0)
-    note = _derived_note(spec, config)
-    if config.dp and config.num_microbatches:
-        click.echo(f"{config}  dp={config.dp} micro-batches={config.num_microbatches}")
-    elif config.dp:
-        click.echo(f"{config}  dp={config.dp}, micro-batches: none ({note})")
-    else:
-        click.echo(f"{config}  dp: none ({note})")
+    click.echo(config_line(spec, config))
     click.echo("legal" if not reasons else "illegal:")
     for reason in reasons:
         click.echo(f"  - {reason}")

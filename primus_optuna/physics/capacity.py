@@ -230,6 +230,20 @@ def _ref(row: CapacityRow | None) -> dict[str, Any] | None:
     return None if row is None else {"gpu": row.gpu, "gpus": row.gpus}
 
 
+def band_text(band: Any) -> str:
+    """A row's band as the tables print it (``−65%/+13%``), ``-`` for none."""
+    text = getattr(band, "text", None)
+    return "-" if band is None else text() if callable(text) else str(band)
+
+
+def si_text(x: float) -> str:
+    """``1T``, ``25.5B``, ``295K``: three significant digits with an SI-style suffix (tokens, dollars)."""
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
 def _band_dict(band: Any) -> Any:
     if band is None:
         return None

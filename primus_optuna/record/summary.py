@@ -360,7 +360,8 @@ class StudySummary:
             figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
             if self.gain_over == "baseline":
                 return f"gain over the baseline ({figures}): {self.gain:+.1%}{self.band_note()}"
-            why = f": {self.centre_note}" if self.centre_note else ""
+            note = self.centre_note.removeprefix("the study's baseline ")
+            why = f": it {note}" if note != self.centre_note else f": {note}" if note else ""
             return (
                 f"gain over the sweep centre ({figures}; the study's baseline was not run{why}): {self.gain:+.1%}"
                 + self.band_note()

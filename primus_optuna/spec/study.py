@@ -15,10 +15,11 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -206,7 +207,18 @@ class ClusterSpec(_Strict):
 
     def warnings(self) -> list[str]:
         """What is legal but probably not meant: more GPUs per node than the GPU's intra-node fabric joins
-        (the model prices every GPU of a node at its NVLink/xGMI bandwidth)."""
+        (the model prices every GPU of a node at its NVLink/xGMI bandwidth); a hardware profile measured on a
+        CPU standing in for an AMD/NVIDIA GPU."""
+        out = self._fabric_warnings()
+        prof, g = self.profile, self.gpu
+        if prof is not None and prof.device.kind == "cpu" and g.vendor in ("amd", "nvidia"):
+            out.append(
+                f"cluster.profile: measured on {prof.device.name}, not on the cluster's {g.name}: every compute term is "
+                f"priced at that CPU's speed; run `primus-optuna calibrate` on one of its nodes, or remove the key"
+            )
+        return out
+
+    def _fabric_warnings(self) -> list[str]:
         g, n = self.gpu, self.gpus_per_node
         if g.topology == "mesh":
             domain, what = g.intra_node_links + 1, f"a full mesh of {g.intra_node_links} links per GPU"
@@ -221,6 +233,20 @@ class ClusterSpec(_Strict):
             f"node is priced at intra-node bandwidth, so write the cluster as nodes of {domain} "
             f"(e.g. nodes: {max(1, self.world // domain)}, gpus_per_node: {domain})"
         ]
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """``FILE:LINE:COL: not valid YAML: problem (context)`` on one line, where PyYAML marks the place."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
+    context = getattr(exc, "context", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+    return (
+        f"{where}: not valid YAML: {problem}"
+        + (f" ({context})" if context else "")
+        + "; fix the syntax there"
+    )
 
 
 def _gpus_per_host(given: int | None, gpu: GPUSpec, gpus_per_node: int) -> int:
@@ -693,6 +719,12 @@ class StudySpec(_Strict):
                 return ModelSpec.from_hf_config(path, **overrides).model_dump()
             except SpecError as exc:
                 raise ValueError(str(exc).removeprefix("model.hf_config: ")) from None
+        for (
+            key
+        ) in v:  # a misspelt catalog/hf_config would otherwise read as an inline model missing its sizes
+            near = difflib.get_close_matches(str(key), ("catalog", "hf_config"), n=1, cutoff=0.7)
+            if near and key not in ModelSpec.model_fields:
+                raise ValueError(f"unknown key {key!r}; did you mean {near[0]!r}?")
         return v
 
     @model_validator(mode="after")
@@ -741,7 +773,7 @@ class StudySpec(_Strict):
         try:
             return cls.model_validate(data, context={"base_dir": str(base_dir)})
         except ValidationError as exc:
-            raise SpecError(format_validation_error(exc, source)) from None
+            raise SpecError(format_validation_error(exc, source, cls)) from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> StudySpec:
@@ -760,7 +792,7 @@ class StudySpec(_Strict):
         except _DuplicateKey as exc:
             raise SpecError(f"{p}: {exc}") from None
         except yaml.YAMLError as exc:
-            raise SpecError(f"{p}: not valid YAML: {exc}") from None
+            raise SpecError(_yaml_error(p, exc)) from None
         return cls.from_dict(data, source=str(p), base_dir=p.parent)
 
     def to_dict(self) -> dict[str, Any]:
@@ -843,16 +875,46 @@ _BOUNDS = {
 """pydantic's numeric-bound error types: the comparison and the wording of the fix"""
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One message, one line per problem, each naming the field path and what to do."""
+def _section_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The keys the section at ``path`` of ``model`` accepts (names and aliases); [] where it is not a model."""
+    for part in path:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if field is None:
+            return []
+        todo, model = [field.annotation], None
+        while todo and model is None:
+            t = todo.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                model = t
+            todo.extend(get_args(t))
+        if model is None:
+            return []
+    return [a for n, f in model.model_fields.items() for a in (n, f.alias) if a]
+
+
+def _nearest_keys(key: str, keys: list[str]) -> list[str]:
+    """The accepted keys nearest a misspelt one: the closest, and a second as close to within 0.1."""
+    scored = sorted(((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in set(keys)), reverse=True)
+    best = scored[0][0] if scored else 0.0
+    return [k for r, k in scored[:2] if r >= 0.7 and r >= best - 0.1]
+
+
+def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """One message, one line per problem, each naming the field path and what to do (for an unknown key of
+    ``model``, the nearest key it accepts)."""
     lines = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check its spelling against the study-file reference in docs/study-file.md"
+            keys = _section_keys(model, err["loc"][:-1]) if model is not None else []
+            near = _nearest_keys(str(err["loc"][-1]), keys)
+            hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+            msg = f"unknown key; {hint}remove it or check its spelling against the study-file reference in docs/study-file.md"
         elif err["type"] == "missing":
             msg = "required; add it"
+        elif err["type"] in ("literal_error", "enum"):
+            msg = f"{msg}, got {err.get('input')!r}"
         elif err["type"] in _BOUNDS:
             op, word = _BOUNDS[err["type"]]
             bound = next(iter((err.get("ctx") or {}).values()), "?")

@@ -196,6 +196,10 @@ def calibrate(
         siblings = _start_siblings(count - 1, args, study) if device == "cpu" else []
         try:
             data = _measure(*args, say, study)
+        except BaseException:  # interrupted (Ctrl-C): the siblings' results are not wanted
+            for proc in siblings:
+                proc.terminate()
+            raise
         finally:
             for proc in siblings:
                 proc.join(timeout=10)
@@ -222,10 +226,19 @@ def _start_siblings(n: int, args: tuple[Any, ...], study: StudySpec | None) -> l
     import torch.multiprocessing as tmp
 
     ctx = tmp.get_context("fork")
-    procs = [ctx.Process(target=_measure, args=(*args, _quiet, study), daemon=True) for _ in range(n)]
+    procs = [ctx.Process(target=_sibling, args=(*args, _quiet, study), daemon=True) for _ in range(n)]
     for proc in procs:
         proc.start()
     return procs
+
+
+def _sibling(*args: Any) -> None:
+    """A forked sibling's :func:`_measure`; a Ctrl-C (sent to the whole process group) ends it quietly, the
+    parent saying that the calibration was interrupted."""
+    try:
+        _measure(*args)
+    except KeyboardInterrupt:
+        pass
 
 
 def _quiet(section: str, fraction: float) -> None:

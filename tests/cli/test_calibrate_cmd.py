@@ -24,6 +24,7 @@ def test_network_probe_on_two_local_ranks_feeds_a_study(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     assert f"wrote {net}" in result.output and "2 ranks (1 per node)" in result.output
+    assert f"add to the study: cluster.network: {net}\n" in result.output  # no --study: the absolute path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.csv"]  # the probe's working directory is gone
     rows = load_network(str(net)).rows
     assert {(r[0], r[1], r[2]) for r in rows} >= {("all_reduce", 2, 1)}

@@ -79,6 +79,13 @@ def test_illegal_config_prints_reasons_and_exits_1() -> None:
     assert "memory: not estimated" in out
 
 
+def test_illegal_config_prints_no_dp_0_but_why() -> None:
+    """``estimate`` heads an illegal configuration as ``check`` does: no ``dp=0``, the reason instead."""
+    code, out = run("--config", "pp=7")
+    assert code == 1 and "dp=0" not in out and "micro-batches=0" not in out
+    assert "dp: none (tp·cp·pp = 7 does not divide the 64 GPUs)" in out
+
+
 def test_illegal_but_computable_config_still_has_memory() -> None:
     # pp_schedule zb1p with recompute=full is illegal, yet every size divides
     code, out = run("--config", "vpp=1,pp_schedule=zb1p,recompute=full", "--json")

@@ -69,3 +69,22 @@ def test_main_exits_with_the_codes_of_the_program():
     plain = "import sys; from primus_optuna.cli import main; main(sys.argv[1:])"
     assert code(plain, "no-such-command")[0] == 2
     assert code(plain, "--version")[0] == 0
+
+
+def test_a_usage_error_is_one_error_line_with_exit_2():
+    """A mistyped option or a value out of range reads as every other user error: one ``error:`` line naming
+    the command's help, exit 2 (click's own form is three lines: Usage, Try, Error)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from primus_optuna.cli import main; main(['run', 'x.yaml', '--n-trial', '3'])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == (
+        "error: No such option '--n-trial'. Did you mean '--n-trials'? (see `primus-optuna run --help`)\n"
+    )

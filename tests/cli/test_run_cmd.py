@@ -266,7 +266,8 @@ def test_run_warns_when_the_baseline_does_not_fit_and_names_the_gain_over_the_sw
     assert "does not fit in memory" in warning and "GiB usable" in warning and "tp 1→2" in warning
     gain = next(line for line in r.output.splitlines() if "gain over" in line).strip()
     assert gain.startswith("gain over the sweep centre (trial 0, ")
-    assert "estimated; the study's baseline was not run: the study's baseline does not fit" in gain
+    assert "estimated; the study's baseline was not run: it does not fit in memory; centred on" in gain
+    assert gain.count("the study's baseline") == 1
     from primus_optuna.record.report import build_report
 
     md = build_report(f"sqlite:///{tmp_path / 'u.db'}", "unfit", tmp_path / "rep")["md"].read_text()

@@ -207,9 +207,15 @@ def test_report_has_the_capacity_plan_when_the_study_names_targets(tmp_path: Pat
     study.set_user_attr("primus_spec", spec.to_public_dict())
     paths = build_report(storage, "cap", tmp_path / "r")
     md = paths["md"].read_text()
-    assert "Capacity plan" in md and "target: 1e+11 tokens in 30 days" in md
+    assert "Capacity plan" in md and "target: 100B tokens in 30 days" in md  # as `capacity` writes it
     assert "excluded: the study trains in FP8" in md  # a100-80gb
     assert "| h100 | 16 |" in md and "fewest GPUs meeting the target:" in md
+    # each row's error band, as the `capacity` table prints it
+    from primus_optuna.physics.capacity import capacity_table
+
+    (row16,) = [r for r in capacity_table(spec, [16], ["h100"]).all_rows if r.gpus == 16]
+    line = next(x for x in md.splitlines() if x.startswith("| h100 | 16 |"))
+    assert "| eff. | band |" in md and f"| {row16.band.text()} |" in line
     assert (tmp_path / "r" / "plots" / "capacity.png").read_bytes()[:4] == b"\x89PNG"
     assert "capacity plan" in paths["html"].read_text()  # the plot, embedded
     # a study without targets has no such section (the golden report is unchanged)

@@ -72,3 +72,18 @@ def test_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.undo()
     prof.save(out)
     assert load_profile(out) == prof
+
+
+def test_a_cpu_profile_for_a_gpu_cluster_is_a_warning(tmp_path: Path) -> None:
+    """A CPU-measured profile on the CPU study says nothing; on an AMD/NVIDIA GPU it warns, naming calibrate."""
+    assert (
+        StudySpec.from_yaml(write_study(tmp_path, synthetic_profile(name="cpu x2"))).cluster.warnings() == []
+    )
+    data = yaml.safe_load(write_study(tmp_path, synthetic_profile(name="cpu x2")).read_text())
+    data["cluster"]["gpu"] = "mi300x"
+    (line,) = StudySpec.from_dict(data).cluster.warnings()
+    assert line.startswith("cluster.profile: measured on cpu x2, not on the cluster's mi300x")
+    assert "primus-optuna calibrate" in line
+    on_gpu = synthetic_profile(name="MI300X", kind="cuda")
+    data["cluster"]["profile"] = on_gpu
+    assert StudySpec.from_dict(data).cluster.warnings() == []

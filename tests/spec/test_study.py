@@ -1,5 +1,6 @@
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -41,6 +42,30 @@ def test_unknown_key_rejected_with_field_name():
     with pytest.raises(SpecError) as e:
         StudySpec.from_dict(data)
     assert "workload.seq_len" in str(e.value) and "unknown key" in str(e.value)
+
+
+def test_unknown_key_names_the_nearest_key_of_its_section():
+    data = small_moe_study()
+    data["workload"]["seq_lenght"] = data["workload"].pop("seq_length")
+    data["cluster"]["gpu_per_node"] = data["cluster"].pop("gpus_per_node")
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload.seq_lenght: unknown key; did you mean 'seq_length'?" in str(e.value)
+    assert "cluster.gpu_per_node: unknown key; did you mean 'gpus_per_node'?" in str(e.value)
+    data = small_moe_study()
+    data["llm"] = {"modle": "openai/gpt-4o"}  # as close to `mode` as to `model`: both named
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "llm.modle: unknown key; did you mean 'mode' or 'model'?" in str(e.value)
+
+
+def test_misspelt_model_catalog_is_named_not_read_as_an_inline_model():
+    data = small_moe_study()
+    data["model"] = {"catalgo": "mixtral-8x7b"}
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "unknown key 'catalgo'; did you mean 'catalog'?" in str(e.value)
+    assert "num_layers" not in str(e.value)
 
 
 def test_out_of_range_number_names_the_bound_and_the_fix():
@@ -196,6 +221,16 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
     p.write_text("- a\n- b\n")
     with pytest.raises(SpecError, match="mapping"):
         StudySpec.from_yaml(p)
+
+
+def test_bad_yaml_names_the_line_and_column_on_one_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\n  model: 1\n")
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_yaml(p)
+    assert (
+        str(e.value) == f"{p}:2:8: not valid YAML: mapping values are not allowed here; fix the syntax there"
+    )
 
 
 def _with_gpu(gpu):
@@ -519,3 +554,20 @@ def test_dp_shard_enters_the_space_hash_and_config_key_only_when_searched():
     assert {c.dp_shard for c in space.configs()} == {1, 2, 4}
     with pytest.raises(SpecError, match="dp_shard"):
         StudySpec.from_dict(small_dense_study(axes={"dp_shard": [0]}))
+
+
+def test_the_study_file_reference_example_loads():
+    """docs/study-file.md's annotated study (its first YAML block) is a study file that loads as written."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "study-file.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", doc, re.S)
+    assert block is not None
+    spec = StudySpec.from_dict(yaml.safe_load(block.group(1)), base_dir="studies")
+    assert spec.name == "mixtral-8x22b-mi355x-fp8" and spec.capacity is not None
+
+
+def test_a_value_outside_its_choices_says_what_was_given():
+    data = small_moe_study()
+    data["workload"]["precision"] = "bf61"
+    with pytest.raises(SpecError) as e:
+        StudySpec.from_dict(data)
+    assert "workload.precision: Input should be 'bf16', 'fp16' or 'fp8', got 'bf61'" in str(e.value)

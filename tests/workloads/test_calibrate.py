@@ -114,3 +114,17 @@ def test_ctrl_c_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert result.exit_code == 130
     assert "interrupted" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_ends_a_forked_sibling_quietly(monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    """Ctrl-C reaches the whole process group: a CPU calibration's forked siblings end without a traceback
+    (the parent alone says the calibration was interrupted)."""
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibrate_module, "_measure", interrupted)
+    (proc,) = calibrate_module._start_siblings(1, (), None)
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
+    assert "Traceback" not in capfd.readouterr().err

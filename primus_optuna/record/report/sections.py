@@ -19,7 +19,7 @@ import yaml
 
 from ...errors import SpecError
 from ...physics.calibration import Calibration
-from ...physics.capacity import capacity_table
+from ...physics.capacity import band_text, capacity_table, si_text
 from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
 from ...physics.uncertainty import calibration_band, gain_inside_band
@@ -634,7 +634,7 @@ def _capacity(doc: Doc, rec: StudyRecord) -> None:
         "the study's global batch at every size" if t.batch == "fixed" else "the global batch scaled per GPU"
     )
     target = (
-        f"{t.tokens:.3g} tokens" + (f" in {t.days:g} days" if t.days is not None else "")
+        f"{si_text(t.tokens)} tokens" + (f" in {t.days:g} days" if t.days is not None else "")
         if t.tokens
         else "none"
     )
@@ -642,18 +642,19 @@ def _capacity(doc: Doc, rec: StudyRecord) -> None:
     rows = []
     for ty in t.types:
         if ty.excluded:
-            rows.append([ty.name, "-", "-", "-", "-", "-", "-", f"excluded: {ty.excluded}"])
+            rows.append([ty.name, "-", "-", "-", "-", "-", "-", "-", f"excluded: {ty.excluded}"])
         for r in t.rows(ty.name):
             if not r.fits:
-                rows.append([r.gpu, r.gpus, "-", "-", "-", "-", "-", r.why_not])
+                rows.append([r.gpu, r.gpus, "-", "-", "-", "-", "-", "-", r.why_not])
                 continue
             days = "-" if r.days is None else f"{r.days:,.1f}" + (" (misses)" if r.meets is False else "")
             rows.append([
                 r.gpu, r.gpus, fmt_tok(r.tokens_per_s_per_gpu), days,
                 "-" if r.gpu_hours is None else f"{r.gpu_hours:,.0f}", "-" if r.cost is None else f"${r.cost:,.0f}",
-                f"{r.efficiency:.0%}", _cfg(r.best.config if r.best else None) + (f" ({r.note})" if r.note else ""),
+                f"{r.efficiency:.0%}", band_text(r.band), _cfg(r.best.config if r.best else None) + (f" ({r.note})" if r.note else ""),
             ])  # fmt: skip
-    doc.table(["GPU", "GPUs", "tokens/s/GPU", "days", "GPU-hours", "cost", "eff.", "configuration"], rows)
+    head = ["GPU", "GPUs", "tokens/s/GPU", "days", "GPU-hours", "cost", "eff.", "band", "configuration"]
+    doc.table(head, rows)
     a = t.answers
     answers = [("fewest GPUs meeting the target", a.fewest), ("cheapest", a.cheapest), ("fastest", a.fastest)]
     doc.bullets([f"{label}: " + (f"{r.gpus} {r.gpu}" if r else "none") for label, r in answers])
