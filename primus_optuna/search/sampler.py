@@ -525,7 +525,7 @@ class PrimusSampler(BaseSampler):
             config = self._complete(study, axes)
             if config is None:
                 return
-            missing = [a for a in AXES if a not in axes]
+            missing = [a for a in self.space.searched_axes if a not in axes]
             msg = (
                 f"trial {trial.number}: enqueue_trial gave {', '.join(f'{k}={v}' for k, v in axes.items())}; "
                 f"completed {', '.join(missing)} with the nearest configuration that fits: {config.key()}"

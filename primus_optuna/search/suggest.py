@@ -82,7 +82,7 @@ def recorded_distributions(study: optuna.Study) -> dict[str, CategoricalDistribu
 def suggest_config(
     trial: optuna.Trial, spec: StudySpec, space: Space | None = None, *, map_illegal: bool = True
 ) -> TrainingConfig:
-    """Suggest the ten axes over their legal values and return the configuration the trial runs.
+    """Suggest every axis the study searches over its legal values and return the configuration the trial runs.
 
     An illegal combination is mapped to the nearest legal configuration (see the module docstring), or, with
     ``map_illegal=False``, pruned with ``prune_reason = "illegal: <rules>"``. Records user attr ``config_key``
@@ -101,13 +101,14 @@ def suggest_config(
     config, reason = legal_config(space, suggested)
     if config is None:
         fixed = fixed_axes(trial.study, trial)
-        if len(fixed) == len(AXES):
+        given = set(space.searched_axes) <= set(fixed)
+        if given:
             # every axis given (enqueued, or fixed by a PartialFixedSampler): refused, not replaced by another
             # configuration (Optuna warns about a fixed value outside its distribution: optuna 5.1.0
             # optuna/trial/_trial.py:633-646)
             reason = f"{reason} (the configuration {suggested.key()} was given as is: refused, not replaced)"
             log.warning("trial %d: %s", trial.number, reason)
-        if not map_illegal or len(fixed) == len(AXES):
+        if not map_illegal or given:
             trial.set_user_attr(PRUNE_REASON, reason)
             raise optuna.TrialPruned(reason)
         # the axes a PartialFixedSampler or enqueue_trial fixed never move

@@ -279,12 +279,14 @@ def test_a_configuration_as_large_as_one_that_ran_out_of_memory_is_not_launched(
             direction="maximize", sampler=PrimusSampler(spec), pruner=MemoryPrefilterPruner(spec=spec)
         )
         if measured_larger:  # a run estimated at least as large completed with a measurement
+            params = larger.to_params()
             study.add_trial(
                 optuna.trial.create_trial(
-                    params=larger.to_params(),
+                    params=params,
                     distributions={
                         a: optuna.distributions.CategoricalDistribution(v)
                         for a, v in space.legal_values().items()
+                        if a in params
                     },
                     value=1.0,
                     user_attrs={"memory_peak_gib": peak[larger], "source": "measured"},
