@@ -11,8 +11,8 @@ Example::
                                 pruner=MemoryPrefilterPruner(spec=spec))
     study.optimize(make_objective(spec, AnalyticalRunner(spec)), n_trials=30)
 
-The spec, space and physics names are imported eagerly (no Optuna, DSPy or torch); the search, run and record
-names are imported on first use, so ``import primus_optuna`` stays light.
+Every name but the errors is imported on first use, so ``import primus_optuna`` costs milliseconds (the
+command line installs its Ctrl-C handling before anything heavy is imported).
 """
 
 from __future__ import annotations
@@ -21,27 +21,34 @@ import importlib
 from typing import Any
 
 from .errors import PrimusError, SpecError
-from .physics import (
-    Calibration,
-    EfficiencyCurve,
-    MemoryEstimate,
-    PlanEntry,
-    PlanResult,
-    StageMemory,
-    ThroughputEstimate,
-    estimate_memory,
-    estimate_throughput,
-    no_fit_message,
-    plan_space,
-    ranking_fidelity,
-)
 from .redaction import redact
-from .space import Space, TrainingConfig, parse_config_string
-from .spec import GPUSpec, ModelSpec, ParameterCounts, PipelineSpec, Recompute, StudySpec, parse_recompute
 
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    # spec, space, physics (no Optuna, DSPy or torch)
+    **dict.fromkeys(
+        ("GPUSpec", "ModelSpec", "ParameterCounts", "PipelineSpec", "Recompute", "StudySpec"), "spec"
+    ),
+    "parse_recompute": "spec",
+    **dict.fromkeys(("Space", "TrainingConfig", "parse_config_string"), "space"),
+    **dict.fromkeys(
+        (
+            "Calibration",
+            "EfficiencyCurve",
+            "MemoryEstimate",
+            "PlanEntry",
+            "PlanResult",
+            "StageMemory",
+            "ThroughputEstimate",
+            "estimate_memory",
+            "estimate_throughput",
+            "no_fit_message",
+            "plan_space",
+            "ranking_fidelity",
+        ),
+        "physics",
+    ),
     # search (Optuna)
     "PrimusSampler": "search.sampler",
     "suggest_config": "search.suggest",

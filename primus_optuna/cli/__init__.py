@@ -7,13 +7,25 @@ May import any layer; nothing in the library imports it. Subcommands are importe
 
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 import threading
-from typing import Any
 
-import click
+
+def _quiet_exit(signum: int, frame: object) -> None:
+    """A Ctrl-C or SIGTERM while the command line is being imported: the signal's exit code, no traceback."""
+    sys.exit(128 + signum)
+
+
+_BEFORE: dict[int, object] = {}
+if threading.current_thread() is threading.main_thread():
+    for _s in (signal.SIGINT, signal.SIGTERM):
+        _BEFORE[_s] = signal.signal(_s, _quiet_exit)
+
+import importlib  # noqa: E402  (after the handlers: these imports take most of the start-up)
+from typing import Any  # noqa: E402
+
+import click  # noqa: E402
 
 # name -> "module:attribute" (relative to primus_optuna.cli)
 COMMANDS: dict[str, str] = {
@@ -54,10 +66,12 @@ _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 def main(argv: list[str] | None = None) -> Any:
     """The program's entry point (the console script): the command, then the process's exit (a Ctrl-C before
-    the command handles signals: 130, SIGINT's code; a usage error: 2). From the moment
+    the command handles signals: 130, SIGINT's code, 143 for SIGTERM; a usage error: 2). From the moment
     the command has returned, SIGINT and SIGTERM are ignored, so that a late Ctrl-C (one sent after an
     interrupted ``run`` has written its summary) cannot turn the exit into a traceback and another code. For a
     process that is about to end only: in-process callers use :data:`cli` (its handlers are left alone)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _quiet_exit)  # until a command installs its own (as SIGINT's Abort below)
     try:
         try:
             rv = cli.main(args=argv, prog_name="primus-optuna", standalone_mode=False)
@@ -80,3 +94,7 @@ def main(argv: list[str] | None = None) -> Any:
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(s, signal.SIG_IGN)
+
+
+for _s, _handler in _BEFORE.items():  # in-process importers keep their own handling
+    signal.signal(_s, _handler)  # type: ignore[arg-type]

@@ -253,21 +253,16 @@ def run(
     """Create or resume the Optuna study of STUDY and run trials (sweep, then planner or model-guided)."""
     import optuna
 
-    from ..record.dashboard import note_hook, refresh_study_note
-    from ..record.report import default_report_dir
-    from ..run.base import RunFailure
-    from ..run.interrupt import exit_code, raise_if_stopped
-    from ..run.launch_guard import RepeatedLaunchFailure
-    from ..run.objective import requeue_interrupted
+    from ..record.storage import default_storage_url
     from ..session import open_session
     from ..spec import StudySpec
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(study)
-    from ..record.storage import default_storage_url
-
     check_storage_url(storage or default_storage_url(spec))
+    from ..record.dashboard import note_hook
+
     session = open_session(
         spec,
         storage=storage,
@@ -286,29 +281,24 @@ def run(
         force_warm_start=force_warm_start,
         trial_hooks=(note_hook,),
     )
-    handle, st, runner, objective, llm, n = (
-        session.handle,
-        session.study,
-        session.runner,
-        session.objective,
-        session.llm,
-        session.n_trials,
-    )
+    _run_session(session, n_jobs=n_jobs, timeout=timeout, no_progress=no_progress, as_json=as_json)
 
-    def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
-        click.echo(text, err=as_json)
 
+def _announce(session: Any, say: Any) -> int:
+    """Print the session's warm start, warnings, preflight and plan; the number of trials to ask."""
+    from ..record.report import default_report_dir
+    from ..run.objective import requeue_interrupted
+
+    st, runner, llm, handle = session.study, session.runner, session.llm, session.handle
     if session.warm_start is not None:
         say(session.warm_start)
     for line in session.warnings:
         say(f"warning: {line}")
-    first_new = len(st.trials)
-    guard = RepeatedLaunchFailure(first_trial=first_new)
-    verb = "created" if handle.created else f"resumed ({first_new} trials so far)"
+    verb = "created" if handle.created else f"resumed ({len(st.trials)} trials so far)"
     for line in session.preflight:
         say(line)
     say(
-        f"study {st.study_name!r} {verb}; running {n} trials with the {runner.kind} runner"
+        f"study {st.study_name!r} {verb}; running {session.n_trials} trials with the {runner.kind} runner"
         + (f" and planner {llm.model} ({st.sampler.planner.mode})" if llm and st.sampler.planner else "")
     )
     say(
@@ -319,34 +309,29 @@ def run(
     requeued = requeue_interrupted(st)
     if requeued:
         say("re-running first the interrupted trial(s) " + ", ".join(f"#{k}" for k in requeued))
-    quiet = _QuietInterrupt()
-    optuna_log = logging.getLogger("optuna")
-    optuna_log.addFilter(quiet)
-    for h in optuna_log.handlers:
-        h.addFilter(quiet)
-    # a terminal gets Optuna's progress bar; a log file or pipe gets one line per trial (throttled)
-    show_bar = not no_progress and not as_json and sys.stderr.isatty()
-    lines = not no_progress and not show_bar
     if _exhausted(st):
         say("nothing left to run: every legal configuration that fits in memory has been tried")
-        n = 0
+        return 0
     # a signal while the study was opened: ask no trial (the sampler would decide one, a planner call with an
     # LLM, only for the objective to record it as interrupted)
-    if stop_signal() is not None:
-        n = 0
-    reported = False
+    return 0 if stop_signal() is not None else session.n_trials
 
-    def report_interrupt() -> None:
-        """The interrupt's line, once: before the summary, or after it for a signal while it is written."""
-        nonlocal reported
+
+class _InterruptLine:
+    """The interrupt's line, printed once: before the summary, or after it for a signal while it is written."""
+
+    def __init__(self, study: Any, first_new: int) -> None:
+        self.study, self.first_new, self.reported = study, first_new, False
+
+    def __call__(self) -> None:
         signum = stop_signal()
-        if signum is None or reported:
+        if signum is None or self.reported:
             return
-        reported = True
+        self.reported = True
         stopped = [
             t.number
-            for t in st.get_trials(deepcopy=False)
-            if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= first_new
+            for t in self.study.get_trials(deepcopy=False)
+            if t.user_attrs.get("failure_reason") == "interrupted" and t.number >= self.first_new
         ]
         click.echo(
             f"interrupted ({signal.Signals(signum).name})"
@@ -360,13 +345,40 @@ def run(
             err=True,
         )
 
+
+def _run_session(
+    session: Any, *, n_jobs: int, timeout: float | None, no_progress: bool, as_json: bool
+) -> None:
+    """Optimize the opened study, print its summary, and exit with the interrupt's or launch guard's code."""
+    from ..record.dashboard import refresh_study_note
+    from ..run.base import RunFailure
+    from ..run.interrupt import exit_code, raise_if_stopped
+    from ..run.launch_guard import RepeatedLaunchFailure
+    from ._common import program
+
+    st, handle = session.study, session.handle
+
+    def say(text: str) -> None:  # with --json, stdout carries the JSON summary only
+        click.echo(text, err=as_json)
+
+    first_new = len(st.trials)
+    guard = RepeatedLaunchFailure(first_trial=first_new)
+    n = _announce(session, say)
+    quiet = _QuietInterrupt()
+    optuna_log = logging.getLogger("optuna")
+    for f in (optuna_log, *optuna_log.handlers):
+        f.addFilter(quiet)
+    # a terminal gets Optuna's progress bar; a log file or pipe gets one line per trial (throttled)
+    show_bar = not no_progress and not as_json and sys.stderr.isatty()
+    lines = not no_progress and not show_bar
+    report_interrupt = _InterruptLine(st, first_new)
     # The stop flag alone says whether, and by which signal, the run was interrupted (its exit code, its line):
     # an interrupted `optimize` raises the Interrupted of the objective, a runner, the callback or a second
     # signal, or returns when the flag rose after the last trial; a signal may also come during the summary.
     try:
         try:
             st.optimize(
-                objective,
+                session.objective,
                 n_trials=n,
                 timeout=timeout,
                 n_jobs=n_jobs,
@@ -380,17 +392,14 @@ def run(
             if stop_signal() is None:  # raised by code, not a signal's (handle_signals raises the flag first)
                 raise
         report_interrupt()
-        from ._common import program
-
         refresh_study_note(st, handle.storage_url, program=program())
         _print_summary(st, handle.storage_url, as_json)
     except KeyboardInterrupt:  # a second signal while the summary is written
         if stop_signal() is None:
             raise
     finally:
-        optuna_log.removeFilter(quiet)
-        for h in optuna_log.handlers:
-            h.removeFilter(quiet)
+        for f in (optuna_log, *optuna_log.handlers):
+            f.removeFilter(quiet)
     report_interrupt()
     signum = stop_signal()
     if signum is not None:

@@ -71,6 +71,34 @@ def test_main_exits_with_the_codes_of_the_program():
     assert code(plain, "--version")[0] == 0
 
 
+EARLY_TERM = """
+import os, signal, sys
+from primus_optuna import cli as c
+
+def terminated(self, ctx, name):
+    os.kill(os.getpid(), signal.SIGTERM)  # SIGTERM before any command handles signals
+
+c.LazyGroup.get_command = terminated
+c.main(sys.argv[1:])
+"""
+
+SIGNALS_DURING_IMPORT = """
+import signal
+import primus_optuna.cli as c
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "an importer's SIGINT handling is kept"
+c._quiet_exit(signal.SIGINT, None)
+"""
+
+
+def test_a_signal_while_the_program_starts_exits_with_its_code():
+    """SIGTERM before a command handles signals exits 143 (not a kill by the signal, -15); the handlers the
+    command line installs while it imports are removed once imported, and exit with the signal's code."""
+    r = subprocess.run([sys.executable, "-c", EARLY_TERM, "space", "x.yaml"], capture_output=True, text=True)
+    assert r.returncode == 143 and "Traceback" not in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-c", SIGNALS_DURING_IMPORT], capture_output=True, text=True)
+    assert r.returncode == 130 and not r.stderr, r.stderr
+
+
 def test_a_usage_error_is_one_error_line_with_exit_2():
     """A mistyped option or a value out of range reads as every other user error: one ``error:`` line naming
     the command's help, exit 2 (click's own form is three lines: Usage, Try, Error)."""
