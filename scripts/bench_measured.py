@@ -1,7 +1,7 @@
 """Search on measured landscapes: PrimusSampler (no LLM) replayed on the vTrain A100 single-node measurements,
 against measuring the model's own top k, TPE and random.
 
-    python scripts/bench_measured.py [--seeds 5] [--split-seed 0] [--gpus 4,8] [--min-points 8]
+    python scripts/bench_measured.py [--seeds 5] [--split-seed 0] [--gpus 2,4,8] [--min-points 8]
         [--groups 2048x24x64,...] [--budgets 3,5,10,15] [--jobs 2]
 
 **Data and split.** tests/data/vtrain-a100-single-node.csv (VIA-Research/vTrain, MIT; how the runs were made:
@@ -199,6 +199,8 @@ class Run:
     """proposals refused as unmeasured (free)"""
     phases: list[str] = field(default_factory=list)
     """the phase of each measured trial (primus)"""
+    configs: list[TrainingConfig] = field(default_factory=list)
+    """the configuration of each measured trial"""
 
 
 def make_sampler(name: str, spec: StudySpec, seed: int) -> BaseSampler:
@@ -215,7 +217,7 @@ def run_sampler(land: Landscape, name: str, seed: int, n_measured: int, max_tria
     """One study: stops after ``n_measured`` measured trials or ``max_trials`` trials of any kind."""
     if name == "top-k":
         order = model_order(land)[:n_measured]
-        return Run(name, 0, [land.measured[c] for c in order])
+        return Run(name, 0, [land.measured[c] for c in order], configs=order)
     study = optuna.create_study(
         direction="maximize",
         sampler=make_sampler(name, land.spec, seed),
@@ -227,7 +229,9 @@ def run_sampler(land: Landscape, name: str, seed: int, n_measured: int, max_tria
         if len(done) >= n_measured:
             study.stop()
 
-    study.optimize(ReplayObjective(land), n_trials=max_trials, callbacks=[enough])
+    objective = ReplayObjective(land)
+    space = objective.space
+    study.optimize(objective, n_trials=max_trials, callbacks=[enough])
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     unmeasured = sum(1 for t in trials if str(t.user_attrs.get(PRUNE_REASON, "")).startswith(UNMEASURED))
@@ -237,6 +241,7 @@ def run_sampler(land: Landscape, name: str, seed: int, n_measured: int, max_tria
         [float(t.value) for t in done],
         unmeasured,
         [str(t.user_attrs.get("phase", "-")) for t in done],
+        [space.canonical(TrainingConfig.from_params(t.params)) for t in done],
     )
 
 
@@ -260,6 +265,8 @@ class LandscapeReport:
     best_model_rank: int
     """1-based rank of the measured best in the model's order of the measured points"""
     rho: float
+    estimate: dict[TrainingConfig, float]
+    """the model's tokens/s/GPU of each measured point (fitted constants)"""
     elapsed_s: float
 
     def of(self, sampler: str) -> list[Run]:
@@ -288,7 +295,7 @@ def bench_landscape(
             land, spec=land.spec.model_copy()
         )  # no estimate cached with other constants
         order = model_order(land)
-        est = [estimate_throughput(land.spec, c).tokens_per_s_per_gpu for c in order]
+        est = {c: estimate_throughput(land.spec, c).tokens_per_s_per_gpu for c in order}
         best_c = max(land.measured, key=land.measured.__getitem__)
         runs = []
         for name in samplers:
@@ -298,7 +305,8 @@ def bench_landscape(
             land,
             runs,
             order.index(best_c) + 1,
-            spearman(est, [land.measured[c] for c in order]),
+            spearman(list(est.values()), [land.measured[c] for c in order]),
+            est,
             time.perf_counter() - t0,
         )
     finally:
@@ -371,6 +379,41 @@ def summary_table(
     return lines
 
 
+def phase_diagnosis(reps: Sequence[LandscapeReport]) -> list[str]:
+    """Where ``primus``'s measured trials went, by phase: how many, their estimate against the model's best
+    estimate (of the measured points) and their measured value against the measured best."""
+    out = []
+    by: dict[str, list[tuple[float, float]]] = {}
+    first: dict[str, int] = {}
+    for rep in reps:
+        top = max(rep.estimate.values())
+        for r in rep.of("primus"):
+            for i, (ph, c, v) in enumerate(zip(r.phases, r.configs, r.values, strict=True)):
+                if i < GOAL_AT:
+                    by.setdefault(ph, []).append((rep.estimate[c] / top, v / rep.land.best))
+            first[r.phases[0] if r.phases else "-"] = first.get(r.phases[0] if r.phases else "-", 0) + 1
+    for ph, xs in sorted(by.items()):
+        est = statistics.median(x for x, _ in xs)
+        meas = statistics.median(y for _, y in xs)
+        out.append(
+            f"primus's first {GOAL_AT} measured trials, phase {ph}: {len(xs)} trials; their estimate median "
+            f"{est:.2f} of the model's best estimate (min {min(x for x, _ in xs):.2f}); measured median "
+            f"{meas:.2f} of the measured best"
+        )
+    return out
+
+
+def legal_space_losses(reps: Sequence[LandscapeReport]) -> list[str]:
+    """Landscapes whose fastest measured row is outside the project's legal space."""
+    out = []
+    for rep in reps:
+        above = [x for x in rep.land.illegal if x[1] > rep.land.best]
+        if above:
+            k, v, why = max(above, key=lambda x: x[1])
+            out.append(f"{rep.land.name}: {k} measured {v / rep.land.best:.3f} of the legal best ({why})")
+    return out
+
+
 def goal_misses(reps: Sequence[LandscapeReport], samplers: Sequence[str]) -> list[str]:
     """Each landscape where ``primus``'s worst seed is below 0.99 after 5 measured trials or below the model's
     top k, with its attribution."""
@@ -411,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--split-seed", type=int, default=0, help="seed of the fitting / held-back split of groups"
     )
-    ap.add_argument("--gpus", default="4,8", help="GPU counts whose landscapes are searched")
+    ap.add_argument("--gpus", default="2,4,8", help="GPU counts whose landscapes are searched")
     ap.add_argument("--min-points", type=int, default=8, help="fewest measured legal points of a landscape")
     ap.add_argument(
         "--groups", default="", help="only these held-back groups, HIDDENxLAYERSxGBS comma-separated"
@@ -454,13 +497,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(landscape_table(reps, budgets, samplers)))
     print()
     print("\n".join(summary_table(reps, budgets, samplers)))
-    illegal = [(rep.land.name, x) for rep in reps for x in rep.land.illegal]
-    above = [x for rep in reps for x in rep.land.illegal if x[1] > rep.land.best]
+    illegal = sum(len(rep.land.illegal) for rep in reps)
+    losses = legal_space_losses(reps)
     print(
-        f"\n{len(illegal)} measured rows of these landscapes are outside the project's legal space "
-        f"({len({x[2].split(':')[0] for _, x in illegal})} reasons, e.g. {illegal[0][1][2] if illegal else '-'}); "
-        f"{len(above)} of them above their landscape's measured best"
+        f"\n{illegal} measured rows of these landscapes are outside the project's legal space (never searched); "
+        f"on {len(losses)} landscapes the fastest measured row is one of them:"
     )
+    for line in losses:
+        print("  - " + line)
+    print()
+    for line in phase_diagnosis(reps):
+        print(line)
     misses = goal_misses(reps, samplers)
     print(
         f"\ngoal (primus worst seed >= {GOAL_FRACTION} after {GOAL_AT} measured trials on every landscape, never "
