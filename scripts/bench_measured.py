@@ -2,7 +2,7 @@
 against measuring the model's own top k, TPE and random.
 
     python scripts/bench_measured.py [--seeds 5] [--split-seed 0] [--gpus 2,4,8] [--min-points 8]
-        [--groups 2048x24x64,...] [--budgets 3,5,10,15] [--jobs 2]
+        [--groups 2048x24x64,...] [--budgets 3,5,10,15] [--sweep-trials N] [--jobs 2]
 
 **Data and split.** tests/data/vtrain-a100-single-node.csv (VIA-Research/vTrain, MIT; how the runs were made:
 shared/reference/data/README.md). A *group* is one model (hidden, layers) and global batch, as in
@@ -119,7 +119,7 @@ def searched_axes(rows: Sequence[Row]) -> dict[str, list]:
     return {a: sorted({getattr(r.config, a) for r in rows}) for a in ("tp", "pp", "mbs")} | FIXED_AXES
 
 
-def study_spec(rows: Sequence[Row], axes: dict[str, list]) -> StudySpec:
+def study_spec(rows: Sequence[Row], axes: dict[str, list], sweep_trials: int | None = None) -> StudySpec:
     """The study of one group on one GPU count (``rows``), searching ``axes``; its baseline is Megatron's
     defaults with recompute ``full`` (as vTrain ran; the sweep's centre)."""
     base = rows[0].spec
@@ -131,6 +131,7 @@ def study_spec(rows: Sequence[Row], axes: dict[str, list]) -> StudySpec:
                 update={
                     "axes": axes,
                     "baseline": base.search.baseline.model_copy(update={"recompute": "full"}),
+                    "sweep_trials": sweep_trials,
                 }
             ),
         }
@@ -138,7 +139,11 @@ def study_spec(rows: Sequence[Row], axes: dict[str, list]) -> StudySpec:
 
 
 def build_landscapes(
-    rows: Sequence[Row], groups: set[Group], gpus: Sequence[int], min_points: int
+    rows: Sequence[Row],
+    groups: set[Group],
+    gpus: Sequence[int],
+    min_points: int,
+    sweep_trials: int | None = None,
 ) -> list[Landscape]:
     """The landscapes of ``groups`` on each GPU count in ``gpus`` with at least ``min_points`` measured legal
     configurations (axis values: the whole CSV's, so every landscape searches the same axes)."""
@@ -149,7 +154,7 @@ def build_landscapes(
             by.setdefault((r.group, r.gpus), []).append(r)
     out = []
     for (group, g), rs in sorted(by.items()):
-        spec = study_spec(rs, axes)
+        spec = study_spec(rs, axes, sweep_trials)
         space = Space(spec)
         legal = set(space.configs())
         land = Landscape(group, g, spec, {}, len(legal))
@@ -466,6 +471,12 @@ def main(argv: list[str] | None = None) -> int:
         "--groups", default="", help="only these held-back groups, HIDDENxLAYERSxGBS comma-separated"
     )
     ap.add_argument("--budgets", default="3,5,10,15", help="measured-trial budgets reported")
+    ap.add_argument(
+        "--sweep-trials",
+        type=int,
+        default=None,
+        help="search.sweep_trials of every study (default: the library's)",
+    )
     ap.add_argument("--max-trials", type=int, default=200, help="trials of any kind per study at most")
     ap.add_argument("--samplers", default=",".join(SAMPLERS), help="subset of " + ", ".join(SAMPLERS))
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="landscapes in parallel")
@@ -484,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         held_g = want
     with contextlib.redirect_stderr(io.StringIO()):
         fam = fit(rows, fit_g)
-    lands = build_landscapes(rows, held_g, [int(g) for g in args.gpus.split(",")], args.min_points)
+    gpus = [int(g) for g in args.gpus.split(",")]
+    lands = build_landscapes(rows, held_g, gpus, args.min_points, args.sweep_trials)
     if not lands:
         ap.error("no landscape has --min-points measured points; lower it or pick other groups")
     seeds = list(range(args.seeds))
