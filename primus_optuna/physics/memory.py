@@ -497,7 +497,10 @@ def _fsdp_static(
     backward and the gradient reduce-scatter for every micro-batch but the last
     (torch/distributed/pipelining/stage.py@2.13.0:844-847), so the stage's 16-bit parameters and its
     unsharded gradients, accumulated in the reduce dtype (``_fsdp_param.py@2.13.0:800-821``), are held all
-    step, plus one unit's 16-bit gradients as they are computed. Both measured on a gloo group by
+    step, plus one unit's 16-bit gradients as they are computed. The 16-bit shard next to the fp32 master is
+    Megatron's (Megatron-FSDP's model-weight buffer; bf16 modules under its torch FSDP2 path): FSDP2 with
+    TorchTitan's ``MixedPrecisionPolicy`` keeps fp32 shards that are the master, 2 bytes per sharded
+    parameter fewer (16 against 18). Both measured on a gloo group by
     tests/physics/test_fsdp_memory.py. (Megatron-FSDP is priced the same way; its pipeline path is not
     checked here.)"""
     rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
