@@ -35,6 +35,7 @@ import yaml
 
 from ..errors import SpecError
 from .axes import AXIS_LIST
+from .hardware import GPUS_PER_NODE
 from .layout import expand_layout
 from .optimizer import OPTIMIZER_DTYPE_FIELDS
 from .primus_env import resolve_primus_env
@@ -421,10 +422,7 @@ def expand_primus_study(data: dict[str, Any], base_dir: str | Path = ".") -> dic
         baseline = dict(info.baseline)
         cluster = data.get("cluster")
         if info.fsdp_replicas and isinstance(cluster, dict) and "nodes" in cluster:
-            from .study import ClusterSpec  # the study module reads this one lazily
-
-            per_node = cluster.get("gpus_per_node", ClusterSpec.model_fields["gpus_per_node"].default)
-            world = int(cluster["nodes"]) * int(per_node)
+            world = int(cluster["nodes"]) * int(cluster.get("gpus_per_node", GPUS_PER_NODE))
             baseline["dp_shard"] = baseline_dp_shard(baseline, info.fsdp_replicas, world)
         search["baseline"] = baseline
         out["search"] = search
