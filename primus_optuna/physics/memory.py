@@ -67,8 +67,9 @@ from .spec_cache import MAX_SPECS, per_spec
 # --- documented constants ------------------------------------------------------------------------------------
 FSDP_UNITS_IN_FLIGHT = 2
 """FSDP2 gathers one unit (a layer, the embedding, the output layer) ahead of the one computing (implicit
-forward prefetch, explicit backward prefetch of the next unit: torch ``fully_shard``), so two units are
-unsharded at a time; an assumption, not a fit."""
+forward prefetch, explicit backward prefetch of the next unit: torch ``fully_shard``,
+torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py@2.13.0:795-833), so two units are unsharded at a
+time; measured so on a gloo group by tests/physics/test_fsdp_memory.py."""
 WEIGHT_BYTES = 2
 """bf16/fp16 model weights."""
 FP8_EXTRA_WEIGHT_BYTES = 2
@@ -484,10 +485,24 @@ def _fsdp_static(
     Parameters, gradients and optimizer state are sharded over the FSDP group: dense parameters over
     dp_shard·cp ranks, expert parameters over dp_shard·cp·tp/ep (TorchTitan's ``fsdp`` and ``efsdp`` meshes,
     torchtitan/distributed/parallel_dims.py@b5bcd76c:280-281, 380); HSDP replicates them over dp/dp_shard.
-    Each layer is gathered when used and resharded after forward (FSDP2's default ``reshard_after_forward``),
-    so the unsharded working set is :data:`FSDP_UNITS_IN_FLIGHT` units (the one computing and the one
-    prefetched) of the largest unit the stage holds, in 16-bit parameters plus their unsharded gradients
-    (the one being computed and the one being reduce-scattered)."""
+    Without pipeline parallelism each layer is gathered when used and resharded after forward (FSDP2's
+    ``reshard_after_forward``), so the unsharded working set is :data:`FSDP_UNITS_IN_FLIGHT` units (the one
+    computing and the one prefetched) of the largest unit the stage holds in 16-bit parameters, plus one
+    unit's 16-bit gradients (autograd's, in the parameter dtype) and one unit's reduce-scatter input in the
+    reduce dtype (``grad_bytes``), which FSDP2 holds across layers (torch/distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py@2.13.0:596-606, 687-696).
+
+    With pipeline parallelism the stage stays gathered: TorchTitan does not reshard after forward when PP is
+    on (torchtitan/distributed/fsdp.py@b5bcd76c:129-131) and torch's pipeline stage turns off resharding after
+    backward and the gradient reduce-scatter for every micro-batch but the last
+    (torch/distributed/pipelining/stage.py@2.13.0:844-847), so the stage's 16-bit parameters and its
+    unsharded gradients, accumulated in the reduce dtype (``_fsdp_param.py@2.13.0:800-821``), are held all
+    step, plus one unit's 16-bit gradients as they are computed. The 16-bit shard next to the fp32 master is
+    Megatron's (Megatron-FSDP's model-weight buffer; bf16 modules under its torch FSDP2 path): FSDP2 with
+    TorchTitan's ``MixedPrecisionPolicy`` keeps fp32 shards that are the master, 2 bytes per sharded
+    parameter fewer (16 against 18). Both measured on a gloo group by
+    tests/physics/test_fsdp_memory.py. (Megatron-FSDP is priced the same way; its pipeline path is not
+    checked here.)"""
     rows = _static(ctx, tp, pp, ep, cp, vpp, schedule, deepep)
     dense_shard = dp_shard * cp
     expert_shard = max(1, dp_shard * cp * tp // ep)
@@ -504,11 +519,14 @@ def _fsdp_static(
     ):
         share = dense / dense_shard + expert / expert_shard
         unit = max(layer, emb if mx.embedding else 0, out if mx.loss else 0)
-        gathered = FSDP_UNITS_IN_FLIGHT * unit
+        if pp > 1:  # the stage stays gathered and accumulates unsharded gradients
+            gathered, grads = params, ctx.grad_bytes * params + WEIGHT_BYTES * unit
+        else:
+            gathered, grads = FSDP_UNITS_IN_FLIGHT * unit, (WEIGHT_BYTES + ctx.grad_bytes) * unit
         fsdp_rows.append(
             (
                 weights * share / params + WEIGHT_BYTES * gathered / GIB,
-                ctx.grad_bytes * (share + gathered) / GIB,
+                (ctx.grad_bytes * share + grads) / GIB,
                 ctx.optimizer_bytes * share / GIB,
                 comm + extra_groups,
                 disp,

@@ -19,6 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 2**30
+GPUS_PER_NODE = 8
+"""GPUs per node when a study's cluster does not say (``cluster.gpus_per_node``)."""
 GB = 10**9
 
 

@@ -14,7 +14,9 @@ win over the model file. They also give the study its **baseline** (``tensor_mod
 ``seq_length``/``global_batch_size``/precision and the memory levers (``grad_reduce_in_bf16`` or bf16
 ``main_grads_dtype``: 2-byte gradients; the FP8 recipe and ``fp8_param_gather``; the precision-aware optimizer
 and its dtypes)
-when ``workload`` leaves them out. Other keys under ``model:``
+when ``workload`` leaves them out. With FSDP on (``use_torch_fsdp2``; ``use_megatron_fsdp`` with
+``optim_grads_params``) the baseline's ``dp_shard`` is the data-parallel group over its HSDP replicas
+(:func:`fsdp_replicas`), on the study's cluster. Other keys under ``model:``
 override the imported architecture (e.g. ``vocab_size`` when the YAML names only a tokenizer).
 
 Example::
@@ -33,6 +35,7 @@ import yaml
 
 from ..errors import SpecError
 from .axes import AXIS_LIST
+from .hardware import GPUS_PER_NODE
 from .layout import expand_layout
 from .optimizer import OPTIMIZER_DTYPE_FIELDS
 from .primus_env import resolve_primus_env
@@ -97,6 +100,9 @@ class PrimusImport:
     """the merged Megatron arguments (model file chain, then the experiment's overrides)"""
     files: list[str] = field(default_factory=list)
     """every file read, in merge order"""
+    fsdp_replicas: int | None = None
+    """with FSDP (ZeRO-3) on, the replicas of the sharded group (HSDP; 1: FSDP over the whole data-parallel
+    group): :func:`fsdp_replicas`; the baseline's ``dp_shard`` is dp / replicas once the cluster is known"""
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -233,6 +239,41 @@ def baseline_from_megatron(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def fsdp_replicas(args: dict[str, Any]) -> int | None:
+    """The replicas of the FSDP-sharded group when the arguments turn on ZeRO-3 sharding, else None.
+
+    - ``use_torch_fsdp2``: torch FSDP2 over the data-parallel (with context) group, or HSDP over
+      ``data_parallel_replicate_degree`` replicas (Primus's torch FSDP2 wrapper,
+      primus/backends/megatron/core/distributed/torch_fully_sharded_data_parallel.py@fd1eeabb:110-131;
+      Megatron's, megatron/core/distributed/torch_fully_sharded_data_parallel.py@d98e8a64:76-81);
+    - ``use_megatron_fsdp`` (or its old name ``use_custom_fsdp``) with ``data_parallel_sharding_strategy:
+      optim_grads_params`` (parameters, gradients and optimizer state sharded; Megatron's default,
+      megatron/training/arguments.py@d98e8a64:3190; Primus's ``no_shard``, primus/configs/modules/megatron/
+      trainer_base.yaml@fd1eeabb:189, when the strategy is not written), HSDP over
+      ``num_distributed_optimizer_instances`` replicas (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py@
+      d98e8a64:346). ``optim``/``optim_grads`` (ZeRO-1/2) are not ZeRO-3: None.
+    """
+    if _truthy(args.get("use_torch_fsdp2", False)):
+        return max(1, int(args.get("data_parallel_replicate_degree") or 1))
+    megatron_fsdp = _truthy(args.get("use_megatron_fsdp", False)) or _truthy(
+        args.get("use_custom_fsdp", False)
+    )
+    if (
+        megatron_fsdp
+        and str(args.get("data_parallel_sharding_strategy") or "no_shard") == "optim_grads_params"
+    ):
+        return max(1, int(args.get("num_distributed_optimizer_instances") or 1))
+    return None
+
+
+def baseline_dp_shard(baseline: dict[str, Any], replicas: int, world: int) -> int:
+    """``dp_shard`` of an imported FSDP baseline on ``world`` GPUs: the data-parallel group (world over
+    tp·pp·cp) over its replicas; 1 (the distributed optimizer) where they do not divide."""
+    inner = int(baseline.get("tp", 1)) * int(baseline.get("pp", 1)) * int(baseline.get("cp", 1))
+    dp = world // inner if world % inner == 0 else 0
+    return dp // replicas if dp and dp % replicas == 0 and dp > 1 else 1
+
+
 def model_from_megatron(args: dict[str, Any], name: str) -> dict[str, Any]:
     """:class:`ModelSpec` fields from Megatron arguments (vocab from the tokenizer name when absent)."""
     out: dict[str, Any] = {"name": name}
@@ -351,6 +392,7 @@ def import_primus_yaml(path: str | Path, primus_root: str | Path | None = None) 
         workload=workload_from_megatron(args),
         overrides=args,
         files=files,
+        fsdp_replicas=fsdp_replicas(args),
     )
 
 
@@ -377,6 +419,11 @@ def expand_primus_study(data: dict[str, Any], base_dir: str | Path = ".") -> dic
         out["pipeline"] = pipeline
     search = dict(data.get("search") or {})
     if "baseline" not in search:
-        search["baseline"] = info.baseline
+        baseline = dict(info.baseline)
+        cluster = data.get("cluster")
+        if info.fsdp_replicas and isinstance(cluster, dict) and "nodes" in cluster:
+            world = int(cluster["nodes"]) * int(cluster.get("gpus_per_node", GPUS_PER_NODE))
+            baseline["dp_shard"] = baseline_dp_shard(baseline, info.fsdp_replicas, world)
+        search["baseline"] = baseline
         out["search"] = search
     return out

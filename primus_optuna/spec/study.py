@@ -32,7 +32,7 @@ from pydantic import (
 from ..errors import SpecError
 from ..redaction import MASK, looks_secret, redact_data
 from .axes import AXES, BOOL_AXES, CHOICES, INT_AXES, REGISTRY  # noqa: F401 (re-exported)
-from .hardware import GPU_CATALOG, GPUSpec, gpu_key, with_overrides
+from .hardware import GPU_CATALOG, GPUS_PER_NODE, GPUSpec, gpu_key, with_overrides
 from .layout import PipelineSpec
 from .model import MODEL_CATALOG, ModelSpec
 from .network import NetworkSpec, network_field
@@ -109,7 +109,7 @@ class ClusterSpec(_Strict):
 
     gpu: GPUSpec
     nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(default=8, gt=0)
+    gpus_per_node: int = Field(default=GPUS_PER_NODE, gt=0)
     gpus_per_host: int | None = Field(default=None, gt=0, validate_default=True)
     """GPUs per host (one operating system: a server, a GB200/GB300 compute tray); launches start one process
     group per host. Default: the GPU's own (4 on GB200/GB300, ``GPUSpec.gpus_per_host``), else the node's.

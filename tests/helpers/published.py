@@ -14,7 +14,9 @@ where it names "fp8 dot-product attention" (``workload.fp8_dot_product_attention
 where it names ``fp8_output_proj=True`` (``workload.fp8_output_proj``); DeepSeek-V3
 with its pipeline layout (:func:`row_layout`), precision-aware optimizer and ``overlap_grad_reduce=False``
 where the row states them; the embedding and loss counted in the pipeline split where the row says
-``account_for_embedding/loss_in_pipeline_split=True``. The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for
+``account_for_embedding/loss_in_pipeline_split=True``; FSDP rows (torch FSDP2, Megatron-FSDP) with ``dp_shard``
+over their data-parallel group (:func:`_fsdp`; Megatron-FSDP's CPU activation offloading is not modelled).
+The MI325X rows do not state their GBS: 4 micro-batches per data-parallel rank for
 Llama3.1-8B, GBS 256 for 70B (the assumption of tests/physics/test_throughput_validation.py).
 """
 
@@ -129,6 +131,43 @@ class Published:
     config: TrainingConfig
     measured_tps: float
     report_only: bool = False
+    fsdp: str | None = None
+    """``torch-fsdp2`` / ``megatron-fsdp`` for a row that ran FSDP (:func:`fsdp_framework`)"""
+
+
+FSDP_RECOMPUTE = "full:72"
+"""The recompute of the MI325X Llama 3.1 70B FSDP rows (their table does not state it): as Primus's MI325X
+examples run them, full, block, 72 of the 80 layers (examples/megatron/configs/MI325X/
+llama3.1_70B-{BF16,FP8}-pretrain.yaml@fd1eeabb:62-72)."""
+
+
+def fsdp_framework(r: dict[str, str]) -> str | None:
+    """``torch-fsdp2`` or ``megatron-fsdp`` when the row ran FSDP (its ``dist_opt`` column), else None."""
+    text = r["dist_opt"]
+    if text.startswith("torch FSDP2"):
+        return "torch-fsdp2"
+    if text.startswith("Megatron-FSDP"):
+        return "megatron-fsdp"
+    return None
+
+
+def _fsdp(r: dict[str, str], workload: dict[str, Any]) -> dict[str, Any]:
+    """The axes an FSDP row ran with (ZeRO-3 over its whole data-parallel group) and its workload settings:
+    Megatron refuses torch FSDP2 with the distributed optimizer or gradient-accumulation fusion
+    (megatron/training/arguments.py@d98e8a64:1038-1041); Megatron-FSDP v1 runs on the distributed optimizer
+    (arguments.py@d98e8a64:1124-1136) and its fusion is off where the row says so."""
+    framework = fsdp_framework(r)
+    if framework is None:
+        return {}
+    dp = int(r["gpus"]) // (int(r["tp"]) * int(r["pp"]) * int(r["cp"]))
+    if framework == "torch-fsdp2":
+        workload.update(distributed_optimizer=False, gradient_accumulation_fusion=False)
+    elif "gradient_accumulation_fusion off" in r["other_memory_flags"]:
+        workload["gradient_accumulation_fusion"] = False
+    axes: dict[str, Any] = {"dp_shard": dp}
+    if framework == "torch-fsdp2" and r["gpu"] == "MI325X" and r["recompute_granularity"] == "unknown":
+        axes["recompute"] = FSDP_RECOMPUTE
+    return axes
 
 
 def _release(source: str) -> str:
@@ -184,6 +223,7 @@ def load_published() -> list[Published]:
                     exp_avg_dtype="bf16",
                     exp_avg_sq_dtype="bf16",
                 )
+            fsdp = _fsdp(r, workload)
             layout = row_layout(r) if int(r["pp"]) > 1 else None
             pipeline: dict[str, Any] = {"layout": layout} if layout else {}
             if "account_for_embedding/loss_in_pipeline_split=True" in r["pp_schedule"]:
@@ -215,7 +255,8 @@ def load_published() -> list[Published]:
                 cp=int(r["cp"]),
                 ep=ep,
                 mbs=int(r["mbs"]),
-                recompute=rec,
+                recompute=fsdp.get("recompute", rec),
+                dp_shard=fsdp.get("dp_shard", 1),
                 moe_dispatcher=disp,
                 pp_schedule=sched,
                 ep_overlap=ep > 1 and re.search(r"EP a2a (1F1B )?overlap", flags) is not None,
@@ -230,6 +271,7 @@ def load_published() -> list[Published]:
                     config,
                     float(r["tok_s_gpu"]),
                     report_only=name in REPORT_ONLY_MODELS,
+                    fsdp=fsdp_framework(r),
                 )
             )
     return out

@@ -15,7 +15,7 @@ from primus_optuna.physics import (
     stage_chunks,
 )
 from primus_optuna.physics import memory as mem
-from primus_optuna.physics.shapes import output_params
+from primus_optuna.physics.shapes import embedding_params, output_params
 from primus_optuna.space import Space
 from primus_optuna.spec import GIB, StudySpec
 from tests.conftest import FLAGSHIP, STUDIES, small_dense_study, small_moe_study
@@ -595,24 +595,49 @@ def test_peaks_key_names_what_the_peaks_read():
 
 
 def test_fsdp_shards_weights_grads_and_optimizer_over_dp_shard_and_keeps_two_layers_unsharded() -> None:
-    spec = StudySpec.from_dict(small_moe_study(axes={"dp_shard": [1, 2, 4]}))
+    """pp = 1: two units gathered (the one computing, the one prefetched) in 16-bit, one unit's 16-bit
+    gradients and one unit's fp32 reduce-scatter input (tests/physics/test_fsdp_memory.py measures it)."""
+    spec = StudySpec.from_dict(small_moe_study(axes={"dp_shard": [1, 2, 4, 8]}))
     space = Space(spec)
-    base = space.canonical(space.make(tp=1, pp=2, ep=2, cp=1, mbs=1))
-    zero1 = estimate_memory(spec, base).stages[1]
+    base = space.canonical(space.make(tp=1, pp=1, ep=2, cp=1, mbs=1))
+    zero1 = estimate_memory(spec, base).stages[0]
     lp = layer_params(LayerShape.from_config(spec, base))
-    n = spec.model.num_layers // 2
-    dense = n * lp.dense + output_params(spec, 1, 2)
+    n = spec.model.num_layers
+    dense = n * lp.dense + output_params(spec, 1, 1) + embedding_params(spec, 1)
     expert = n * lp.expert
-    unit = mem.FSDP_UNITS_IN_FLIGHT * max(lp.dense + lp.expert, output_params(spec, 1, 2))
-    for shard in (2, 4):
+    unit = max(lp.dense + lp.expert, output_params(spec, 1, 1), embedding_params(spec, 1))
+    for shard in (2, 8):
         c = base.replace(dp_shard=shard).derive(spec.world, spec.workload.global_batch_size)
         assert space.check(c) == []
-        st = estimate_memory(spec, c).stages[1]
+        st = estimate_memory(spec, c).stages[0]
         share = dense / shard + expert / (shard // 2)  # experts over dp_shard·cp·tp/ep ranks
         assert st.breakdown["optimizer_gib"] == pytest.approx(12 * share / GIB)
-        assert st.breakdown["gradients_gib"] == pytest.approx(4 * (share + unit) / GIB)
-        assert st.breakdown["weights_gib"] == pytest.approx(2 * (share + unit) / GIB)
+        assert st.breakdown["gradients_gib"] == pytest.approx((4 * share + (2 + 4) * unit) / GIB)
+        assert st.breakdown["weights_gib"] == pytest.approx(
+            2 * (share + mem.FSDP_UNITS_IN_FLIGHT * unit) / GIB
+        )
         assert st.breakdown["activations_gib"] == zero1.breakdown["activations_gib"]
     assert zero1.breakdown["gradients_gib"] == pytest.approx(
         4 * (dense + expert) / GIB
     )  # ZeRO-1: not sharded
+
+
+def test_fsdp_with_pipeline_parallelism_keeps_the_stage_gathered_with_its_unsharded_gradients() -> None:
+    """pp > 1: the stage's 16-bit parameters and its fp32 unsharded gradients are held all step (torch's
+    pipeline stage defers resharding and the reduce-scatter to the last micro-batch), plus one unit's 16-bit
+    gradients as they are computed."""
+    spec = StudySpec.from_dict(small_moe_study(axes={"dp_shard": [1, 2, 4]}))
+    space = Space(spec)
+    base = space.canonical(space.make(tp=1, pp=2, ep=2, cp=1, mbs=1))
+    lp = layer_params(LayerShape.from_config(spec, base))
+    n = spec.model.num_layers // 2
+    dense = n * lp.dense + output_params(spec, 1, 2)
+    expert = n * lp.expert
+    unit = max(lp.dense + lp.expert, output_params(spec, 1, 2))
+    c = base.replace(dp_shard=4).derive(spec.world, spec.workload.global_batch_size)
+    assert space.check(c) == []
+    st = estimate_memory(spec, c).stages[1]
+    share = dense / 4 + expert / 2
+    assert st.breakdown["weights_gib"] == pytest.approx(2 * (share + dense + expert) / GIB)
+    assert st.breakdown["gradients_gib"] == pytest.approx((4 * (share + dense + expert) + 2 * unit) / GIB)
+    assert st.breakdown["optimizer_gib"] == pytest.approx(12 * share / GIB)

@@ -18,6 +18,7 @@ from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.space import TrainingConfig
 from primus_optuna.spec import MODEL_CATALOG, StudySpec
 from tests.helpers.models import gpt_model
+from tests.helpers.published import FSDP_RECOMPUTE
 
 
 def make_spec(
@@ -232,7 +233,7 @@ PRIMUS = [
     ("llama3.1-70b-fp8-fsdp", "llama3.1-70b", "fp8", 4, 1, 256, 1726),
     ("llama3.1-70b-bf16-fsdp", "llama3.1-70b", "bf16", 1, 1, 256, 1174),
 ]
-PRIMUS_FSDP: dict[str, Any] = {"recompute": "full:72"}
+PRIMUS_FSDP: dict[str, Any] = {"recompute": FSDP_RECOMPUTE}
 """The 70B rows as Primus's MI325X examples run them: torch FSDP2 over the 64 GPUs (``dp_shard`` = dp), no
 distributed optimizer, recompute full, block, 72 of the 80 layers, no gradient-accumulation fusion
 (examples/megatron/configs/MI325X/llama3.1_70B-{BF16,FP8}-pretrain.yaml@fd1eeabb:62-72; the published table

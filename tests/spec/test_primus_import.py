@@ -190,3 +190,84 @@ def test_fp8_recipe_is_read_back(tmp_path: Path) -> None:
     exp.write_text(exp.read_text().replace("fp8_recipe: tensorwise", "fp8_recipe: custom"))
     with pytest.raises(SpecError, match="fp8_recipe"):
         StudySpec.from_dict(data)
+
+
+AMD_FSDP2 = (
+    Path(__file__).resolve().parents[1]
+    / "data"
+    / "primus-examples"
+    / "MI300X"
+    / "llama3.1_70B-BF16-pretrain.yaml"
+)
+"""AMD's MI300X Llama 3.1 70B example (AMD-AGI/Primus@fd1eeabb): ``use_torch_fsdp2: true``"""
+
+
+def _amd_fsdp2_tree(tmp_path: Path, **extra: object) -> Path:
+    """AMD's example experiment as written, its model file a miniature of Primus's llama3.1_70B.yaml."""
+    exp = yaml.safe_load(AMD_FSDP2.read_text())
+    exp["modules"]["pre_trainer"]["overrides"].update(extra)
+    models = tmp_path / "primus" / "configs" / "models" / "megatron"
+    models.mkdir(parents=True)
+    (models / "llama3.1_70B.yaml").write_text(
+        "num_layers: 80\nhidden_size: 8192\nffn_hidden_size: 28672\nnum_attention_heads: 64\n"
+        "group_query_attention: true\nnum_query_groups: 8\nswiglu: true\nnormalization: RMSNorm\n"
+        "position_embedding_type: rope\nuntie_embeddings_and_output_weights: true\nbf16: true\n"
+    )
+    path = tmp_path / "examples" / AMD_FSDP2.name
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(exp))
+    return path
+
+
+def _study(exp: Path, nodes: int) -> StudySpec:
+    return StudySpec.from_dict(
+        {
+            "name": "fsdp",
+            "model": {"primus_yaml": str(exp), "vocab_size": 128256},
+            "cluster": {"gpu": "mi300x", "nodes": nodes},
+            "workload": {"seq_length": 8192, "global_batch_size": 384},  # the example's mbs 3 · 64 · 2
+        }
+    )
+
+
+def test_torch_fsdp2_example_gives_a_baseline_sharded_over_the_data_parallel_group(tmp_path: Path) -> None:
+    exp = _amd_fsdp2_tree(tmp_path)
+    info = import_primus_yaml(exp)
+    assert info.overrides["use_torch_fsdp2"] is True and info.fsdp_replicas == 1
+    spec = _study(exp, nodes=8)
+    space = Space(spec)
+    base = space.baseline
+    assert (base.tp, base.pp, base.cp, base.dp_shard) == (1, 1, 1, 64)  # FSDP2 over all 64 GPUs
+    assert space.check(base) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "replicas", "dp_shard"),
+    [
+        ({"data_parallel_replicate_degree": 2}, 2, 32),  # Primus's torch FSDP2 HSDP: 2 replicas of 32
+        # Megatron-FSDP: ZeRO-3 only with optim_grads_params; HSDP over distributed-optimizer instances
+        (
+            {
+                "use_torch_fsdp2": False,
+                "use_megatron_fsdp": True,
+                "data_parallel_sharding_strategy": "optim_grads_params",
+                "num_distributed_optimizer_instances": 4,
+            },
+            4,
+            16,
+        ),
+        (
+            {"use_torch_fsdp2": False, "use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim"},
+            None,
+            1,
+        ),
+        ({"use_torch_fsdp2": False}, None, 1),  # no FSDP (the other AMD examples): nothing changes
+    ],
+    ids=["torch-fsdp2-hsdp", "megatron-fsdp-hsdp", "megatron-fsdp-zero1", "no-fsdp"],
+)
+def test_hsdp_and_megatron_fsdp_read_back(
+    tmp_path: Path, extra: dict, replicas: int | None, dp_shard: int
+) -> None:
+    exp = _amd_fsdp2_tree(tmp_path, **extra)
+    assert import_primus_yaml(exp).fsdp_replicas == replicas
+    assert Space(_study(exp, nodes=8)).baseline.dp_shard == dp_shard
