@@ -781,12 +781,19 @@ def _fsdp_exposed(
     b_pass: list[float],
     keep: float,
 ) -> list[float]:
-    """FSDP's per-layer collectives added to each pass (per kind, then the output layer): the gather for the next
-    unit is prefetched under this one's compute (forward and backward), the gradient reduce-scatter runs under
-    the backward too; what the compute cannot hide is exposed, and the hidden part costs the interference
-    fraction. Returns the exposed seconds per unit and micro-batch (forward + backward)."""
+    """FSDP's per-layer collectives (per kind, then the output layer): the gather for the next unit is
+    prefetched under this one's compute (forward and backward), the gradient reduce-scatter runs under the
+    backward too; what the compute cannot hide is exposed, and the hidden part costs the interference fraction.
+    Returns the exposed seconds per unit (forward + backward) of each micro-batch without pipeline parallelism,
+    where they are added to each pass; with pp > 1 of the step, once: the stage stays unsharded between
+    micro-batches and reduce-scatters after the last (TorchTitan turns reshard-after-forward off with PP,
+    torchtitan/distributed/fsdp.py@b5bcd76c:129-131; torch's pipeline stage reduces on the last micro-batch
+    only, torch/distributed/pipelining/stage.py@2.13.0:844-847)."""
     extra = []
     for j, (ag, rs) in enumerate(fsdp_layer_collectives(ctx, tp, pp, cp, ep, shard)):
+        if pp > 1:  # one gather (the forward's, backward kept unsharded) and one reduce-scatter per step
+            extra.append(ag + rs - keep * min(ag + rs, f_pass[j] + b_pass[j]))
+            continue
         f = ag - keep * min(ag, f_pass[j])
         b = ag + rs - keep * min(ag + rs, b_pass[j])
         f_pass[j] += f
@@ -1074,7 +1081,8 @@ def _estimate(ctx: _Context, config: Any, calibration: Calibration | None) -> Th
         "cp_comm": m * cp_t,
         "ep_comm": m * counts[0] * ep_step,
         "pp_comm": m * timing.sends_per_microbatch * c + timing.transfers,
-        "dp_comm": dp_exposed + (m * sum(n * e for n, e in zip(counts, fsdp, strict=True)) if fsdp else 0.0),
+        "dp_comm": dp_exposed
+        + ((m if pp == 1 else 1) * sum(n * e for n, e in zip(counts, fsdp, strict=True)) if fsdp else 0.0),
         "optimizer": optimizer,
     }
     calibrated = calibration is not None and not calibration.is_identity
