@@ -255,8 +255,13 @@ def _mb_pp(f: Facts, c: Any) -> str | None:
     if not dp or f.gbs % (c.mbs * dp):
         return None
     m = f.gbs // (c.mbs * dp)
-    if c.pp > 1 and m < c.pp:
-        return f"{m} micro-batches per step < pp={c.pp}: the pipeline cannot fill (lower mbs or pp)"
+    # 1F1B caps its warm-up at the micro-batches there are (Megatron-Core
+    # pipeline_parallel/schedules.py@d98e8a64:2277-2278; Primus's zero-bubble 1F1B
+    # zerobubble/scheduler/basic1f1b.py@fd1eeabb:19): it runs with fewer than pp, idle stages and all.
+    # Interleaved refuses it (schedules.py@d98e8a64:1160-1168); the zero-bubble schedules keep the rule
+    # because this project's schedule models of them assume a full pipeline.
+    if c.pp > 1 and m < c.pp and c.pp_schedule != "1f1b":
+        return f"{m} micro-batches per step < pp={c.pp}: {c.pp_schedule} cannot fill the pipeline (lower mbs or pp)"
     return None
 
 
@@ -542,7 +547,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("pp1_no_pipeline", ("pp", "vpp", "pp_schedule"), "pp=1 means vpp=1 and 1f1b", _pp1),
     Rule("mb_whole", (*_P, "mbs"), "GBS divisible by mbs·dp", _mb_whole),
-    Rule("mb_ge_pp", (*_P, "mbs"), "micro-batches ≥ pp", _mb_pp),
+    Rule("mb_ge_pp", (*_P, "mbs", "pp_schedule"), "micro-batches ≥ pp (not for 1f1b)", _mb_pp),
     Rule(
         "mb_interleaved",
         (*_P, "mbs", "pp_schedule"),

@@ -113,6 +113,9 @@ def test_microbatch_rules():
     base = dict(tp=1, pp=4, vpp=2, pp_schedule="interleaved")
     assert ge.fn(sp.facts, sp.make(**base, mbs=5)) is None  # m = 4
     assert "cannot fill" in ge.fn(sp.facts, sp.make(**base, mbs=10))  # m = 2 < 4
+    # 1F1B caps its warm-up at the micro-batches there are: m = 2 < pp = 4 runs (idle stages and all)
+    assert ge.fn(sp.facts, sp.make(tp=1, pp=4, mbs=10, vpp=1, pp_schedule="1f1b")) is None
+    assert "zb1p cannot fill" in ge.fn(sp.facts, sp.make(tp=1, pp=4, mbs=10, vpp=1, pp_schedule="zb1p"))
     assert inter.fn(sp.facts, sp.make(**base, mbs=5)) is None  # m = 4
     assert "multiple of pp" in inter.fn(sp.facts, sp.make(**base, mbs=4))  # m = 5
     assert (
