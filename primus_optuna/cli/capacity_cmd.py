@@ -180,6 +180,13 @@ def render(t: CapacityTable) -> str:
             out.append(f"  nothing fits at these sizes; {beyond}")
         elif small is not None and small > rows[0].gpus:
             out.append(f"  the smallest size that fits: {small} GPUs")
+        if any((r.efficiency or 0) > 1.005 for r in rows if r.fits):
+            out.append(
+                f"  eff. = tokens/s/GPU against {small} GPUs (the smallest that fits); above 100%: a larger cluster "
+                "fits layouts the smaller one cannot (less recompute, a larger micro-batch, more parallel groups"
+                + (", a larger global batch" if t.batch == "per-gpu" else "")
+                + ")"
+            )
     a = t.answers
     out.append("\nanswers:")
     if t.days is not None:

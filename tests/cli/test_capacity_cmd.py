@@ -177,3 +177,18 @@ def test_each_row_carries_the_error_band_of_its_cluster():
     text = render(table)
     assert "band" in text and one.band.text() in text
     assert "band" not in render(capacity_table(spec, [8], band=None))
+
+
+def test_an_efficiency_above_100_percent_is_explained():
+    """A larger cluster faster per GPU than the smallest that fits reads as a legend under the table, not as a
+    figure without a reason; a table where no size beats the smallest has no legend."""
+    from primus_optuna.cli.capacity_cmd import render
+    from primus_optuna.physics.capacity import capacity_table
+
+    spec = StudySpec.from_dict(small_dense_study())
+    table = capacity_table(spec, [8, 32], band=None)
+    first, second = (r for r in table.all_rows if r.fits)
+    second.efficiency = 1.07
+    assert "above 100%: a larger cluster fits layouts the smaller one cannot" in render(table)
+    second.efficiency = 0.9
+    assert "above 100%" not in render(table)
