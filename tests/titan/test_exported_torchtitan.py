@@ -1,0 +1,233 @@
+"""The CI framework check for TorchTitan: the top trials of every shipped study's analytical run, exported with
+``--format torchtitan``, are accepted by TorchTitan 0.3's own code with their degrees intact.
+
+For each shipped study whose model and precision TorchTitan 0.3 has a registry function for (the study run as a
+TorchTitan study, ``runner.kind: torchtitan``, so that its rules apply), its five best trials:
+
+- ``ConfigManager().parse_args(argv)`` (``torchtitan/config/manager.py@0.3.0:34-46``): the registry function,
+  tyro over ``Trainer.Config`` and its ``__post_init__`` (the pipeline micro-batch divisibility and the CUDA-graph
+  refusals, ``torchtitan/trainer.py@0.3.0:118-210``);
+- ``ParallelDims.from_config`` (``torchtitan/distributed/parallel_dims.py@0.3.0:153-189``: the product of the
+  degrees is the world);
+- with pipelining, TorchTitan's stage count (``_get_pipeline_metadata``, ``pipeline_parallel.py@0.3.0:194-264``)
+  and split (``_generate_llm_fqn_per_model_part``, :366-476) over the registry model: ``pp · vpp`` stages of
+  ``layers / (pp · vpp)`` layers, and torch's schedule class of the exported name;
+- the batch as the trainer derives it (``trainer.py@0.3.0:415-440``): the gradient-accumulation steps and the
+  pipeline micro-batches equal the trial's micro-batches;
+- the parsed degrees, activation-checkpointing mode, sequence length and precision equal the export, and the
+  registry model's layers, width and vocabulary equal the study's.
+
+Studies with no TorchTitan form (a model or FP8 recipe TorchTitan 0.3 has no registry function for) are refused
+by the export, naming the fix; where the model has a bf16 function, the study is run in bf16 and checked too.
+torchtitan 0.3.0 and the few packages its imports need are installed by scripts/bootstrap.sh from
+scripts/requirements-titan.txt (without their declared dependencies); nothing of TorchTitan is stood in for.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from primus_optuna.errors import SpecError
+from primus_optuna.space.torchtitan_args import SCHEDULES, TITAN_MODELS, titan_args, titan_target
+from primus_optuna.spec import StudySpec
+from tests.conftest import STUDIES
+from tests.helpers.studies import analytical_run
+
+manager = pytest.importorskip(
+    "torchtitan.config.manager",
+    reason="torchtitan 0.3.0 is not installed (scripts/bootstrap.sh installs scripts/requirements-titan.txt)",
+)
+
+STUDY_FILES = sorted(STUDIES.glob("*.yaml"))
+TOP = 5
+"""best trials checked per study"""
+
+
+def titan_study(spec: StudySpec, **workload: Any) -> StudySpec:
+    """``spec`` as a TorchTitan study (its rules apply), with ``workload`` changed."""
+    data = spec.to_dict()
+    data["runner"] = {"kind": "torchtitan"}
+    data["workload"] = {**data["workload"], **workload}
+    if data["workload"]["precision"] != "fp8":  # the FP8-only settings go with it
+        data["workload"] = {k: v for k, v in data["workload"].items() if not k.startswith("fp8_")}
+    return StudySpec.from_dict(data)
+
+
+def _top(spec: StudySpec) -> list[Any]:
+    import optuna
+
+    study, _ = analytical_run(spec)
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    best = sorted(done, key=lambda t: -t.values[0])[:TOP]
+    from primus_optuna.record.export import trial_config
+
+    return [trial_config(t, spec) for t in best]
+
+
+@pytest.fixture(scope="module")
+def exported() -> tuple[list[tuple[StudySpec, Any]], dict[str, str]]:
+    """(TorchTitan study, config) of the top trials of every shipped study that has a TorchTitan form, and the
+    export's refusal of those that do not."""
+    logging.getLogger("torchtitan").setLevel(logging.ERROR)
+    out, refused = [], {}
+    for path in STUDY_FILES:
+        spec = titan_study(StudySpec.from_yaml(path))
+        try:
+            titan_target(spec)
+        except SpecError as exc:
+            refused[spec.name] = str(exc)
+            if spec.model.name not in TITAN_MODELS:
+                continue
+            spec = titan_study(spec, precision="bf16")
+        out += [(spec, c) for c in _top(spec)]
+    return out, refused
+
+
+def check_export(spec: StudySpec, config: Any) -> None:
+    """TorchTitan's code on the exported argv; assertion errors name what differs."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    from torchtitan.distributed.pipeline_parallel import (
+        _generate_llm_fqn_per_model_part,
+        _get_pipeline_metadata,
+    )
+
+    c = config.derive(spec.world, spec.workload.global_batch_size)
+    cfg = manager.ConfigManager().parse_args(titan_args(spec, config))
+    p, t = cfg.parallelism, cfg.training
+    dims = ParallelDims.from_config(p, spec.world)
+    assert (dims.dp_replicate, dims.dp_shard, dims.tp, dims.pp, dims.cp, dims.ep) == (
+        c.dp // c.dp_shard,
+        c.dp_shard,
+        c.tp,
+        c.pp,
+        c.cp,
+        c.ep,
+    ), "degrees"
+    ac = {"none": type(None), "selective": SelectiveAC.Config, "full": FullAC.Config}[c.recompute]
+    assert type(cfg.activation_checkpoint) is ac, "activation checkpointing"
+    assert (t.seq_len, t.global_batch_size, t.mixed_precision_param) == (
+        spec.workload.seq_length,
+        spec.workload.global_batch_size,
+        "bfloat16",
+    )
+    model = cfg.model_spec.model
+    m = spec.model
+    assert (len(model.layers), model.dim, model.vocab_size) == (m.num_layers, m.hidden_size, m.vocab_size)
+    # the trainer's batch arithmetic (trainer.py@0.3.0:415-440)
+    batch_degree = dims.dp_replicate * dims.dp_shard
+    assert t.global_batch_size % (t.local_batch_size * batch_degree) == 0, "global batch"
+    accumulation = t.global_batch_size // (t.local_batch_size * batch_degree)
+    if c.pp == 1:
+        assert (accumulation, t.local_batch_size) == (c.num_microbatches, c.mbs), "micro-batches"
+        return
+    assert (
+        accumulation == 1 and t.local_batch_size // p.pipeline_parallel_microbatch_size == c.num_microbatches
+    )
+    assert p.pipeline_parallel_microbatch_size == c.mbs
+    schedule = get_schedule_class(p.pipeline_parallel_schedule)
+    assert issubclass(schedule, PipelineScheduleSingle) == (c.vpp == 1), "schedule"
+    stages, layers, first, last = _get_pipeline_metadata(dims, p, model)
+    assert stages == c.pp * c.vpp, "pipeline stages"
+    split = _generate_llm_fqn_per_model_part(stages, layers, first, last)
+    per_stage = {sum(n.startswith("layers.") for n in s) for s in split}
+    assert per_stage == {m.num_layers // stages}, f"layers per stage {per_stage}"
+
+
+def test_every_exported_configuration_is_accepted_by_torchtitan(exported) -> None:
+    configs, refused = exported
+    names = {StudySpec.from_yaml(p).name for p in STUDY_FILES}
+    checked = {spec.name for spec, _ in configs}
+    assert checked | set(refused) == names
+    assert {"llama3.1-70b-h100-bf16", "qwen3-30b-a3b-h200-bf16", "gpt-oss-120b-h100-bf16"} <= checked
+    assert "deepseek-v3-mi355x-fp8" in checked  # in bf16: DeepSeek-V3 has no MXFP8 registry function
+    assert all("runner.options" in why or "fp8_recipe" in why for why in refused.values()), refused
+    failures = []
+    for spec, config in configs:
+        try:
+            check_export(spec, config)
+        except (AssertionError, ValueError, SystemExit) as exc:
+            failures.append(f"{spec.name} {config.key()}: {type(exc).__name__}: {exc}")
+    assert not failures, f"{len(failures)} of {len(configs)} exports refused:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"tp": 8, "pp": 2, "vpp": 1, "mbs": 1, "pp_schedule": "1f1b", "dp_shard": 4, "recompute": "full"},
+        {
+            "tp": 4,
+            "pp": 4,
+            "vpp": 2,
+            "mbs": 1,
+            "pp_schedule": "interleaved",
+            "dp_shard": 2,
+            "recompute": "full",
+        },
+        {
+            "tp": 8,
+            "pp": 2,
+            "vpp": 4,
+            "mbs": 2,
+            "pp_schedule": "interleaved",
+            "dp_shard": 2,
+            "recompute": "selective",
+        },
+        {"tp": 8, "pp": 4, "vpp": 2, "mbs": 1, "pp_schedule": "zbv", "dp_shard": 2, "recompute": "none"},
+        {
+            "tp": 2,
+            "cp": 2,
+            "pp": 1,
+            "vpp": 1,
+            "mbs": 1,
+            "pp_schedule": "1f1b",
+            "dp_shard": 8,
+            "recompute": "full",
+        },
+    ],
+    ids=["1f1b-hsdp", "interleaved-vpp2", "interleaved-vpp4", "zbv", "fsdp-cp-ddp"],
+)
+def test_pipelined_and_hsdp_exports_are_accepted(axes: dict[str, Any]) -> None:
+    """Pipelines (1F1B, interleaved with 2 and 4 stages per rank, ZBV) and HSDP, which the studies' best trials
+    need not reach, through the same check."""
+    from primus_optuna.space import Space
+
+    spec = titan_study(StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml"))
+    space = Space(spec)
+    c = space.make(**axes)
+    assert space.check(c) == [], space.check(c)
+    check_export(spec, c)
+
+
+def test_torchtitan_refuses_what_it_cannot_run() -> None:
+    """The negative check: TorchTitan's own code refuses a broken export (so the check above can fail)."""
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    spec = titan_study(StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml"))
+    from primus_optuna.space import Space
+
+    c = Space(spec).make(tp=8, pp=2, vpp=1, cp=1, mbs=1, recompute="full", pp_schedule="1f1b", dp_shard=4)
+    argv = titan_args(spec, c)
+    i = argv.index("--training.local_batch_size")
+    bad = [*argv[: i + 1], "3", *argv[i + 2 :]]  # 3 sequences do not split into micro-batches of 2
+    j = bad.index("--parallelism.pipeline_parallel_microbatch_size")
+    bad[j + 1] = "2"
+    with pytest.raises(SystemExit):  # tyro reports Trainer.Config's ValueError (trainer.py@0.3.0:130-139)
+        manager.ConfigManager().parse_args(bad)
+    cuda_graphs = [a for a in argv if a != "--training.disable_cuda_graphs"]
+    with pytest.raises(SystemExit):  # CUDA graphs with pipelining (trainer.py@0.3.0:183-187)
+        manager.ConfigManager().parse_args(cuda_graphs)
+    with pytest.raises(SystemExit):  # an activation-checkpointing mode it does not have
+        manager.ConfigManager().parse_args([*argv[:-1], "activation-checkpoint:selective-2"])
+    cfg = manager.ConfigManager().parse_args(argv)
+    with pytest.raises(AssertionError, match="WORLD_SIZE"):  # degrees that do not cover the world
+        ParallelDims.from_config(cfg.parallelism, spec.world * 2)
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    with pytest.raises(ValueError):  # zb1p has no name there: the export refuses it (space/torchtitan_args)
+        get_schedule_class("ZB1P")
+    assert set(SCHEDULES.values()) <= {"1F1B", "Interleaved1F1B", "ZBVZeroBubble"}
