@@ -231,3 +231,19 @@ def test_torchtitan_refuses_what_it_cannot_run() -> None:
     with pytest.raises(ValueError):  # zb1p has no name there: the export refuses it (space/torchtitan_args)
         get_schedule_class("ZB1P")
     assert set(SCHEDULES.values()) <= {"1F1B", "Interleaved1F1B", "ZBVZeroBubble"}
+
+
+def test_the_torchtitan_presets_arguments_are_accepted() -> None:
+    """The runner preset's ``torchtitan.train`` arguments (the export plus steps, logging every step, no
+    checkpoint, validation or profiling, the user's extra arguments) parse as they are meant."""
+    from primus_optuna.run.presets import TorchTitanOptions, torchtitan_args
+    from primus_optuna.space import Space
+
+    spec = titan_study(StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml"))
+    c = Space(spec).make(tp=8, pp=2, vpp=2, mbs=1, pp_schedule="interleaved", dp_shard=4, recompute="full")
+    opts = TorchTitanOptions(train_iters=7, extra_args=["--hf_assets_path", "/data/llama"])
+    cfg = manager.ConfigManager().parse_args(torchtitan_args(spec, c, opts))
+    assert (cfg.training.steps, cfg.metrics.log_freq, cfg.hf_assets_path) == (7, 1, "/data/llama")
+    assert not (cfg.checkpoint.enable or cfg.validator.enable or cfg.profiler.enable_profiling)
+    assert cfg.parallelism.pipeline_parallel_schedule == "Interleaved1F1B"
+    check_export(spec, c)
