@@ -10,7 +10,10 @@ Formats (``FORMATS``):
 - ``torchtitan``: TorchTitan 0.3's ``--module``/``--config`` and ``--section.key`` overrides
   (:mod:`primus_optuna.space.torchtitan_args`), for ``torchrun -m torchtitan.train``; a configuration or
   workload TorchTitan cannot run (zero bubble 1P, DeepEP, ``full:N``, an FP8 recipe other than MXFP8, a model
-  without a registry function) is refused with the reason.
+  without a registry function) is refused with the reason;
+- ``primus-torchtitan``: a Primus experiment for Primus's TorchTitan backend (``framework: torchtitan``, the
+  pinned TorchTitan's JobConfig sections as overrides, :func:`~primus_optuna.space.torchtitan_args.
+  primus_titan_overlay`).
 
 Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text describes, so
 ``parse_export(export_config(spec, c, fmt), fmt, spec) == c`` for every format (the round-trip test; for
@@ -53,13 +56,19 @@ from ..space.megatron_args import (
     megatron_overrides,
     uses_primus,
 )
-from ..space.torchtitan_args import parse_titan_text, to_titan_text
+from ..space.torchtitan_args import (
+    config_from_primus_titan,
+    parse_titan_text,
+    primus_titan_overlay,
+    titan_caveats,
+    to_titan_text,
+)
 from ..spec import StudySpec
 from ..spec.axes import AXIS_LIST
 
 FORMATS: tuple[str, ...] = ("primus", "megatron", "env", "json")
 """The formats every configuration has."""
-TARGET_FORMATS: tuple[str, ...] = ("torchtitan",)
+TARGET_FORMATS: tuple[str, ...] = ("torchtitan", "primus-torchtitan")
 """Formats of a framework that runs part of the space (it refuses the rest, saying why)."""
 EXPORT_FORMATS: tuple[str, ...] = FORMATS + TARGET_FORMATS
 
@@ -177,6 +186,10 @@ def export_config(
         return to_json(spec, config, {"comment": header, **(extra or {})} if header else extra)
     if fmt == "torchtitan":
         return to_titan_text(spec, config, header)
+    if fmt == "primus-torchtitan":
+        doc = primus_titan_overlay(spec, config)
+        notes = "\n".join([*([header] if header else []), *titan_caveats(spec, config)])
+        return _comment(notes) + yaml.safe_dump(doc, sort_keys=False)
     raise SpecError(f"--format: unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
 
 
@@ -257,6 +270,7 @@ PARSERS = {
     "env": parse_env,
     "json": parse_json,
     "torchtitan": parse_titan_text,
+    "primus-torchtitan": lambda text, spec=None: config_from_primus_titan(yaml.safe_load(text) or {}, spec),
 }
 
 

@@ -217,9 +217,10 @@ def titan_refusal(spec: StudySpec, config: TrainingConfig) -> str | None:
     )
 
 
-def titan_values(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
+def titan_values(spec: StudySpec, config: TrainingConfig, compile_: bool | None = None) -> dict[str, Any]:
     """The ``--section.key`` overrides of ``config`` (dotted name → value) plus ``activation_checkpoint``
-    (the subcommand's mode); :class:`SpecError` when it has no TorchTitan form."""
+    (the subcommand's mode); ``compile_``: ``compile.enable`` (None: left out); :class:`SpecError` when it has
+    no TorchTitan form."""
     reason = titan_refusal(spec, config)
     if reason:
         raise SpecError(f"--format torchtitan: {reason}")
@@ -243,7 +244,6 @@ def titan_values(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
     if c.pp > 1 or c.ep > 1:
         # CUDA graphs refuse pipelining and the default EP dispatchers (trainer.py@0.3.0:179-210)
         values["training.disable_cuda_graphs"] = True
-    compile_ = titan_target(spec).compile
     if compile_ is not None:
         values["compile.enable"] = compile_
     values["activation_checkpoint"] = parse_recompute(c.recompute).granularity
@@ -255,7 +255,7 @@ def titan_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
     ``--x``/``--no-x`` flags) and the activation-checkpointing subcommand last (tyro reads no option after a
     subcommand)."""
     target = titan_target(spec)
-    values = titan_values(spec, config)
+    values = titan_values(spec, config, target.compile)
     argv = ["--module", target.module, "--config", target.config]
     for key, value in values.items():
         if key == "activation_checkpoint":
@@ -269,8 +269,9 @@ def titan_args(spec: StudySpec, config: TrainingConfig) -> list[str]:
     return argv
 
 
-def titan_caveats(spec: StudySpec, config: TrainingConfig) -> list[str]:
-    """What the export maps but TorchTitan runs differently from what the estimate priced."""
+def titan_caveats(spec: StudySpec, config: TrainingConfig, target: TitanTarget | None = None) -> list[str]:
+    """What the export maps but TorchTitan runs differently from what the estimate priced (``target``: the
+    TorchTitan 0.3 job, whose compile setting is named)."""
     out = [CAVEATS[v] for v in (parse_recompute(config.recompute).value,) if v in CAVEATS]
     c = config.derive(spec.world, spec.workload.global_batch_size)
     if c.dp_shard == 1 and c.dp > 1:
@@ -279,7 +280,7 @@ def titan_caveats(spec: StudySpec, config: TrainingConfig) -> list[str]:
             "replicated, torchtitan/config/configs.py@0.3.0:113-122), not the distributed optimizer (ZeRO-1) the "
             "estimate priced; search dp_shard for FSDP/HSDP"
         )
-    if titan_target(spec).compile is None:
+    if target is not None and target.compile is None:
         out.append("compile: the registry function's setting (runner.options.compile sets it)")
     return out
 
@@ -287,7 +288,7 @@ def titan_caveats(spec: StudySpec, config: TrainingConfig) -> list[str]:
 def parse_titan_args(argv: list[str], spec: StudySpec | None = None) -> TrainingConfig:
     """The configuration a TorchTitan argv (:func:`titan_args`) describes (``vpp`` from the layers per stage,
     which needs ``spec``; without it, 2 for a multi-stage schedule as TorchTitan's default)."""
-    values: dict[str, str] = {}
+    values: dict[str, Any] = {}
     ac = "selective"  # Trainer.Config's default (trainer.py@0.3.0:108-110)
     i = 0
     while i < len(argv):
@@ -301,13 +302,17 @@ def parse_titan_args(argv: list[str], spec: StudySpec | None = None) -> Training
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             if nxt is None or nxt.startswith("--") or nxt.startswith("activation-checkpoint:"):
                 section, _, name = tok[2:].rpartition(".")
-                values[f"{section}.{name.removeprefix('no-')}"] = (
-                    "false" if name.startswith("no-") else "true"
-                )
+                values[f"{section}.{name.removeprefix('no-')}"] = not name.startswith("no-")
             else:
                 values[tok[2:]] = nxt
                 i += 1
         i += 1
+    return config_from_titan(values, ac, spec)
+
+
+def config_from_titan(values: dict[str, Any], ac: str, spec: StudySpec | None = None) -> TrainingConfig:
+    """The configuration of TorchTitan's ``section.key`` values (dotted names) and activation-checkpointing
+    mode: the inverse of :func:`titan_values`."""
     if ac not in AC_MODES:
         raise SpecError(
             f"torchtitan arguments: activation-checkpoint:{ac} is not one of {', '.join(AC_MODES)}"
@@ -340,7 +345,7 @@ def to_titan_text(spec: StudySpec, config: TrainingConfig, header: str = "") -> 
     """:func:`titan_args` as a ``torchrun ... -m torchtitan.train`` continuation block, one option per line,
     preceded by comment lines (``header`` and the caveats)."""
     args = titan_args(spec, config)
-    notes = [*([header] if header else []), *titan_caveats(spec, config)]
+    notes = [*([header] if header else []), *titan_caveats(spec, config, titan_target(spec))]
     notes.append(
         f"TorchTitan {TITAN_VERSION}: torchrun --nproc-per-node N -m torchtitan.train <these arguments>"
     )
@@ -365,3 +370,76 @@ def parse_titan_text(text: str, spec: StudySpec | None = None) -> TrainingConfig
     """Inverse of :func:`to_titan_text` (comment lines skipped, continuations joined)."""
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     return parse_titan_args(shlex.split(body.replace("\\\n", " ")), spec)
+
+
+# --- Primus's TorchTitan backend -------------------------------------------------------------------------------
+PRIMUS_TITAN_MODELS: dict[str, str] = {
+    "llama3.1-8b": "llama3.1_8B",
+    "llama3.1-70b": "llama3.1_70B",
+    "llama3.1-405b": "llama3.1_405B",
+    "deepseek-v2-lite": "deepseek_v3_16b",
+    "deepseek-v3": "deepseek_v3_671b",
+    "gpt-oss-20b": "gpt_oss_20b",
+    "gpt-oss-120b": "gpt_oss_120b",
+}
+"""Catalog model → Primus's TorchTitan model YAML (``primus/configs/models/torchtitan/<name>.yaml``@fd1eeabb; the
+``-fp8`` one adds the ``quantize.linear.float8`` converter, e.g. ``llama3.1_70B-fp8.yaml``@fd1eeabb:9-11)."""
+PRIMUS_TITAN_COMMIT = "73a0e697"
+"""The TorchTitan Primus fd1eeabb pins (``third_party/torchtitan``): its ``JobConfig`` is what the overrides
+merge into (``primus/backends/torchtitan/argument_builder.py@fd1eeabb:35-44, 81-103``)."""
+NOT_IN_PRIMUS_TITAN = ("training.disable_cuda_graphs",)
+"""TorchTitan 0.3 keys the pinned JobConfig lacks (``torchtitan/config/job_config.py@73a0e697:243-310``)."""
+
+
+def primus_titan_overlay(spec: StudySpec, config: TrainingConfig) -> dict[str, Any]:
+    """A Primus experiment for its TorchTitan backend: ``modules.pre_trainer`` with ``framework: torchtitan``,
+    Primus's model YAML and ``overrides`` in the pinned JobConfig's sections (``parallelism``, ``training``,
+    ``activation_checkpoint`` with ``selective_ac_option: op`` for the per-op selective mode,
+    job_config.py@73a0e697:651-660, and ``quantize.linear.float8.recipe_name`` for FP8, :731-740), as AMD's
+    examples write it (``examples/torchtitan/configs/MI300X/llama3.1_70B-FP8-pretrain.yaml``@fd1eeabb:6-45).
+    :class:`SpecError` when the model has no Primus TorchTitan YAML or the precision no form there (FP8:
+    tensorwise only; MXFP8 and delayed scaling are not its float8 recipes)."""
+    name = PRIMUS_TITAN_MODELS.get(spec.model.name)
+    w = spec.workload
+    if name is None:
+        raise SpecError(
+            f"--format primus-torchtitan: model {spec.model.name!r} has no Primus TorchTitan YAML (known: "
+            f"{', '.join(PRIMUS_TITAN_MODELS)}); use --format torchtitan or the Megatron backend (--format primus)"
+        )
+    if w.precision == "fp16" or (w.precision == "fp8" and w.fp8_recipe != "tensorwise"):
+        what = "fp16" if w.precision == "fp16" else f"fp8_recipe {w.fp8_recipe}"
+        raise SpecError(
+            f"--format primus-torchtitan: {what} has no form in Primus's TorchTitan backend (mixed precision "
+            "bfloat16/float32, float8 recipes tensorwise/rowwise: job_config.py@73a0e697:282, 738); use bf16 or "
+            "fp8_recipe tensorwise"
+        )
+    values = titan_values(spec, config)
+    mode = values.pop("activation_checkpoint")
+    overrides: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in NOT_IN_PRIMUS_TITAN:
+            section, name_ = key.split(".", 1)
+            overrides.setdefault(section, {})[name_] = value
+    overrides["activation_checkpoint"] = {
+        "mode": mode,
+        **({"selective_ac_option": "op"} if mode == "selective" else {}),
+    }
+    if w.precision == "fp8":
+        overrides["quantize"] = {"linear": {"float8": {"recipe_name": "tensorwise"}}}
+    trainer = {"framework": "torchtitan", "config": "pre_trainer.yaml"}
+    trainer["model"] = f"{name}{'-fp8' if w.precision == 'fp8' else ''}.yaml"
+    return {"modules": {"pre_trainer": {**trainer, "overrides": overrides}}}
+
+
+def config_from_primus_titan(doc: dict[str, Any], spec: StudySpec | None = None) -> TrainingConfig:
+    """The configuration of a Primus TorchTitan experiment (:func:`primus_titan_overlay`)."""
+    overrides = (
+        doc.get("modules", {}).get("pre_trainer", {}).get("overrides", {}) if "modules" in doc else doc
+    )
+    ac = dict(overrides.get("activation_checkpoint") or {})
+    values = {
+        f"{section}.{k}": v
+        for section in ("parallelism", "training")
+        for k, v in (overrides.get(section) or {}).items()
+    }
+    return config_from_titan(values, ac.get("mode", "selective"), spec)

@@ -175,3 +175,38 @@ def test_caveats_name_what_torchtitan_runs_differently() -> None:
     text = export_config(spec, c, "torchtitan")
     assert "per-op selective AC" in text and "runs DDP over dp=8" in text
     assert "activation-checkpoint:selective" in text.splitlines()[-1]
+
+
+def test_primus_torchtitan_experiment() -> None:
+    """Primus's TorchTitan backend: its model YAML and the pinned JobConfig's sections as overrides (checked
+    against job_config.py@73a0e697 by scripts/check_primus_torchtitan.py)."""
+    import yaml
+
+    spec = study(LLAMA, runner={"kind": "analytical"})
+    c = Space(spec).make(
+        tp=8, pp=2, vpp=2, mbs=1, pp_schedule="interleaved", recompute="selective", dp_shard=2
+    )
+    text = export_config(spec, c, "primus-torchtitan", header="trial 1")
+    trainer = yaml.safe_load(text)["modules"]["pre_trainer"]
+    assert (trainer["framework"], trainer["model"]) == ("torchtitan", "llama3.1_70B.yaml")
+    o = trainer["overrides"]
+    assert o["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert (
+        o["parallelism"]["data_parallel_shard_degree"] == 2
+        and o["parallelism"]["tensor_parallel_degree"] == 8
+    )
+    assert o["training"]["local_batch_size"] == 32 and "disable_cuda_graphs" not in o["training"]
+    assert "per-op selective AC" in text and parse_export(text, "primus-torchtitan", spec) == c
+    fp8 = study(
+        LLAMA, runner={"kind": "analytical"}, workload={"precision": "fp8", "fp8_recipe": "tensorwise"}
+    )
+    doc = yaml.safe_load(export_config(fp8, c, "primus-torchtitan"))["modules"]["pre_trainer"]
+    assert doc["model"] == "llama3.1_70B-fp8.yaml"
+    assert doc["overrides"]["quantize"] == {"linear": {"float8": {"recipe_name": "tensorwise"}}}
+    for name, match in (
+        ("qwen3-30b-a3b-h200-bf16", "no Primus TorchTitan YAML"),
+        ("deepseek-v3-mi355x-fp8", "mxfp8"),
+    ):
+        s = study(name, runner={"kind": "analytical"})
+        with pytest.raises(SpecError, match=match):
+            export_config(s, Space(s).baseline, "primus-torchtitan")
