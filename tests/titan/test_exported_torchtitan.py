@@ -26,11 +26,13 @@ scripts/requirements-titan.txt (without their declared dependencies); nothing of
 from __future__ import annotations
 
 import logging
+import shlex
 from typing import Any
 
 import pytest
 
 from primus_optuna.errors import SpecError
+from primus_optuna.record.export import export_config
 from primus_optuna.space.torchtitan_args import SCHEDULES, TITAN_MODELS, titan_args, titan_target
 from primus_optuna.spec import StudySpec
 from tests.conftest import STUDIES
@@ -86,6 +88,13 @@ def exported() -> tuple[list[tuple[StudySpec, Any]], dict[str, str]]:
     return out, refused
 
 
+def exported_argv(spec: StudySpec, config: Any) -> list[str]:
+    """The words of ``export --format torchtitan`` as a shell reads them (comments dropped)."""
+    text = export_config(spec, config, "torchtitan", header="a header")
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    return shlex.split(body.replace("\\\n", " "))  # a shell joins the continuation lines
+
+
 def check_export(spec: StudySpec, config: Any) -> None:
     """TorchTitan's code on the exported argv; assertion errors name what differs."""
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
@@ -97,7 +106,9 @@ def check_export(spec: StudySpec, config: Any) -> None:
     )
 
     c = config.derive(spec.world, spec.workload.global_batch_size)
-    cfg = manager.ConfigManager().parse_args(titan_args(spec, config))
+    argv = exported_argv(spec, config)
+    assert argv == titan_args(spec, config)
+    cfg = manager.ConfigManager().parse_args(argv)
     p, t = cfg.parallelism, cfg.training
     dims = ParallelDims.from_config(p, spec.world)
     assert (dims.dp_replicate, dims.dp_shard, dims.tp, dims.pp, dims.cp, dims.ep) == (
