@@ -8,7 +8,8 @@ TorchTitan study, ``runner.kind: torchtitan``, so that its rules apply), its fiv
   tyro over ``Trainer.Config`` and its ``__post_init__`` (the pipeline micro-batch divisibility and the CUDA-graph
   refusals, ``torchtitan/trainer.py@0.3.0:118-210``);
 - ``ParallelDims.from_config`` (``torchtitan/distributed/parallel_dims.py@0.3.0:153-189``: the product of the
-  degrees is the world);
+  degrees is the world) and its ``build_mesh`` on torch's fake process group of the study's world (:208-389: every
+  mesh, the expert mesh ``dp_shard·cp·tp / ep`` included, built and its size validated);
 - with pipelining, TorchTitan's stage count (``_get_pipeline_metadata``, ``pipeline_parallel.py@0.3.0:194-264``)
   and split (``_generate_llm_fqn_per_model_part``, :366-476) over the registry model: ``pp · vpp`` stages of
   ``layers / (pp · vpp)`` layers, and torch's schedule class of the exported name;
@@ -95,6 +96,22 @@ def exported_argv(spec: StudySpec, config: Any) -> list[str]:
     return shlex.split(body.replace("\\\n", " "))  # a shell joins the continuation lines
 
 
+def build_meshes(dims: Any, world: int) -> dict[str, int]:
+    """``ParallelDims.build_mesh`` (parallel_dims.py@0.3.0:208-389: every mesh unflattened from the world and its
+    sizes validated, the expert mesh ``efsdp = dp_shard·cp·tp / ep`` included) on torch's fake process group of
+    ``world`` ranks; the dense meshes' sizes."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        dims.build_mesh()
+        names = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+        return {n: dims.get_optional_mesh(n, include_singleton_axes=True).size() for n in names}
+    finally:
+        dist.destroy_process_group()
+
+
 def check_export(spec: StudySpec, config: Any) -> None:
     """TorchTitan's code on the exported argv; assertion errors name what differs."""
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
@@ -119,6 +136,14 @@ def check_export(spec: StudySpec, config: Any) -> None:
         c.cp,
         c.ep,
     ), "degrees"
+    meshes = build_meshes(dims, spec.world)
+    assert meshes == {
+        "pp": c.pp,
+        "dp_replicate": c.dp // c.dp_shard,
+        "dp_shard": c.dp_shard,
+        "cp": c.cp,
+        "tp": c.tp,
+    }
     ac = {"none": type(None), "selective": SelectiveAC.Config, "full": FullAC.Config}[c.recompute]
     assert type(cfg.activation_checkpoint) is ac, "activation checkpointing"
     assert (t.seq_len, t.global_batch_size, t.mixed_precision_param) == (
@@ -237,6 +262,10 @@ def test_torchtitan_refuses_what_it_cannot_run() -> None:
     cfg = manager.ConfigManager().parse_args(argv)
     with pytest.raises(AssertionError, match="WORLD_SIZE"):  # degrees that do not cover the world
         ParallelDims.from_config(cfg.parallelism, spec.world * 2)
+    # experts that do not divide dp_shard·cp·tp (rule titan_ep): the expert mesh cannot be built
+    moe = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=2, pp=4, ep=4, world_size=8)
+    with pytest.raises(ValueError, match="mesh_sizes"):
+        build_meshes(moe, 8)
     from torch.distributed.pipelining.schedules import get_schedule_class
 
     with pytest.raises(ValueError):  # zb1p has no name there: the export refuses it (space/torchtitan_args)
