@@ -674,7 +674,20 @@ def _titan_ep(f: Facts, c: Any) -> str | None:
     return None
 
 
+def _titan_seq(f: Facts, c: Any) -> str | None:
+    # the trainer: seq_len divisible by tp (sequence parallel) times 2·cp (cp > 1) (torchtitan/trainer.py@0.3.0:
+    # 306-315)
+    divisor = (c.tp if f.sequence_parallel else 1) * (2 * c.cp if c.cp > 1 else 1)
+    if f.torchtitan and f.seq % divisor:
+        return (
+            f"seq_length={f.seq} is not divisible by {divisor} (tp·2·cp, TorchTitan's trainer.py@0.3.0:306-315); "
+            "lower tp or cp"
+        )
+    return None
+
+
 RULES += (
+    Rule("titan_seq", ("tp", "cp"), "TorchTitan: seq_length divisible by tp·2·cp", _titan_seq),
     Rule(
         "titan_schedule",
         ("pp_schedule",),

@@ -241,6 +241,8 @@ def titan_values(spec: StudySpec, config: TrainingConfig, compile_: bool | None 
         values["parallelism.pipeline_parallel_layers_per_stage"] = spec.model.num_layers // (c.pp * c.vpp)
         values["parallelism.pipeline_parallel_first_stage_less_layers"] = 0
         values["parallelism.pipeline_parallel_last_stage_less_layers"] = 0
+    if c.tp > 1 and not spec.workload.sequence_parallel:  # on by default (configs.py@0.3.0:160)
+        values["parallelism.enable_sequence_parallel"] = False
     if c.pp > 1 or c.ep > 1:
         # CUDA graphs refuse pipelining and the default EP dispatchers (trainer.py@0.3.0:179-210)
         values["training.disable_cuda_graphs"] = True

@@ -15,6 +15,7 @@ from primus_optuna.spec import StudySpec
 from tests.conftest import STUDIES
 
 TITAN_RULES = (
+    "titan_seq",
     "titan_schedule",
     "titan_recompute",
     "titan_dispatcher",
@@ -125,6 +126,22 @@ def test_torchtitan_rules_apply_to_a_torchtitan_study_only(rule_id, good, bad, n
         return
     with pytest.raises(SpecError, match="--format torchtitan"):  # the export refuses what the rule does
         titan_args(titan.spec, titan.make(**{**base, **bad}))
+
+
+def test_sequence_length_divides_over_tp_and_context_parallelism() -> None:
+    """TorchTitan's trainer: seq_len % (tp · 2·cp) (sequence parallel on); without sequence parallelism the export
+    turns it off and tp no longer divides."""
+    rule = next(r for r in RULES if r.id == "titan_seq")
+    spec = study(LLAMA, workload={"seq_length": 8192 + 64})  # 8256 = 2^6 · 129
+    space = Space(spec)
+    assert "not divisible by 128" in rule.fn(space.facts, space.make(tp=8, cp=8))
+    assert rule.fn(space.facts, space.make(tp=8, cp=4)) is None  # 64
+    plain = Space(study(LLAMA, runner={"kind": "analytical"}, workload={"seq_length": 8256}))
+    assert rule.fn(plain.facts, plain.make(tp=8, cp=8)) is None
+    nosp = study(LLAMA, workload={"sequence_parallel": False})
+    c = Space(nosp).make(tp=8, pp=1, vpp=1, mbs=1, pp_schedule="1f1b", dp_shard=8, recompute="full")
+    assert "--parallelism.no-enable_sequence_parallel" in titan_args(nosp, c)
+    assert parse_titan_args(titan_args(nosp, c), nosp) == c
 
 
 def test_an_uneven_pipeline_split_is_refused() -> None:

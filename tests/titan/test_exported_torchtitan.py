@@ -154,7 +154,9 @@ def check_export(spec: StudySpec, config: Any) -> None:
     model = cfg.model_spec.model
     m = spec.model
     assert (len(model.layers), model.dim, model.vocab_size) == (m.num_layers, m.hidden_size, m.vocab_size)
-    # the trainer's batch arithmetic (trainer.py@0.3.0:415-440)
+    # the trainer's sequence and batch arithmetic (trainer.py@0.3.0:306-315, 415-440)
+    sp = dims.tp if p.enable_sequence_parallel else 1
+    assert t.seq_len % (sp * (2 * dims.cp if dims.cp > 1 else 1)) == 0, "sequence length"
     batch_degree = dims.dp_replicate * dims.dp_shard
     assert t.global_batch_size % (t.local_batch_size * batch_degree) == 0, "global batch"
     accumulation = t.global_batch_size // (t.local_batch_size * batch_degree)
@@ -287,3 +289,16 @@ def test_the_torchtitan_presets_arguments_are_accepted() -> None:
     assert not (cfg.checkpoint.enable or cfg.validator.enable or cfg.profiler.enable_profiling)
     assert cfg.parallelism.pipeline_parallel_schedule == "Interleaved1F1B"
     check_export(spec, c)
+
+
+def test_without_sequence_parallelism() -> None:
+    """``workload.sequence_parallel: false`` reaches ``parallelism.enable_sequence_parallel`` (configs.py@0.3.0:160)."""
+    from primus_optuna.space import Space
+
+    spec = titan_study(StudySpec.from_yaml(STUDIES / "llama3.1-70b-h100-bf16.yaml"), sequence_parallel=False)
+    c = Space(spec).make(tp=8, pp=1, vpp=1, mbs=1, pp_schedule="1f1b", dp_shard=8, recompute="full")
+    check_export(spec, c)
+    assert (
+        manager.ConfigManager().parse_args(exported_argv(spec, c)).parallelism.enable_sequence_parallel
+        is False
+    )
