@@ -44,6 +44,8 @@ manager = pytest.importorskip(
     reason="torchtitan 0.3.0 is not installed (scripts/bootstrap.sh installs scripts/requirements-titan.txt)",
 )
 
+pytestmark = pytest.mark.titan
+
 STUDY_FILES = sorted(STUDIES.glob("*.yaml"))
 TOP = 5
 """best trials checked per study"""
@@ -302,3 +304,22 @@ def test_without_sequence_parallelism() -> None:
         manager.ConfigManager().parse_args(exported_argv(spec, c)).parallelism.enable_sequence_parallel
         is False
     )
+
+
+@pytest.mark.parametrize(("model", "key"), [(m, k) for m, (_, fns) in TITAN_MODELS.items() for k in fns])
+def test_every_registry_function_is_the_catalogs_model(model: str, key: str) -> None:
+    """Each registry function the export names exists, and its model has the catalog model's layers, width and
+    vocabulary; an MXFP8 one converts its linears to MXFP8 (it is built only where torchao and an MXFP8 GPU are:
+    components/quantization/mx.py@0.3.0, so its source is read)."""
+    import importlib
+    import inspect
+
+    from primus_optuna.spec.model import MODEL_CATALOG
+
+    module, fns = TITAN_MODELS[model]
+    fn = getattr(importlib.import_module(f"torchtitan.models.{module}.config_registry"), fns[key])
+    if key == "mxfp8":
+        assert "MXFP8LinearConverter" in inspect.getsource(fn)
+        return
+    m, cat = fn().model_spec.model, MODEL_CATALOG[model]
+    assert (len(m.layers), m.dim, m.vocab_size) == (cat.num_layers, cat.hidden_size, cat.vocab_size)
