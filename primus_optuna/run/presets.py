@@ -785,7 +785,7 @@ def module_launch(
         torchrun = _torchrun(sopts.preset, inner, sys.executable)
         # the probe spans the study's hosts whatever the inner preset (``local`` would run one host)
         wrap = _slurm_wrap(spec, sopts.model_copy(update={"preset": "command"}), timeout_s)
-    elif kind in ("megatron", "primus"):
+    elif kind in ("megatron", "primus", "torchtitan"):
         nopts: NodesOptions = validate_options(NodesOptions, _node_fields(options), kind)
         if not nopts.hosts or c.hosts < 2:
             raise SpecError(
@@ -820,8 +820,9 @@ def _node_fields(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _torchrun(preset: str, options: dict[str, Any], python: str) -> list[str]:
-    """The launcher of one host: the megatron preset's ``torchrun`` option, else ``python -m torch.distributed.run``."""
-    given = options.get("torchrun") if preset == "megatron" else None
+    """The launcher of one host: the megatron or torchtitan preset's ``torchrun`` option, else
+    ``python -m torch.distributed.run``."""
+    given = options.get("torchrun") if preset in ("megatron", "torchtitan") else None
     if isinstance(given, list) and given and all(isinstance(w, str) for w in given):
         return list(given)
     return [python, "-m", "torch.distributed.run"]

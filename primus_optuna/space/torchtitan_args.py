@@ -147,10 +147,7 @@ def titan_target(spec: StudySpec) -> TitanTarget:
 def titan_options(spec: StudySpec) -> dict[str, Any]:
     """The runner options of a study whose runner launches TorchTitan (``runner.kind: torchtitan``, or Slurm's
     torchtitan preset); empty otherwise."""
-    r = spec.runner
-    if r.kind == "torchtitan" or (r.kind == "slurm" and r.options.get("preset") == "torchtitan"):
-        return dict(r.options)
-    return {}
+    return dict(spec.runner.options) if uses_torchtitan(spec) else {}
 
 
 def uses_torchtitan(spec: StudySpec) -> bool:

@@ -722,18 +722,21 @@ def test_the_local_preset_on_cuda_fits_one_host() -> None:
 PROBE = ["primus_optuna.workloads.netprobe", "--out", "/shared/net.csv"]
 
 
-def test_module_launch_starts_one_torchrun_per_host_over_ssh(spec: StudySpec, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["megatron", "torchtitan"])
+def test_module_launch_starts_one_torchrun_per_host_over_ssh(
+    spec: StudySpec, tmp_path: Path, kind: str
+) -> None:
     """``calibrate --network`` through ``hosts``: the nodes script a trial gets, each host's torchrun with its
     rank, the first host as master, the module and its arguments after ``-m``."""
     from primus_optuna.run.presets import module_launch
 
     options = {
-        "megatron_path": "/m",
         "hosts": HOSTS,
         "torchrun": ["/venv/bin/torchrun"],
         "master_port": 29555,
+        **({"megatron_path": "/m"} if kind == "megatron" else {"train_iters": 5}),
     }
-    launch = module_launch(spec, "megatron", options, PROBE, tmp_path, {}, 300.0)
+    launch = module_launch(spec, kind, options, PROBE, tmp_path, {}, 300.0)
     assert launch.argv == ["bash", str(tmp_path / "nodes.sh")]
     for rank in (0, 7):
         argv, _, host = _node_launch(tmp_path / "nodes.sh", rank)
