@@ -4,7 +4,9 @@
 #  - keeps an already-installed torch, otherwise installs ${PRIMUS_OPTUNA_TORCH:-torch==2.13.0}
 #    (GPU users: PRIMUS_OPTUNA_TORCH='torch==2.x.y' with their index, or pre-install torch in the venv);
 #  - installs the project (editable) with every extra (llm, dashboard, plots, profile, scripts: pandas and
-#    plotly) and the dev tools; re-installs only when pyproject.toml changed.
+#    plotly) and the dev tools; re-installs only when pyproject.toml changed;
+#  - installs TorchTitan 0.3 for the CI check tests/titan from scripts/requirements-titan.txt, without its
+#    declared dependencies (they would downgrade the project's); PRIMUS_OPTUNA_TITAN=0 skips it (1.2 GB, triton).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PRIMUS_OPTUNA_VENV:-$ROOT/.venv}"
@@ -29,7 +31,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   _pip --upgrade pip
 fi
 stamp="$VENV/.primus-optuna-installed"
-want="$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
+titan=0
+if [ "${PRIMUS_OPTUNA_TITAN:-1}" != "0" ]; then titan=1; fi
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-titan.txt" | sha1sum | cut -c1-12)-titan$titan"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
     spec="${PRIMUS_OPTUNA_TORCH:-torch==2.13.0}"
@@ -38,6 +42,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   echo "[bootstrap] installing primus-optuna and its dependencies" >&2
   _pip -e "$ROOT[all,dev]"
+  if [ "$titan" = 1 ]; then
+    echo "[bootstrap] installing TorchTitan 0.3 for tests/titan (scripts/requirements-titan.txt, --no-deps)" >&2
+    _pip --no-deps -r "$ROOT/scripts/requirements-titan.txt"
+  fi
   echo "$want" > "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

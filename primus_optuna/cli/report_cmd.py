@@ -155,10 +155,11 @@ def _check_port(host: str, port: int) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["primus", "megatron", "env", "json"]),
+    type=click.Choice(["primus", "megatron", "env", "json", "torchtitan", "primus-torchtitan"]),
     default=None,
-    help="Primus overlay YAML, Megatron arguments, `export` lines, or JSON [default: one the study's GPUs run: "
-    "primus on AMD GPUs, megatron elsewhere].",
+    help="Primus overlay YAML, Megatron arguments, `export` lines, JSON, TorchTitan 0.3 arguments, or a Primus "
+    "TorchTitan-backend experiment [default: "
+    "torchtitan for a TorchTitan study, else one the study's GPUs run: primus on AMD GPUs, megatron elsewhere].",
 )
 @click.option(
     "--upstream",

@@ -182,7 +182,7 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
     type=click.IntRange(min=1),
     default=1,
     help="Trials run in parallel threads. With a runner that launches jobs on the study's GPUs (command, "
-    "local, primus, megatron) more than 1 is refused, since the jobs would share the same GPUs: run one worker "
+    "local, primus, megatron, torchtitan) more than 1 is refused, since the jobs would share the same GPUs: run one worker "
     "per allocation on one --storage instead; the slurm runner (own allocation per job) and the analytical "
     "runner take any K.",
 )

@@ -6,10 +6,18 @@ Formats (``FORMATS``):
 - ``megatron``: Megatron-LM command-line arguments, one per line with shell continuations (the zero-bubble
   and Primus-Turbo switches are Primus extensions);
 - ``env``: ``export PRIMUS_TP=1`` lines for launch scripts (booleans as shell's ``true``/``false``);
-- ``json``: the ten axes plus ``dp``/``num_microbatches`` and the Megatron overrides.
+- ``json``: the ten axes plus ``dp``/``num_microbatches`` and the Megatron overrides;
+- ``torchtitan``: TorchTitan 0.3's ``--module``/``--config`` and ``--section.key`` overrides
+  (:mod:`primus_optuna.space.torchtitan_args`), for ``torchrun -m torchtitan.train``; a configuration or
+  workload TorchTitan cannot run (zero bubble 1P, DeepEP, ``full:N``, an FP8 recipe other than MXFP8, a model
+  without a registry function) is refused with the reason;
+- ``primus-torchtitan``: a Primus experiment for Primus's TorchTitan backend (``framework: torchtitan``, the
+  pinned TorchTitan's JobConfig sections as overrides, :func:`~primus_optuna.space.torchtitan_args.
+  primus_titan_overlay`).
 
 Each parser returns the :class:`~primus_optuna.space.TrainingConfig` the text describes, so
-``parse_export(export_config(spec, c, fmt), fmt, spec) == c`` for every format (the round-trip test).
+``parse_export(export_config(spec, c, fmt), fmt, spec) == c`` for every format (the round-trip test; for
+``torchtitan``, every configuration it does not refuse).
 
 Megatron/Primus names: ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
 ``expert_model_parallel_size``, ``context_parallel_size``, ``num_virtual_stages_per_pipeline_rank``,
@@ -48,10 +56,21 @@ from ..space.megatron_args import (
     megatron_overrides,
     uses_primus,
 )
+from ..space.torchtitan_args import (
+    config_from_primus_titan,
+    parse_titan_text,
+    primus_titan_overlay,
+    titan_caveats,
+    to_titan_text,
+)
 from ..spec import StudySpec
 from ..spec.axes import AXIS_LIST
 
 FORMATS: tuple[str, ...] = ("primus", "megatron", "env", "json")
+"""The formats every configuration has."""
+TARGET_FORMATS: tuple[str, ...] = ("torchtitan", "primus-torchtitan")
+"""Formats of a framework that runs part of the space (it refuses the rest, saying why)."""
+EXPORT_FORMATS: tuple[str, ...] = FORMATS + TARGET_FORMATS
 
 ENV_NAMES: dict[str, str] = {a.name: a.env for a in AXIS_LIST}
 """``env`` format: one variable per axis (plus ``PRIMUS_GBS``/``PRIMUS_DP``/``PRIMUS_SEQ_LENGTH``)."""
@@ -165,7 +184,13 @@ def export_config(
         return to_env(spec, config, header)
     if fmt == "json":
         return to_json(spec, config, {"comment": header, **(extra or {})} if header else extra)
-    raise SpecError(f"--format: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "torchtitan":
+        return to_titan_text(spec, config, header)
+    if fmt == "primus-torchtitan":
+        doc = primus_titan_overlay(spec, config)
+        notes = "\n".join([*([header] if header else []), *titan_caveats(spec, config)])
+        return _comment(notes) + yaml.safe_dump(doc, sort_keys=False)
+    raise SpecError(f"--format: unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
 
 
 def _comment(header: str) -> str:
@@ -244,13 +269,15 @@ PARSERS = {
     "megatron": parse_megatron_args,
     "env": parse_env,
     "json": parse_json,
+    "torchtitan": parse_titan_text,
+    "primus-torchtitan": lambda text, spec=None: config_from_primus_titan(yaml.safe_load(text) or {}, spec),
 }
 
 
 def parse_export(text: str, fmt: str, spec: StudySpec | None = None) -> TrainingConfig:
     """Inverse of :func:`export_config`."""
     if fmt not in PARSERS:
-        raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     return PARSERS[fmt](text, spec)
 
 

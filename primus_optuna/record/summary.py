@@ -47,6 +47,7 @@ from ..redaction import redact_url
 from ..run.base import value_kind
 from ..search.attrs import reason_category  # noqa: F401 (re-exported: the one classifier)
 from ..space.megatron_args import export_refusal, uses_primus
+from ..space.torchtitan_args import uses_torchtitan
 from ..spec import StudySpec
 from .account import StudyAccount, study_account
 from .storage import sibling_dir, storage_file
@@ -190,7 +191,10 @@ def suggested_export(spec: StudySpec) -> str:
     """The export format to suggest after a run, one the study's GPUs run: the Primus overlay on AMD GPUs (Primus
     is the Megatron that runs there, :func:`~primus_optuna.space.megatron_args.uses_primus`), upstream Megatron-LM
     arguments elsewhere; the axes as environment variables for a workload that no framework argument expresses
-    (:func:`~primus_optuna.space.megatron_args.export_refusal`, which the export itself raises)."""
+    (:func:`~primus_optuna.space.megatron_args.export_refusal`, which the export itself raises); TorchTitan's
+    arguments for a study whose runner launches TorchTitan."""
+    if uses_torchtitan(spec):
+        return "torchtitan"
     amd = uses_primus(spec)
     if export_refusal(spec, primus=amd) is not None:
         return "env"

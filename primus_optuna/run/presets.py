@@ -16,6 +16,11 @@
   for one task and the GPUs of each host (``--nodes`` = hosts, ``--ntasks-per-node=1``, ``--gpus-per-node`` =
   a host's GPUs), follows the job's log while it runs and ``scancel``-s the job when the
   trial is stopped.
+- ``torchtitan``: ``torchrun ... -m torchtitan.train`` with TorchTitan 0.3's arguments
+  (:func:`~primus_optuna.space.torchtitan_args.titan_args`: ``--module``/``--config`` and the overrides) plus the
+  run's own (``--training.steps``, ``--metrics.log_freq 1``, no checkpoint, validation or profiling), one
+  torchrun per host as the megatron preset; its log is TorchTitan's ``step: ... tps: ...`` line
+  (:mod:`primus_optuna.run.logparse`).
 - ``local``: ``python -m primus_optuna.workloads.gpt`` through torchrun on this machine, one process per GPU
   of the study's world (``nodes × gpus_per_node``).
 
@@ -49,12 +54,13 @@ from ..space.megatron_args import (
     model_arguments,
     runs_turbo,
 )
+from ..space.torchtitan_args import titan_args, titan_target
 from ..spec import AXES, StudySpec
 from ..spec.primus_env import resolve_primus_env
 from .base import LaunchFailure, RunContext
 from .command import CommandRunner, Launch, Wrap, render
 
-PRESETS = ("command", "primus", "megatron", "local", "slurm")
+PRESETS = ("command", "primus", "megatron", "torchtitan", "local", "slurm")
 OVERLAY_NAME = "primus_overlay.yaml"
 
 
@@ -120,6 +126,27 @@ class MegatronOptions(NodesOptions):
     extra_args: list[str] = Field(default_factory=list, description="literal extra arguments")
 
 
+class TorchTitanOptions(NodesOptions):
+    """``runner.kind: torchtitan``."""
+
+    module: str | None = Field(
+        default=None, description="TorchTitan --module (default: by the study's model)"
+    )
+    config: str | None = Field(
+        default=None, description="its registry function (default: by model and precision)"
+    )
+    compile: bool | None = Field(
+        default=None, description="--compile.enable (default: the registry function's)"
+    )
+    cwd: str | None = Field(default=None, description="where to launch (the registry's relative asset paths)")
+    torchrun: list[str] = Field(default_factory=lambda: ["torchrun"])
+    train_iters: int = Field(default=10, gt=0)
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="literal extra --section.key arguments (e.g. --hf_assets_path /data/x)",
+    )
+
+
 class LocalOptions(_Opts):
     """``runner.kind: local``."""
 
@@ -135,7 +162,7 @@ class SlurmOptions(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    preset: Literal["command", "primus", "megatron", "local"]
+    preset: Literal["command", "primus", "megatron", "torchtitan", "local"]
     mode: Literal["srun", "sbatch"] = "srun"
     slurm_args: list[str] = Field(default_factory=list, description="e.g. [--partition=gpu, --account=abc]")
     master_port: int = Field(default=29500, gt=0, lt=65536)
@@ -431,6 +458,49 @@ def _megatron_wrap(spec: StudySpec, opts: MegatronOptions) -> Wrap:
     return wrap
 
 
+# --- TorchTitan ------------------------------------------------------------------------------------------------------
+TITAN_RUN_ARGS = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validator.no-enable")
+"""A measurement's own TorchTitan arguments: every step logged (``components/metrics.py@0.3.0:279, 362-363``),
+no checkpoint (``components/checkpointer/base.py@0.3.0:226``) and no validation (``components/validate.py
+@0.3.0:74``); ``--profiler.no-enable-profiling`` (``tools/profiler.py@0.3.0:123``) is added too."""
+
+
+def torchtitan_args(spec: StudySpec, config: TrainingConfig, opts: TorchTitanOptions) -> list[str]:
+    """``torchtitan.train``'s arguments: the export's (:func:`~primus_optuna.space.torchtitan_args.titan_args`)
+    with the run's steps and :data:`TITAN_RUN_ARGS` and ``extra_args`` before the activation-checkpointing
+    subcommand, which tyro reads last; :class:`LaunchFailure` for a configuration TorchTitan cannot run."""
+    try:
+        args = titan_args(spec, config)
+    except SpecError as exc:
+        raise LaunchFailure(str(exc)) from None
+    run = ["--training.steps", str(opts.train_iters), *TITAN_RUN_ARGS, "--profiler.no-enable-profiling"]
+    return [*args[:-1], *run, *opts.extra_args, args[-1]]
+
+
+def _torchtitan_wrap(spec: StudySpec, opts: TorchTitanOptions) -> Wrap:
+    def wrap(launch: Launch, values: dict[str, str], context: RunContext) -> Launch:
+        run = [*opts.torchrun, "--nnodes", values["hosts"], "--nproc-per-node", values["gpus_per_host"]]
+        run += ["--node-rank", NODE_RANK, "--master-addr", MASTER_ADDR, "--master-port", MASTER_PORT]
+        config = TrainingConfig.from_params({a: values[a] for a in AXES if a in values})
+        argv = [*run, "-m", "torchtitan.train", *torchtitan_args(spec, config, opts)]
+        return Launch(argv=argv, env=dict(launch.env), extra_logs=launch.extra_logs)
+
+    return wrap
+
+
+def _torchtitan_preflight(spec: StudySpec, opts: TorchTitanOptions, *, local: bool) -> None:
+    """The study must have a TorchTitan job (:func:`~primus_optuna.space.torchtitan_args.titan_target`: a model
+    and precision TorchTitan runs, or ``module``/``config``), and a launch on this host needs ``torchrun``."""
+    titan_target(spec)
+    if opts.cwd and not Path(opts.cwd).expanduser().is_dir():
+        raise SpecError(f"runner.options.cwd: {opts.cwd!r} is not a directory")
+    if local and shutil.which(opts.torchrun[0]) is None:
+        raise SpecError(
+            f"runner.options.torchrun: {opts.torchrun[0]!r} is not on PATH; install PyTorch and torchtitan in this "
+            "environment or give the launcher's full path (e.g. [/opt/venv/bin/torchrun])"
+        )
+
+
 # --- nodes ---------------------------------------------------------------------------------------------------------
 NODE_RANK = "__PRIMUS_OPTUNA_NODE_RANK__"
 MASTER_ADDR = "__PRIMUS_OPTUNA_MASTER_ADDR__"
@@ -653,6 +723,19 @@ def _build_command_runner(
             wrap=[_megatron_wrap(spec, mo), *([] if under_slurm else [_nodes_wrap(spec, mo, None)])],
             preflight=lambda: _megatron_preflight(mo, local=not under_slurm and not mo.hosts),
         )
+    if kind == "torchtitan":
+        to: TorchTitanOptions = validate_options(TorchTitanOptions, options, kind)
+        return CommandRunner(
+            spec,
+            ["torchtitan"],  # replaced by the wrap below
+            env=to.env,
+            timeout_s=to.timeout_s,
+            warmup_iters=to.warmup_iters,
+            cwd=to.cwd,
+            kind=kind,
+            wrap=[_torchtitan_wrap(spec, to), *([] if under_slurm else [_nodes_wrap(spec, to, to.cwd)])],
+            preflight=lambda: _torchtitan_preflight(spec, to, local=not under_slurm and not to.hosts),
+        )
     if kind == "local":
         lo: LocalOptions = validate_options(LocalOptions, options, kind)
         if lo.device == "cuda" and spec.world > spec.cluster.host_gpus:
@@ -702,7 +785,7 @@ def module_launch(
         torchrun = _torchrun(sopts.preset, inner, sys.executable)
         # the probe spans the study's hosts whatever the inner preset (``local`` would run one host)
         wrap = _slurm_wrap(spec, sopts.model_copy(update={"preset": "command"}), timeout_s)
-    elif kind in ("megatron", "primus"):
+    elif kind in ("megatron", "primus", "torchtitan"):
         nopts: NodesOptions = validate_options(NodesOptions, _node_fields(options), kind)
         if not nopts.hosts or c.hosts < 2:
             raise SpecError(
@@ -737,8 +820,9 @@ def _node_fields(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _torchrun(preset: str, options: dict[str, Any], python: str) -> list[str]:
-    """The launcher of one host: the megatron preset's ``torchrun`` option, else ``python -m torch.distributed.run``."""
-    given = options.get("torchrun") if preset == "megatron" else None
+    """The launcher of one host: the megatron or torchtitan preset's ``torchrun`` option, else
+    ``python -m torch.distributed.run``."""
+    given = options.get("torchrun") if preset in ("megatron", "torchtitan") else None
     if isinstance(given, list) and given and all(isinstance(w, str) for w in given):
         return list(given)
     return [python, "-m", "torch.distributed.run"]

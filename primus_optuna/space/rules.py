@@ -18,6 +18,13 @@ from ..spec.layout import PipelineSpec, chunks_or_reason, stage_reason
 from ..spec.model import ModelSpec
 from ..spec.recompute import parse_recompute
 from ..spec.study import StudySpec
+from .torchtitan_args import (
+    PIPELINE_REASON,
+    dispatcher_reason,
+    recompute_reason,
+    schedule_reason,
+    uses_torchtitan,
+)
 
 
 def model_features(model: ModelSpec) -> tuple[bool, bool, int]:
@@ -65,6 +72,9 @@ class Facts:
     upstream_megatron: bool = False
     """the study's runner launches upstream Megatron-LM (``runner.kind: megatron``, or Slurm's megatron
     preset), which has no zero-bubble schedule"""
+    torchtitan: bool = False
+    """the study's runner launches TorchTitan (``runner.kind: torchtitan``, or Slurm's torchtitan preset): its
+    rules (``titan_*``) apply"""
     model: ModelSpec | None = field(default=None, compare=False)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec, compare=False)
     memo: dict[tuple[int, int], str | None] = field(default_factory=dict, compare=False)
@@ -101,6 +111,7 @@ class Facts:
             cp_a2a=m.cp_comm_type == "a2a",
             upstream_megatron=spec.runner.kind == "megatron"
             or (spec.runner.kind == "slurm" and spec.runner.options.get("preset") == "megatron"),
+            torchtitan=uses_torchtitan(spec),
         )
 
 
@@ -625,6 +636,84 @@ RULES: tuple[Rule, ...] = (
 RULES += (
     Rule("fsdp_dp", (*_P, "dp_shard"), "dp_shard divides dp (dp_replicate = dp / dp_shard)", _fsdp_dp),
     Rule("fsdp_ep", (*_P, "ep", "dp_shard"), "with dp_shard > 1, ep divides dp_shard·cp·tp", _fsdp_ep),
+)
+
+
+# --- TorchTitan (a study whose runner launches it; torchtitan==0.3.0 wheel, space/torchtitan_args.py) ------------
+def _titan_schedule(f: Facts, c: Any) -> str | None:
+    return schedule_reason(c.pp_schedule) if f.torchtitan else None
+
+
+def _titan_recompute(f: Facts, c: Any) -> str | None:
+    return recompute_reason(c.recompute) if f.torchtitan else None
+
+
+def _titan_dispatcher(f: Facts, c: Any) -> str | None:
+    return dispatcher_reason(c.moe_dispatcher, c.ep_overlap) if f.torchtitan else None
+
+
+def _titan_pipeline(f: Facts, c: Any) -> str | None:
+    return PIPELINE_REASON if f.torchtitan and c.pp > 1 and not f.pipeline.is_default else None
+
+
+def _titan_ddp(f: Facts, c: Any) -> str | None:
+    # TorchTitan has no ZeRO-1: dp_shard = 1 with dp_replicate > 1 is DDP, everything replicated
+    # (torchtitan/config/configs.py@0.3.0:113-122), which the estimate does not price as dp_shard = 1
+    dp = _dp(f, c)
+    if f.torchtitan and c.dp_shard == 1 and dp > 1:
+        return (
+            f"dp_shard=1 with dp={dp}: TorchTitan runs DDP (no distributed optimizer, configs.py@0.3.0:113-122); "
+            "shard over dp (dp_shard > 1: FSDP, or HSDP with dp / dp_shard replicas)"
+        )
+    return None
+
+
+def _titan_ep(f: Facts, c: Any) -> str | None:
+    # TorchTitan's sparse mesh: efsdp = dp_shard·cp·tp / ep ranks shard the experts
+    # (torchtitan/distributed/parallel_dims.py@0.3.0:277-279, 401), with or without FSDP
+    if f.torchtitan and c.ep > 1 and (c.dp_shard * c.cp * c.tp) % c.ep:
+        return (
+            f"ep={c.ep} does not divide dp_shard·cp·tp = {c.dp_shard}·{c.cp}·{c.tp} (TorchTitan's expert mesh, "
+            "parallel_dims.py@0.3.0:279); raise dp_shard or lower ep"
+        )
+    return None
+
+
+def _titan_seq(f: Facts, c: Any) -> str | None:
+    # the trainer: seq_len divisible by tp (sequence parallel) times 2·cp (cp > 1) (torchtitan/trainer.py@0.3.0:
+    # 306-315)
+    divisor = (c.tp if f.sequence_parallel else 1) * (2 * c.cp if c.cp > 1 else 1)
+    if f.torchtitan and f.seq % divisor:
+        return (
+            f"seq_length={f.seq} is not divisible by {divisor} (tp·2·cp, TorchTitan's trainer.py@0.3.0:306-315); "
+            "lower tp or cp"
+        )
+    return None
+
+
+RULES += (
+    Rule("titan_seq", ("tp", "cp"), "TorchTitan: seq_length divisible by tp·2·cp", _titan_seq),
+    Rule(
+        "titan_schedule",
+        ("pp_schedule",),
+        "TorchTitan: no single-stage zero-bubble schedule",
+        _titan_schedule,
+    ),
+    Rule(
+        "titan_recompute",
+        ("recompute",),
+        "TorchTitan: recompute is none, selective or full",
+        _titan_recompute,
+    ),
+    Rule(
+        "titan_dispatcher",
+        ("moe_dispatcher", "ep_overlap"),
+        "TorchTitan: alltoall dispatch, no EP overlap",
+        _titan_dispatcher,
+    ),
+    Rule("titan_pipeline", ("pp",), "TorchTitan: an even pipeline split", _titan_pipeline),
+    Rule("titan_ddp", (*_P, "dp_shard"), "TorchTitan: dp_shard > 1 when dp > 1 (no ZeRO-1)", _titan_ddp),
+    Rule("titan_ep", (*_P, "ep", "dp_shard"), "TorchTitan: ep divides dp_shard·cp·tp", _titan_ep),
 )
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 

@@ -22,6 +22,7 @@ from ..spec.study import AXES, CHOICES, DENSE_RECOMPUTE, MOE_RECOMPUTE, StudySpe
 from .config import TrainingConfig, passes_checks, prechecked_config
 from .megatron_args import ZERO_BUBBLE, uses_primus
 from .rules import RULES, Facts, Rule, layers_per_chunk
+from .torchtitan_args import AC_MODES, SCHEDULES
 
 DEFAULT_MBS = (1, 2, 4, 8)
 MAX_DEFAULT_VPP = 8
@@ -79,6 +80,17 @@ class _Partial:
     __slots__ = AXES
 
 
+TITAN_CANDIDATES: dict[str, Any] = {
+    "recompute": lambda f: list(AC_MODES),
+    "pp_schedule": lambda f: list(SCHEDULES),
+    "moe_dispatcher": lambda f: ["alltoall"],
+    "ep_overlap": lambda f: [False],
+    "dp_shard": lambda f: _divisors(f.world),
+}
+"""A TorchTitan study's default candidates: its activation-checkpointing modes and schedules, no DeepEP or EP
+overlap, and every sharding degree (FSDP over dp, or HSDP; ``dp_shard`` = 1 is DDP there, rule ``titan_ddp``)."""
+
+
 class Space:
     """The legal, canonical configurations of a study."""
 
@@ -117,6 +129,8 @@ class Space:
     def _default_candidates(self, axis: str) -> list[Any]:
         f, spec = self.facts, self.spec
         gpn = spec.cluster.gpus_per_node
+        if f.torchtitan and axis in TITAN_CANDIDATES:  # what TorchTitan runs (rules titan_*)
+            return TITAN_CANDIDATES[axis](f)
         if axis == "tp":
             return [d for d in _divisors(f.world) if d <= f.max_tp]
         if axis == "pp":

@@ -56,7 +56,7 @@ class Axis:
     primus: str | None = None
     """Primus ``modules.pre_trainer.overrides`` key"""
     torchtitan: str | None = None
-    """TorchTitan ``--section.key`` override, where it has one"""
+    """TorchTitan 0.3 ``--section.key`` override, where it has one (space/torchtitan_args.py maps the values)"""
     optional: bool = False
     """added after studies were written: in the key, hash and planner answer only when not the default"""
     planner_required: bool = False
@@ -184,7 +184,7 @@ AXIS_LIST: tuple[Axis, ...] = (
         canonical=_recompute,
         megatron="--recompute-granularity",
         primus="recompute_granularity",
-        torchtitan="activation_checkpoint.mode",
+        torchtitan="activation-checkpoint",  # a subcommand: activation-checkpoint:{none,selective,full},
     ),
     Axis(
         "moe_dispatcher",

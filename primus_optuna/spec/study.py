@@ -90,7 +90,7 @@ Turbo's DeepEP)."""
 
 
 OBJECTIVES = ("tokens_per_s_per_gpu", "peak_memory_gib")
-RUNNER_KINDS = ("analytical", "profile", "command", "local", "primus", "megatron", "slurm")
+RUNNER_KINDS = ("analytical", "profile", "command", "local", "primus", "megatron", "torchtitan", "slurm")
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> ValueError:

@@ -176,3 +176,31 @@ def test_report_to_an_unwritable_folder_is_one_error(storage: str, tmp_path: Pat
     assert r.exit_code == 2, r.output
     assert "--out" in r.output and "cannot write the report there" in r.output
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_export_torchtitan(storage: str) -> None:
+    """``--format torchtitan`` (Qwen3-30B-A3B: ``--module qwen3 --config qwen3_30b_a3b``): a trial TorchTitan
+    runs round-trips; the best one (DeepEP) is refused with the reason, exit 2."""
+    from primus_optuna.space.torchtitan_args import titan_refusal
+
+    spec = small_spec()
+    study = optuna.load_study(study_name="small", storage=storage)
+    space = Space(spec)
+    runs = [t for t in study.trials if t.params and not titan_refusal(spec, space.make(**t.params))]
+    assert runs
+    r = invoke(
+        "export",
+        "--storage",
+        storage,
+        "--study-name",
+        "small",
+        "--format",
+        "torchtitan",
+        "--trial",
+        runs[0].number,
+    )
+    assert r.exit_code == 0, r.output
+    assert "--module qwen3 \\\n--config qwen3_30b_a3b \\\n" in r.output
+    assert parse_export(r.output, "torchtitan", spec) == space.canonical(space.make(**runs[0].params))
+    r = invoke("export", "--storage", storage, "--study-name", "small", "--format", "torchtitan")
+    assert r.exit_code == 2 and "moe_dispatcher=deepep" in r.output

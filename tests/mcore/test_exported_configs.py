@@ -42,6 +42,7 @@ from primus_optuna.record.export import export_config
 from primus_optuna.space.megatron_args import model_arguments
 from primus_optuna.spec import StudySpec
 from tests.conftest import STUDIES
+from tests.helpers.studies import analytical_run
 from tests.mcore import cpu_shims
 
 megatron = pytest.importorskip(
@@ -56,23 +57,9 @@ STUDY_FILES = sorted(STUDIES.glob("*.yaml"))
 
 def _run_study(path: Path) -> tuple[StudySpec, list[Any]]:
     """The study's own analytical run (``search.n_trials`` trials, in memory, no LLM): its trial configs."""
-    import optuna
-
-    from primus_optuna import PrimusSampler, make_objective, store_spec, study_pruner
-    from primus_optuna.record.export import trial_config
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(path)
     spec = spec.model_copy(update={"runner": spec.runner.model_copy(update={"kind": "analytical"})})
-    study = optuna.create_study(
-        direction="maximize",
-        sampler=PrimusSampler(spec, seed=spec.search.seed or 0),
-        pruner=study_pruner(spec, launches_jobs=False),
-    )
-    store_spec(study, spec)
-    study.optimize(make_objective(spec), n_trials=spec.search.n_trials)
-    trials = [t for t in study.get_trials(deepcopy=False) if "tp" in t.params]
-    return spec, [trial_config(t, spec) for t in trials]
+    return spec, analytical_run(spec)[1]
 
 
 @pytest.fixture(scope="module")

@@ -722,18 +722,21 @@ def test_the_local_preset_on_cuda_fits_one_host() -> None:
 PROBE = ["primus_optuna.workloads.netprobe", "--out", "/shared/net.csv"]
 
 
-def test_module_launch_starts_one_torchrun_per_host_over_ssh(spec: StudySpec, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["megatron", "torchtitan"])
+def test_module_launch_starts_one_torchrun_per_host_over_ssh(
+    spec: StudySpec, tmp_path: Path, kind: str
+) -> None:
     """``calibrate --network`` through ``hosts``: the nodes script a trial gets, each host's torchrun with its
     rank, the first host as master, the module and its arguments after ``-m``."""
     from primus_optuna.run.presets import module_launch
 
     options = {
-        "megatron_path": "/m",
         "hosts": HOSTS,
         "torchrun": ["/venv/bin/torchrun"],
         "master_port": 29555,
+        **({"megatron_path": "/m"} if kind == "megatron" else {"train_iters": 5}),
     }
-    launch = module_launch(spec, "megatron", options, PROBE, tmp_path, {}, 300.0)
+    launch = module_launch(spec, kind, options, PROBE, tmp_path, {}, 300.0)
     assert launch.argv == ["bash", str(tmp_path / "nodes.sh")]
     for rank in (0, 7):
         argv, _, host = _node_launch(tmp_path / "nodes.sh", rank)
@@ -778,3 +781,65 @@ def test_module_launch_refuses_a_runner_that_places_no_hosts(
     with pytest.raises(SpecError, match=match):
         module_launch(spec, kind, options, PROBE, tmp_path, {}, 60.0)
     assert list(tmp_path.iterdir()) == []
+
+
+def _titan_spec(**options: object) -> StudySpec:
+    data = StudySpec.from_yaml("studies/llama3.1-70b-h100-bf16.yaml").to_dict()
+    data["runner"] = {"kind": "torchtitan", "options": options}
+    return StudySpec.from_dict(data)
+
+
+TITAN_AXES = {
+    "tp": 8,
+    "pp": 2,
+    "vpp": 2,
+    "mbs": 1,
+    "pp_schedule": "interleaved",
+    "dp_shard": 4,
+    "recompute": "full",
+}
+
+
+def test_torchtitan_argv(tmp_path: Path) -> None:
+    """torchrun over ``-m torchtitan.train`` on each host, the export's arguments plus the run's, the
+    activation-checkpointing subcommand last (TorchTitan's own parser accepts it: tests/titan)."""
+    spec = _titan_spec(
+        hosts=HOSTS, train_iters=7, extra_args=["--hf_assets_path", "/data/llama"], cwd=str(tmp_path)
+    )
+    runner = make_runner(spec)
+    assert runner.kind == "torchtitan"
+    launch, _ = runner.build(Space(spec).make(**TITAN_AXES), _ctx(spec, tmp_path))
+    assert launch.argv == ["bash", str(tmp_path / "trial-0" / "nodes.sh")]
+    a, _, host = _node_launch(tmp_path / "trial-0" / "nodes.sh", 3)
+    assert host == "n3" and a[:5] == ["torchrun", "--nnodes", "8", "--nproc-per-node", "8"]
+    pairs = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
+    assert (pairs["--node-rank"], pairs["--master-addr"]) == ("3", "n0")
+    i = a.index("-m")
+    assert a[i + 1 : i + 6] == ["torchtitan.train", "--module", "llama3", "--config", "llama3_70b"]
+    assert pairs["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert pairs["--parallelism.data_parallel_shard_degree"] == "4"
+    assert pairs["--training.steps"] == "7" and pairs["--metrics.log_freq"] == "1"
+    assert pairs["--hf_assets_path"] == "/data/llama" and "--checkpoint.no-enable" in a
+    assert a[-1] == "activation-checkpoint:full"
+    assert f"cd {tmp_path}" in (tmp_path / "trial-0" / "nodes.sh").read_text()
+
+
+def test_torchtitan_under_slurm_and_refusals(tmp_path: Path) -> None:
+    spec = _titan_spec(preset="torchtitan", compile=True)
+    spec = spec.model_copy(update={"runner": spec.runner.model_copy(update={"kind": "slurm"})})
+    runner = make_runner(spec)
+    launch, _ = runner.build(Space(spec).make(**TITAN_AXES), _ctx(spec, tmp_path))
+    assert launch.argv[0] == "srun" and "--nodes=8" in launch.argv
+    node = (tmp_path / "trial-0" / "node.sh").read_text()
+    assert "-m torchtitan.train --module llama3" in node and "--compile.enable" in node
+    assert '--node-rank "${SLURM_NODEID}"' in node
+    with pytest.raises(LaunchFailure, match="zero-bubble"):  # what TorchTitan cannot run is never launched
+        runner.build(
+            Space(spec).make(**{**TITAN_AXES, "vpp": 1, "pp_schedule": "zb1p"}), _ctx(spec, tmp_path, 1)
+        )
+    data = mixtral_spec().to_dict()
+    data["runner"] = {"kind": "torchtitan", "options": {"hosts": HOSTS}}
+    with pytest.raises(SpecError, match="fp8_recipe"):  # refused before the first trial
+        make_runner(StudySpec.from_dict(data)).preflight()
+    with pytest.raises(SpecError, match="runner.options.train_iters"):
+        make_runner(_titan_spec(train_iters=0))

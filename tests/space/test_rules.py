@@ -158,6 +158,7 @@ def test_full_n_canonical_and_bounds(moe):
 
 def test_every_rule_is_covered():
     from tests.space.test_framework_rules import FRAMEWORK_RULES
+    from tests.space.test_torchtitan_args import TITAN_RULES
 
     # moe_tp_sp: tests/physics/test_sequence_parallel.py (it needs a study with sequence_parallel: false)
     elsewhere = {
@@ -168,6 +169,7 @@ def test_every_rule_is_covered():
         "moe_tp_sp",
         "cp_a2a_heads",
         *FRAMEWORK_RULES,
+        *TITAN_RULES,
     }
     assert set(CASES) | elsewhere == {r.id for r in RULES}
 
