@@ -270,8 +270,9 @@ def _mb_pp(f: Facts, c: Any) -> str | None:
     # pipeline_parallel/schedules.py@d98e8a64:2277-2278; Primus's zero-bubble 1F1B
     # zerobubble/scheduler/basic1f1b.py@fd1eeabb:19): it runs with fewer than pp, idle stages and all.
     # Interleaved refuses it (schedules.py@d98e8a64:1160-1168); the zero-bubble schedules keep the rule
-    # because this project's schedule models of them assume a full pipeline.
-    if c.pp > 1 and m < c.pp and c.pp_schedule != "1f1b":
+    # because this project's schedule models of them assume a full pipeline. torch's Schedule1F1B, which
+    # TorchTitan runs, refuses it (torch/distributed/pipelining/schedules.py@2.13.0:1020-1024).
+    if c.pp > 1 and m < c.pp and (c.pp_schedule != "1f1b" or f.torchtitan):
         return f"{m} micro-batches per step < pp={c.pp}: {c.pp_schedule} cannot fill the pipeline (lower mbs or pp)"
     return None
 

@@ -1,5 +1,7 @@
 """Every legality rule has a passing and a failing case."""
 
+import dataclasses
+
 import pytest
 
 from primus_optuna import Space, StudySpec, TrainingConfig
@@ -116,6 +118,9 @@ def test_microbatch_rules():
     # 1F1B caps its warm-up at the micro-batches there are: m = 2 < pp = 4 runs (idle stages and all)
     assert ge.fn(sp.facts, sp.make(tp=1, pp=4, mbs=10, vpp=1, pp_schedule="1f1b")) is None
     assert "zb1p cannot fill" in ge.fn(sp.facts, sp.make(tp=1, pp=4, mbs=10, vpp=1, pp_schedule="zb1p"))
+    # torch's Schedule1F1B (TorchTitan's) refuses it
+    titan = dataclasses.replace(sp.facts, torchtitan=True)
+    assert "cannot fill" in ge.fn(titan, sp.make(tp=1, pp=4, mbs=10, vpp=1, pp_schedule="1f1b"))
     assert inter.fn(sp.facts, sp.make(**base, mbs=5)) is None  # m = 4
     assert "multiple of pp" in inter.fn(sp.facts, sp.make(**base, mbs=4))  # m = 5
     assert (
