@@ -129,7 +129,9 @@ def test_nothing_fits_says_why_and_the_smallest_size_that_fits():
 
 
 def test_a_batch_too_small_to_split_says_so():
-    d = small_dense_study(axes={"tp": [1, 2], "pp": [1, 2], "cp": [1]})
+    d = small_dense_study(
+        axes={"tp": [1, 2], "pp": [1], "cp": [1]}
+    )  # (1F1B runs with one micro-batch per pp stage)
     d["workload"]["global_batch_size"] = 16
     spec = StudySpec.from_dict(d)
     table = capacity_table(spec, [8, 64], ["h100"])
