@@ -193,6 +193,14 @@ def export(
     config = trial_config(trial, spec)
     value = f", {trial_value_text(trial)}" if trial.values else f" ({trial.state.name})"
     header = f"primus-optuna study {study.study_name}, trial {trial.number}{value}: {config.key()}"
+    from ..run.base import value_kind
+
+    if trial.values and value_kind(trial.user_attrs.get("source")) == "estimated":  # with its uncertainty
+        from ..record.report import record_of
+        from ..record.summary import estimates_band
+
+        band = estimates_band(record_of(study, url))
+        header += f"\nerror band of the estimate: {band.text()} ({band.source})"
     extra = {"study": study.study_name, "trial": trial.number, "values": trial.values}
     text = export_config(spec, config, fmt, header=header, extra=extra, upstream=upstream)
     if trial.state.name != "COMPLETE":

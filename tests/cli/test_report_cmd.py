@@ -158,6 +158,10 @@ def test_export_header_says_whether_the_value_was_measured(storage: str, tmp_pat
     )
     r = invoke("export", "--storage", url)
     assert "tokens/s/GPU (estimated): " in r.output.splitlines()[0], r.output
+    # an estimate carries its band; a measured value does not need one
+    assert r.output.splitlines()[1].startswith("# error band of the estimate: "), r.output
+    measured = invoke("export", "--storage", storage, "--study-name", "small").output
+    assert "error band" not in measured
 
 
 def test_export_defaults_to_a_format_the_studys_gpus_run(storage: str) -> None:
