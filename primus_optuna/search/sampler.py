@@ -500,10 +500,11 @@ class PrimusSampler(BaseSampler):
         ]
 
     def is_exhausted(self, study: optuna.Study) -> bool:
-        """Whether nothing is left to propose: no failed point to retry, no sweep point and no feasible
-        configuration that was not tried or is not in flight."""
+        """Whether nothing is left to propose: no failed point to retry and no feasible configuration (sweep
+        points included) that was not tried or is not in flight; a sweep point that does not fit is no launch
+        left (once the centre is measured, the sweep by value never spends it)."""
         ctx = self._context(study, None)
-        if ctx.state.retry or Sweep().remaining(ctx):
+        if ctx.state.retry:
             return False
         table = self.fallback.rows(ctx.mem_cal.scale)
         covered = ctx.covered
