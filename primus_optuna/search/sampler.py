@@ -431,8 +431,8 @@ class PrimusSampler(BaseSampler):
 
     def proposers(self) -> list[Any]:
         """The chain, in order (a fresh planner proposer per decision carries its note to the fallback)."""
-        planner = PlannerProposer()
-        return [Retry(), WarmStartOffers(), Sweep(), planner, _Noted(planner)]
+        sweep, planner = Sweep(), PlannerProposer()
+        return [Retry(), WarmStartOffers(), sweep, planner, _Noted(planner, sweep)]
 
     def propose(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
         """The decision for a trial the sampler chooses (``None``: nothing left); writes nothing."""
@@ -500,10 +500,11 @@ class PrimusSampler(BaseSampler):
         ]
 
     def is_exhausted(self, study: optuna.Study) -> bool:
-        """Whether nothing is left to propose: no failed point to retry, no sweep point and no feasible
-        configuration that was not tried or is not in flight."""
+        """Whether nothing is left to propose: no failed point to retry and no feasible configuration (sweep
+        points included) that was not tried or is not in flight; a sweep point that does not fit is no launch
+        left (once the centre is measured, the sweep by value never spends it)."""
         ctx = self._context(study, None)
-        if ctx.state.retry or Sweep().remaining(ctx):
+        if ctx.state.retry:
             return False
         table = self.fallback.rows(ctx.mem_cal.scale)
         covered = ctx.covered
@@ -618,15 +619,16 @@ class PrimusSampler(BaseSampler):
 
 
 class _Noted:
-    """The model-guided proposer, prefixed with the planner's note (why the planner proposed nothing)."""
+    """The model-guided proposer, prefixed with the sweep's and the planner's notes (why they proposed
+    nothing)."""
 
     name = "model-guided"
 
-    def __init__(self, planner: PlannerProposer) -> None:
-        self.planner = planner
+    def __init__(self, planner: PlannerProposer, sweep: Sweep) -> None:
+        self.planner, self.sweep = planner, sweep
 
     def propose(self, ctx: Context) -> Proposal | None:
-        return ModelGuided(self.planner.note).propose(ctx)
+        return ModelGuided(self.sweep.note + self.planner.note).propose(ctx)
 
 
 def _contains(dist: BaseDistribution, value: Any) -> bool:

@@ -157,3 +157,34 @@ def test_ahead_at_the_optimum_means_a_worst_seed_no_lower():
     ok, text = bench.goals(report([1.0, 1.0, 0.95], [1.0, 1.0, 1.0]), [30], ["primus", "top-k"])
     assert not ok and "not ahead of top-k" in text
     assert not bench.goals(report([0.97, 0.97, 0.97], [0.97, 0.98, 0.99]), [30], ["primus", "top-k"])[0]
+
+
+def _report(**fractions: list[dict[int, float]]):
+    rows = [
+        bench.RunResult("s", name, seed, fr, None)
+        for name, per_seed in fractions.items()
+        for seed, fr in enumerate(per_seed)
+    ]
+    return bench.StudyReport("s", rows, 0, 0, "", 1, 1, [1], [1.0], 0.0)
+
+
+def test_issue_41_goals_read_the_median_at_10_15_30_and_the_worst_seed_from_10_on():
+    good = {3: 0.5, 10: 0.96, 15: 0.98, 30: 1.0}
+    ok, text = bench.goals_41(_report(primus=[good, good, good]), [3, 10, 15, 30])
+    assert ok and text == "met"  # a low figure at 3 trials is not a goal
+    ok, text = bench.goals_41(_report(primus=[good, good, {**good, 15: 0.9}]), [3, 10, 15, 30])
+    assert not ok and "worst 90.0% < 95% at 15" in text and "median" not in text
+    ok, text = bench.goals_41(_report(primus=[{**good, 30: 0.99}] * 3), [10, 15, 30])
+    assert not ok and "median 99.0% < 100% at 30" in text
+
+
+def test_the_top_k_comparison_names_where_primus_is_behind():
+    primus = [{3: 0.9, 5: 0.95, 10: 1.0}, {3: 0.7, 5: 0.95, 10: 1.0}, {3: 0.9, 5: 0.9, 10: 0.97}]
+    top_k = [{3: 0.95, 5: 0.95, 10: 0.95}, {3: 0.6, 5: 0.6, 10: 0.6}, {3: 0.85, 5: 0.85, 10: 0.99}]
+    lines = bench.top_k_comparison(_report(primus=primus, **{"top-k": top_k}), [3, 5, 10, 30])
+    assert len(lines) == 3
+    assert lines[0].startswith("N=3: primus 90.0% (worst 70.0%) vs top-3 85.0% (worst 60.0%)")
+    assert "behind on 1 of 3 seeds: not behind" in lines[0]
+    assert "behind on 1 of 3 seeds: not behind" in lines[2]
+    lines = bench.top_k_comparison(_report(primus=primus[:1], **{"top-k": top_k[:1]}), [3])
+    assert lines[0].endswith("BEHIND")

@@ -266,3 +266,51 @@ def test_without_measurements_the_sweep_runs_as_planned():
     )
     study.optimize(make_objective(spec), n_trials=len(plan))  # the analytical runner: nothing is measured
     assert [t.user_attrs["config_key"] for t in study.trials] == [p.config.key() for p in plan]
+
+
+def test_once_the_centre_is_measured_the_models_own_pick_runs_before_one_axis_moves_it_ranks_lower():
+    """Issue 41 item 6: a measured study (a plain objective at the model's own figures) with the default
+    sweep: the centre first, then the model's best instead of one-axis points outside the fallback's few best by
+    expected improvement (the passed-over point named), so the search is never behind measuring the model's
+    own top k."""
+    import optuna
+
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.sampler import PrimusSampler
+
+    spec = StudySpec.from_dict(small_moe_study())
+    space = Space(spec)
+    sampler = PrimusSampler(spec, seed=0)
+    top = sorted((r.estimate.tokens_per_s_per_gpu for r in sampler.fallback.rows()), reverse=True)
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(_estimate_objective(spec, space), n_trials=len(sampler.plan))
+    first, second = study.trials[:2]
+    assert first.user_attrs["sweep_axis"] == "baseline"
+    assert second.system_attrs["primus:proposal"]["phase"] == "fallback"  # recorded when decided
+    assert (
+        "sweep: no remaining point among the 5 best by expected improvement (the best, "
+        in (second.user_attrs["rationale"])
+    )
+    for k in range(1, len(sampler.plan)):  # never behind measuring the model's top k (after the centre)
+        assert max(t.value for t in study.trials[: k + 1]) >= max(top[:k]) * (1 - 1e-9)
+
+
+def test_a_study_that_sets_its_sweep_runs_it_in_the_plans_order_once_measured():
+    """``search.sweep_trials`` set: the user's sweep runs as planned in a measured study too (only points the
+    model is confident are worse would be left out)."""
+    import optuna
+
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.sampler import PrimusSampler
+
+    spec = StudySpec.from_dict(small_moe_study(sweep_trials=4))
+    space = Space(spec)
+    sampler = PrimusSampler(spec, seed=0)
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(_estimate_objective(spec, space), n_trials=len(sampler.plan))
+    assert [t.user_attrs["config_key"] for t in study.trials] == [p.config.key() for p in sampler.plan]
+    assert all(t.user_attrs["phase"] == "sweep" for t in study.trials)

@@ -2,14 +2,25 @@
 with ``study.add_trial`` covers its point instead of shifting the others, and N workers take N points). Points
 an earlier study measured (warm start) are skipped, the centre excepted.
 
-Once something is measured (not in an analytical study), a point the corrected model is confident is worse
-(its upper bound, :class:`~primus_optuna.search.fallback.Judge`, below 80% of the best measured or expected)
-is left out, its trial spent on the model's own pick instead; the others keep the plan's order."""
+Once the centre is measured (not in an analytical study), the order becomes value-driven: a remaining point
+runs only when the corrected model finds it worth a launch and among the fallback's
+:data:`~primus_optuna.search.fallback.TOP_K` best untried configurations by expected improvement
+(:class:`~primus_optuna.search.fallback.Judge`), the best of them first, its figure in the rationale. While the
+study has fewer trials than the plan has points, a trial for which no point qualifies goes to the model's own
+pick (the fallback, the passed-over point named in its rationale), so the search is never behind measuring the
+model's top configurations; the points left wait (they run later when the measurements raise them), and after
+the sweep's budget the planner is asked as before. In a study that sets ``search.sweep_trials`` (the user's
+sweep) and in a Pareto study, a point is left out only when its upper bound is below
+:data:`~primus_optuna.search.fallback.MIN_SHARE` of the best; the others keep the plan's order."""
 
 from __future__ import annotations
 
-from ..fallback import MIN_SHARE
+from ..configs import trial_config
+from ..fallback import MIN_SHARE, TOP_K, Judge, Worth
+from ..learner import trial_measurement
+from ..sweep import SweepPoint
 from .base import Context, Proposal
+from .model_guided import ModelGuided
 from .warm import known_configs
 
 SWEEP_ATTR = "sweep"
@@ -19,7 +30,11 @@ SWEEP_ATTR = "sweep"
 class Sweep:
     name = "sweep"
 
-    def remaining(self, ctx: Context) -> list:
+    def __init__(self) -> None:
+        self.note = ""
+        """why the sweep proposed nothing while points remain (for the model-guided proposer's rationale)"""
+
+    def remaining(self, ctx: Context) -> list[SweepPoint]:
         known = known_configs(ctx)
         return [
             p
@@ -29,18 +44,60 @@ class Sweep:
 
     def propose(self, ctx: Context) -> Proposal | None:
         left = self.remaining(ctx)
-        if len(left) > 1 and left[0].index > 0 and ctx.sampler.fallback.mode == "model":
+        if left and left[0].index > 0 and ctx.sampler.fallback.mode == "model":
             judge = ctx.sampler.fallback.judge(
                 ctx.others, exclude=ctx.covered, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
             )
-            if judge.n_measured:  # nothing measured (an analytical study): the plan stands
+            # value-driven once the centre, the one-axis points' reference, is measured (not an analytical
+            # study), unless the study file sets the sweep's length (search.sweep_trials: that sweep is run)
+            by_value = ctx.sampler.spec.search.sweep_trials is None and not judge.multi
+            if judge.n_measured and by_value and _centre_measured(ctx):
+                return self._by_value(ctx, left, judge)
+            if judge.n_measured and len(left) > 1:
                 left = [p for p in left if judge(p.config).upper_share >= MIN_SHARE]
         if not left:
             return None
-        p = left[0]
+        return self._proposal(ctx, left[0])
+
+    def _by_value(self, ctx: Context, left: list[SweepPoint], judge: Judge) -> Proposal | None:
+        """The best remaining point by expected improvement when it is worth a launch and among the
+        :data:`TOP_K` best; else the model's own pick while the sweep's budget lasts (else nothing)."""
+        verdicts = [(judge(p.config), p) for p in left]
+        ranked = sorted(
+            ((w, p) for w, p in verdicts if w.ei_rank is not None),
+            key=lambda wp: (wp[0].ei_rank, wp[1].index),
+        )
+        for w, p in ranked:
+            if w.worth and w.ei_rank is not None and w.ei_rank < TOP_K:
+                return self._proposal(ctx, p, w)
+        if ctx.trial.number >= len(ctx.sampler.plan):
+            return None  # the sweep's budget is spent: the planner, then the fallback
+        nxt = ranked[0] if ranked else None
+        self.note = (
+            f"sweep: no remaining point among the {TOP_K} best by expected improvement"
+            + (f" (the best, {_label(nxt[1])}, is {_figure(nxt[0])})" if nxt else "")
+            + "; the model's own pick first: "
+        )
+        return ModelGuided(self.note).propose(ctx)
+
+    def _proposal(self, ctx: Context, p: SweepPoint, worth: Worth | None = None) -> Proposal:
         study = ctx.study
         if SWEEP_ATTR not in study._storage.get_study_user_attrs(study._study_id):
             study._storage.set_study_user_attr(study._study_id, SWEEP_ATTR, ctx.sampler.design.summary())
         value = p.value if p.axis else p.config.key()
         extra = {"sweep_index": p.index, "sweep_axis": p.axis or "baseline", "sweep_value": value}
-        return Proposal(p.config, "sweep", "sweep", p.rationale, extra)
+        rationale = p.rationale + (f"; by value: {worth.why}" if worth is not None else "")
+        return Proposal(p.config, "sweep", "sweep", rationale, extra)
+
+
+def _centre_measured(ctx: Context) -> bool:
+    space, centre = ctx.sampler.space, ctx.sampler.plan[0].config
+    return any(trial_measurement(t) is not None and trial_config(space, t) == centre for t in ctx.others)
+
+
+def _label(p: SweepPoint) -> str:
+    return f"{p.axis}={p.value}" if p.axis else "the centre"
+
+
+def _figure(w: Worth) -> str:
+    return w.why.removeprefix("value: ").removesuffix(": not worth a launch")
