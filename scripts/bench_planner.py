@@ -188,7 +188,9 @@ def _bad_responder(worst: list[dict[str, Any]]) -> Any:
     return respond
 
 
-def _compare_sampler(name: str, land: Any, seed: int, api: tuple[str | None, str]) -> tuple[Any, Any]:
+def _compare_sampler(
+    name: str, land: Any, seed: int, api: tuple[str | None, str], calls: tuple[int, float] = (8, 120.0)
+) -> tuple[Any, Any]:
     """(sampler, loopback server or None) of one compared run."""
     from bench_search import ListSampler, make_sampler
 
@@ -218,7 +220,7 @@ def _compare_sampler(name: str, land: Any, seed: int, api: tuple[str | None, str
         server = OpenAIServer([responder]).__enter__()
         base = server.url
     llm = spec.llm.model_copy(
-        update={"model": model, "mode": mode, "max_calls": 8, "num_retries": 0, "timeout_s": 120.0}
+        update={"model": model, "mode": mode, "max_calls": calls[0], "num_retries": 0, "timeout_s": calls[1]}
     )
     return PrimusSampler(spec, seed=seed, llm=llm, llm_api_base=base), server
 
@@ -243,13 +245,19 @@ class _Then(optuna.samplers.BaseSampler):
 
 
 def compare_once(
-    name: str, land: Any, hidden: Any, seed: int, n: int, api: tuple[str | None, str]
+    name: str,
+    land: Any,
+    hidden: Any,
+    seed: int,
+    n: int,
+    api: tuple[str | None, str],
+    calls: tuple[int, float] = (8, 120.0),
 ) -> dict[str, Any]:
-    """One run of ``name``: the best value's fraction of the optimum after each trial, and the planner's
-    launches below 80% of the best expected."""
+    """One run of ``name``: the best value's fraction of the optimum after each trial, the planner's
+    launches below 80% of the best expected, and its books (:func:`llm_accounting`)."""
     from bench_search import plain_objective
 
-    sampler, server = _compare_sampler(name, land, seed, api)
+    sampler, server = _compare_sampler(name, land, seed, api, calls)
     try:
         study = optuna.create_study(
             direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=land.spec)
@@ -267,7 +275,23 @@ def compare_once(
         curve.append(best / opt)
     planner = [t for t in trials if t.user_attrs.get("phase") == "planner"]
     low = [t for t in planner if _launch_share(t) < 0.8]
-    return {"curve": curve, "planner_trials": len(planner), "planner_below_80pct": len(low)}
+    books = llm_accounting(study) if getattr(sampler, "planner", None) is not None else None
+    return {
+        "curve": curve,
+        "planner_trials": len(planner),
+        "planner_below_80pct": len(low),
+        "books": books,
+    }
+
+
+def _books_line(b: dict[str, Any]) -> str:
+    """One line of the planner's books: calls, tokens, candidates, and what it told the user."""
+    return (
+        f"mode {b['mode']}, {b['calls']} calls ({b['failed']} no answer, {b['unparseable']} unparseable), "
+        f"{b['tokens']} tokens, {b['tool_calls']} tool calls; candidates {b['proposed']} proposed, "
+        f"{b['accepted']} accepted, {b['rejected']} rejected; stopped: {b['stop_reason']}; "
+        f"last error: {b['last_error']}"
+    )
 
 
 def _launch_share(t: Any) -> float:
@@ -299,7 +323,8 @@ def compare(args: argparse.Namespace) -> int:
             hidden = Hidden(spec, seed, space=land.space)
             for s in names:
                 t0 = time.perf_counter()
-                r = compare_once(s, land, hidden, seed, n, (args.api_base, args.model))
+                calls = (8 if args.max_calls is None else args.max_calls, args.timeout)
+                r = compare_once(s, land, hidden, seed, n, (args.api_base, args.model), calls)
                 r.update(study=spec.name, seed=seed, wall_s=time.perf_counter() - t0)
                 rows[s].append(r)
                 print(
@@ -309,6 +334,8 @@ def compare(args: argparse.Namespace) -> int:
                     + f" {r['wall_s']:.1f}s",
                     flush=True,
                 )
+                if r["books"] is not None:
+                    print("    planner:", _books_line(r["books"]), flush=True)
     print()
     head = "sampler     " + " ".join(f"  @{b} med/worst" for b in budgets)
     print(head + f"   to-99% med/worst   regret@{n} med   planner<80%")
@@ -347,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mode", choices=["agent", "oneshot", "rank", "auto"], default="agent")
-    ap.add_argument("--max-calls", type=int, default=6)
+    ap.add_argument("--max-calls", type=int, default=None, help="llm.max_calls (default 6; 8 with --compare)")
     ap.add_argument("--timeout", type=float, default=120.0, help="llm.timeout_s")
     ap.add_argument("--api-key-env", default=None)
     ap.add_argument("--json", default=None, help="also write the figures here")
@@ -372,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         update={
             "model": args.model,
             "mode": args.mode,
-            "max_calls": args.max_calls,
+            "max_calls": 6 if args.max_calls is None else args.max_calls,
             "timeout_s": args.timeout,
             "api_key_env": args.api_key_env,
             "num_retries": 0,

@@ -111,7 +111,10 @@ adapt, and the fallback's own pick adapts after every trial)"""
 PROBE_TOOL = "primus_tool_probe"
 """the tool an agent's server is asked to call once before the first agent call"""
 CHARS_PER_TOKEN = 3.5
-"""prompt-size estimate without a tokenizer (JSON-heavy text; fitted by eye to Llama/Gemma tokenizers)"""
+"""prompt-size estimate without a tokenizer (JSON-heavy text; fitted by eye to Llama/Gemma tokenizers). A smaller
+vocabulary takes more tokens: SmolLM2's (49 K) counted 3.0 (rank) to 3.3-3.4 (one-shot) characters per token on
+the planner's own requests (llama-server's ``prompt_tokens``, 24 requests, 2026-12-07), so its prompts run up to
+7% (one-shot) and 16% (rank) over this estimate"""
 AGENT_INSTRUCTION_TOKENS = 620
 """ReActV2's instructions and field headers around the inputs (measured on the small MoE study's first
 request: 3.7 K chars of messages for 1.5 K chars of inputs)"""
@@ -358,10 +361,7 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
     if is_auth_error(exc) or status in (401, 403) or "LMAuthError" in names:
         return "auth", "the provider refused the credentials"
     if "ContextWindowExceeded" in names or _CONTEXT_ERROR.search(low):
-        return (
-            "fatal",
-            "the prompt does not fit the model's context window (raise the server's context size or lower llm.max_prompt_tokens)",
-        )
+        return "fatal", f"{CONTEXT_WHY} (raise the server's context size or lower llm.max_prompt_tokens)"
     if "LLM Provider NOT provided" in text or "provider not provided" in low:
         return (
             "fatal",
@@ -381,6 +381,7 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
     return "failed", "no answer"
 
 
+CONTEXT_WHY = "the prompt does not fit the model's context window"
 _CONTEXT_ERROR = re.compile(
     r"context (length|window)|maximum context|context size has been exceeded|exceeds? the available context"
     r"|exceed_context_size|prompt (is )?too long|input length exceeds|exceeds? (the )?(max(imum)? )?context"
@@ -992,7 +993,7 @@ class Planner:
             for c in getattr(pred, "candidates", None) or []:
                 raw.append(c.model_dump() if isinstance(c, BaseModel) else dict(c))
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
-            kind = self._failed(study, out, exc)
+            kind = self._failed(study, out, exc, prompt_est)
         if not raw and kind in ("unparseable", "failed"):  # an answer that did not parse is not replayed
             _forget_since(cached)
         history = list(getattr(lm, "history", [])[start:])
@@ -1023,10 +1024,18 @@ class Planner:
         out.artifact_id = self._store(study, transcript)
         return out
 
-    def _failed(self, study: optuna.Study, out: PlannerOutcome, exc: BaseException) -> str:
+    def _failed(
+        self, study: optuna.Study, out: PlannerOutcome, exc: BaseException, prompt_est: int = 0
+    ) -> str:
         """Record why a call failed (never the model's own words) and stop or switch the planner as its kind
-        says; the kind (:func:`classify_error`)."""
+        says; the kind (:func:`classify_error`). ``prompt_est``: the request's estimated prompt tokens."""
         kind, why = classify_error(exc)
+        if why.startswith(CONTEXT_WHY) and prompt_est > self.prompt_budget:  # lowering the budget cannot help
+            why = (
+                f"{CONTEXT_WHY}: this study's {self.mode} prompt is ~{prompt_est:,} tokens at its smallest, more "
+                f"than llm.max_prompt_tokens = {self.prompt_budget:,} (start the server with a context of at "
+                f"least {prompt_est + self.settings.max_tokens:,} tokens, or use rank mode)"
+            )
         # a parse error's text is the model's answer: never printed or stored, only its type
         text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
         detail = redact(sanitise(text, 300), values=[self._api_key])

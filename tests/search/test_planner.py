@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import optuna
@@ -277,6 +278,32 @@ def test_llama_cpp_context_error_over_http_stops_at_once(planner):
         handle = planner.stored(spec, n_sweep + 2, llm_api_base=srv.url)
         assert len(srv.requests) == 1
     assert "context window" in llm_accounting(handle.study)["stop_reason"]
+
+
+def test_context_error_of_a_prompt_over_its_budget_names_the_context_it_needs(planner):
+    """A one-shot prompt that compaction cannot bring under ``llm.max_prompt_tokens`` (500): the stop reason
+    gives its size and the server context it needs, not "lower llm.max_prompt_tokens" (it is already lower)."""
+    spec = planner.spec(mode="oneshot", max_prompt_tokens=500, max_tokens=200)
+    n_sweep = planner.ideas(spec).n_sweep
+    body = {
+        "error": {
+            "code": 400,
+            "message": "request (2215 tokens) exceeds the available context size (512 "
+            "tokens), try increasing it",
+            "type": "exceed_context_size_error",
+        }
+    }
+    with OpenAIServer([Reply(status=400, raw=json.dumps(body))]) as srv:
+        handle = planner.stored(spec, n_sweep + 1, llm_api_base=srv.url)
+    why = llm_accounting(handle.study)["stop_reason"]
+    m = re.search(
+        r"oneshot prompt is ~([\d,]+) tokens at its smallest, more than llm.max_prompt_tokens = 500 "
+        r"\(start the server with a context of at least ([\d,]+) tokens",
+        why,
+    )
+    assert m, why
+    est, need = (int(g.replace(",", "")) for g in m.groups())
+    assert est > 500 and need == est + 200 and "lower llm.max_prompt_tokens" not in why
 
 
 def test_connection_refused_is_named(planner):
