@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> Any:
     interrupted ``run`` has written its summary) cannot turn the exit into a traceback and another code. For a
     process that is about to end only: in-process callers use :data:`cli` (its handlers are left alone)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _quiet_exit)  # until a command installs its own (as SIGINT's Abort below)
+        # until a command installs its own (SIGINT: click's Abort below)
+        signal.signal(signal.SIGTERM, _quiet_exit)
     try:
         try:
             rv = cli.main(args=argv, prog_name="primus-optuna", standalone_mode=False)
