@@ -4,6 +4,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+export PRIMUS_OPTUNA_TITAN="${PRIMUS_OPTUNA_TITAN:-1}"  # tests/titan checks the exports with TorchTitan's own code
 source scripts/bootstrap.sh
 echo "[test] ruff check + format check"
 ruff check primus_optuna tests scripts hub
