@@ -187,11 +187,20 @@ class Space:
 
     def make(self, **axes: Any) -> TrainingConfig:
         """A derived (not canonicalised) configuration from axis values; missing axes come from the baseline."""
-        return (
-            self.baseline_raw.replace(**axes).derive(self.facts.world, self.facts.gbs)
-            if axes
-            else self.baseline
+        if not axes:
+            return self.baseline
+        return self._titan_shard(
+            self.baseline_raw.replace(**axes).derive(self.facts.world, self.facts.gbs), axes
         )
+
+    def _titan_shard(self, c: TrainingConfig, given: Any) -> TrainingConfig:
+        """In a TorchTitan study a ``dp_shard`` of 1 in the baseline, or not among the axes ``given``, is
+        TorchTitan's default, the ranks left over (``data_parallel_shard_degree = -1``,
+        torchtitan/config/configs.py@0.3.0:124-132): FSDP over dp (dp_shard 1 with dp > 1 would be DDP, which
+        the ``titan_ddp`` rule refuses)."""
+        if not self.facts.torchtitan or "dp_shard" in given or c.dp_shard != 1 or c.dp <= 1:
+            return c
+        return c.replace(dp_shard=c.dp).derive(self.facts.world, self.facts.gbs)
 
     @cached_property
     def searched_axes(self) -> tuple[str, ...]:
@@ -206,7 +215,7 @@ class Space:
     @cached_property
     def baseline(self) -> TrainingConfig:
         """The study's baseline, derived but as written (it may be illegal: see :meth:`check`)."""
-        return self.baseline_raw.derive(self.facts.world, self.facts.gbs)
+        return self._titan_shard(self.baseline_raw.derive(self.facts.world, self.facts.gbs), ())
 
     # --- legality -------------------------------------------------------------------------------------------
     def check(self, config: TrainingConfig) -> list[str]:

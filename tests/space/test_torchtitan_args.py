@@ -98,6 +98,18 @@ def test_a_torchtitan_study_searches_what_torchtitan_runs() -> None:
     assert configs and all(c.dp == 1 or c.dp_shard > 1 for c in configs)
 
 
+def test_an_unwritten_dp_shard_is_torchtitans_default_the_ranks_left_over() -> None:
+    """TorchTitan's data_parallel_shard_degree defaults to -1 (the ranks left over): a TorchTitan study's
+    baseline and a configuration made without dp_shard shard over dp, so the default baseline is legal; a
+    dp_shard given stays as given (1: DDP, refused)."""
+    titan, plain = Space(study(QWEN)), Space(study(QWEN, runner={"kind": "analytical"}))
+    assert titan.baseline.dp_shard == titan.baseline.dp == 8 and titan.check(titan.baseline) == []
+    assert plain.baseline.dp_shard == 1
+    c = titan.make(tp=2)
+    assert (c.dp, c.dp_shard) == (4, 4)
+    assert titan.make(tp=2, dp_shard=1).dp_shard == 1 and titan.check(titan.make(tp=2, dp_shard=1))
+
+
 @pytest.mark.parametrize(
     ("rule_id", "good", "bad", "needle"),
     [
