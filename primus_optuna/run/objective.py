@@ -131,35 +131,56 @@ def make_objective(
         from .analytical import AnalyticalRunner
 
         runner = AnalyticalRunner(spec)
-    space = space or Space(spec)
-    hooks = tuple(trial_hooks)
-    multi = spec.search.multi_objective
-    env = spec.runner.options.get("env")
-    literal_secrets = (
-        [str(v) for k, v in (env or {}).items() if looks_secret(k)] if isinstance(env, dict) else []
-    )
+    return _Objective(spec, runner, space or Space(spec), artifact_store, tuple(trial_hooks), runs_dir)
 
-    def hide(text: str) -> str:
-        return redact(text, values=literal_secrets)
 
-    fixed_runs = Path(runs_dir) if runs_dir is not None else None
-    launches = bool(getattr(runner, "launches_jobs", False))
+class _Objective:
+    """One trial: the sampler's configuration, the memory gate, the runner, and every outcome recorded (its
+    attrs, log and hooks) as it happens."""
 
-    def objective(trial: optuna.Trial) -> Any:
+    def __init__(
+        self,
+        spec: StudySpec,
+        runner: Runner,
+        space: Space,
+        artifact_store: Any,
+        hooks: tuple[TrialHook, ...],
+        runs_dir: str | Path | None,
+    ) -> None:
+        self.spec, self.runner, self.space, self.store, self.hooks = (
+            spec,
+            runner,
+            space,
+            artifact_store,
+            hooks,
+        )
+        self.multi = spec.search.multi_objective
+        env = spec.runner.options.get("env")
+        self.secrets = (
+            [str(v) for k, v in (env or {}).items() if looks_secret(k)] if isinstance(env, dict) else []
+        )
+        self.fixed_runs = Path(runs_dir) if runs_dir is not None else None
+        self.launches = bool(getattr(runner, "launches_jobs", False))
+
+    def hide(self, text: str) -> str:
+        return redact(text, values=self.secrets)
+
+    def __call__(self, trial: optuna.Trial) -> Any:
         try:
-            return run_trial(trial)
+            return self.run_trial(trial)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: FAIL as interrupted, re-run first on resume
             failed: dict[str, Any] = {FAILURE_REASON: INTERRUPTED, "interrupted_by": _signal_name(exc)}
             started = getattr(exc, "log_path", None) is not None  # a job had been launched (its log exists)
-            if launches and started and trial.datetime_start is not None:
+            if self.launches and started and trial.datetime_start is not None:
                 wall = (datetime.now() - trial.datetime_start).total_seconds()
-                failed.update(_hours(wall, spec.world, "gpu_hours"))  # what the stopped job used
+                failed.update(_hours(wall, self.spec.world, "gpu_hours"))  # what the stopped job used
             set_attrs(trial, failed)
-            _attach_log(artifact_store, trial, getattr(exc, "log_path", None), hide)
-            _notify(hooks, trial, {**_stored_attrs(trial), **failed})
+            _attach_log(self.store, trial, getattr(exc, "log_path", None), self.hide)
+            _notify(self.hooks, trial, {**_stored_attrs(trial), **failed})
             raise
 
-    def run_trial(trial: optuna.Trial) -> Any:
+    def run_trial(self, trial: optuna.Trial) -> Any:
+        spec, space, hooks = self.spec, self.space, self.hooks
         study = trial.study
         forget_inherited_run(trial)
         store_spec(
@@ -184,71 +205,85 @@ def make_objective(
             "memory_peak_stage": mem.peak_stage,
         }
         set_attrs(trial, attrs)
+        self._gate(trial, config, mem, attrs)
         try:
-            if not multi and isinstance(study.pruner, MemoryPrefilterPruner):
+            m, repeated = _measure(self.runner, config, self._context(trial))
+        except EarlyStopped as exc:
+            self._early_stopped(trial, exc, est, attrs)
+        except RunFailure as exc:
+            self._failed(trial, exc, mem, attrs)
+            raise
+        return self._result(trial, m, repeated, est, mem, attrs)
+
+    def _gate(self, trial: optuna.Trial, config: TrainingConfig, mem: Any, attrs: dict[str, Any]) -> None:
+        """Prune before launch what would not fit (the study's memory pruner, or the estimate)."""
+        try:
+            if not self.multi and isinstance(trial.study.pruner, MemoryPrefilterPruner):
                 if trial.should_prune():
                     # the pruner wrote the (possibly calibrated) reason to storage; trial.user_attrs is a cache
                     reason = _stored_attrs(trial).get(PRUNE_REASON) or mem.reason()
                     raise optuna.TrialPruned(reason)
             else:
-                prune_if_infeasible(trial, spec, config)
+                prune_if_infeasible(trial, self.spec, config)
         except optuna.TrialPruned:
-            _notify(
-                hooks,
-                trial,
-                {**attrs, PRUNE_REASON: _stored_attrs(trial).get(PRUNE_REASON, mem.reason())},
-            )
+            reason = _stored_attrs(trial).get(PRUNE_REASON, mem.reason())
+            _notify(self.hooks, trial, {**attrs, PRUNE_REASON: reason})
             raise
-        workdir = (fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
-        if getattr(runner, "uses_workdir", True):  # the analytical runner writes nothing
+
+    def _context(self, trial: optuna.Trial) -> RunContext:
+        study = trial.study
+        workdir = (self.fixed_runs or storage_runs_dir(study)) / f"trial-{trial.number:05d}"
+        if getattr(self.runner, "uses_workdir", True):  # the analytical runner writes nothing
             workdir.mkdir(parents=True, exist_ok=True)
         context = RunContext(
-            spec=spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
+            spec=self.spec, workdir=workdir, trial_number=trial.number, study_name=study.study_name
         )
-        if launches and not multi:
+        if self.launches and not self.multi:
             context.on_iteration = _follower(trial)
-        if launches:
+        if self.launches:
             set_attrs(trial, {LAUNCHED: True})  # before the job starts: a killed worker's trial keeps it
-        try:
-            m, repeated = _measure(runner, config, context)
-        except EarlyStopped as exc:
-            stopped = {
-                PRUNE_REASON: hide(str(exc)),
-                "iterations_run": exc.iterations,
-                **_hours(exc.wall_s, spec.world, "gpu_hours"),
+        return context
+
+    def _early_stopped(self, trial: optuna.Trial, exc: EarlyStopped, est: Any, attrs: dict[str, Any]) -> None:
+        stopped = {
+            PRUNE_REASON: self.hide(str(exc)),
+            "iterations_run": exc.iterations,
+            **_hours(exc.wall_s, self.spec.world, "gpu_hours"),
+        }
+        if exc.gpu_hours_saved is not None:
+            stopped["gpu_hours_saved_early_stop"] = round(exc.gpu_hours_saved, 4)
+        if exc.tokens_per_s_per_gpu:  # a partial measurement: the fallback and the calibration learn from it
+            m_tps = exc.tokens_per_s_per_gpu
+            stopped |= {
+                "source": "measured",
+                "measured_partial": True,
+                "measured_tokens_per_s_per_gpu": round(m_tps, 3),
+                "estimate_error": round(est.tokens_per_s_per_gpu / m_tps - 1.0, 5),
             }
-            if exc.gpu_hours_saved is not None:
-                stopped["gpu_hours_saved_early_stop"] = round(exc.gpu_hours_saved, 4)
-            if (
-                exc.tokens_per_s_per_gpu
-            ):  # a partial measurement: the fallback and the calibration learn from it
-                m_tps = exc.tokens_per_s_per_gpu
-                stopped |= {
-                    "source": "measured",
-                    "measured_partial": True,
-                    "measured_tokens_per_s_per_gpu": round(m_tps, 3),
-                    "estimate_error": round(est.tokens_per_s_per_gpu / m_tps - 1.0, 5),
-                }
-            set_attrs(trial, stopped)
-            _attach_log(artifact_store, trial, exc.log_path, hide)
-            _notify(hooks, trial, {**attrs, **stopped})
-            raise optuna.TrialPruned(stopped[PRUNE_REASON]) from None
-        except RunFailure as exc:
-            # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
-            # stored, uploaded or re-raised (Optuna logs the exception) unredacted
-            exc.args = tuple(hide(str(a)) for a in exc.args)
-            exc.log_tail = hide(exc.log_tail or str(exc))
-            failed = {FAILURE_REASON: exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
-            if launches:
-                failed.update(_hours(exc.wall_s, spec.world, "gpu_hours"))
-            if exc.reason == "oom" and _memory_fitted(trial, mem):
-                failed["memory_model_miss"] = True
-            if exc.reason == "oom" and not getattr(runner, "measures_cluster_memory", True):
-                failed["counts_for_memory"] = False  # e.g. a local profiling run: not the cluster's GPU
-            set_attrs(trial, failed)
-            _attach_log(artifact_store, trial, exc.log_path, hide)
-            _notify(hooks, trial, {**attrs, **failed})
-            raise
+        set_attrs(trial, stopped)
+        _attach_log(self.store, trial, exc.log_path, self.hide)
+        _notify(self.hooks, trial, {**attrs, **stopped})
+        raise optuna.TrialPruned(stopped[PRUNE_REASON]) from None
+
+    def _failed(self, trial: optuna.Trial, exc: RunFailure, mem: Any, attrs: dict[str, Any]) -> None:
+        # a job's output may carry credentials (an environment dump, a URL with a token): nothing of it is
+        # stored, uploaded or re-raised (Optuna logs the exception) unredacted
+        exc.args = tuple(self.hide(str(a)) for a in exc.args)
+        exc.log_tail = self.hide(exc.log_tail or str(exc))
+        failed = {FAILURE_REASON: exc.reason, "log_tail": exc.log_tail[-LOG_TAIL_CHARS:]}
+        if self.launches:
+            failed.update(_hours(exc.wall_s, self.spec.world, "gpu_hours"))
+        if exc.reason == "oom" and _memory_fitted(trial, mem):
+            failed["memory_model_miss"] = True
+        if exc.reason == "oom" and not getattr(self.runner, "measures_cluster_memory", True):
+            failed["counts_for_memory"] = False  # e.g. a local profiling run: not the cluster's GPU
+        set_attrs(trial, failed)
+        _attach_log(self.store, trial, exc.log_path, self.hide)
+        _notify(self.hooks, trial, {**attrs, **failed})
+
+    def _result(
+        self, trial: optuna.Trial, m: Any, repeated: Any, est: Any, mem: Any, attrs: dict[str, Any]
+    ) -> Any:
         peak = m.peak_memory_gib if m.peak_memory_gib is not None else mem.peak_gib
         result: dict[str, Any] = {
             "source": m.source,
@@ -256,8 +291,8 @@ def make_objective(
             "breakdown_s": m.details.get("breakdown_s")
             or {k: round(v, 6) for k, v in est.breakdown_s.items()},
         }
-        if launches:
-            result.update(_hours(m.details.get("wall_s"), spec.world, "gpu_hours"))
+        if self.launches:
+            result.update(_hours(m.details.get("wall_s"), self.spec.world, "gpu_hours"))
         if m.source != "analytical":
             result["measured_tokens_per_s_per_gpu"] = round(m.tokens_per_s_per_gpu, 3)
             result["estimate_error"] = (
@@ -269,20 +304,18 @@ def make_objective(
                 result["measured_peak_memory_gib"] = round(m.peak_memory_gib, 3)
                 if m.peak_reserved_gib is not None:
                     result["measured_reserved_memory_gib"] = round(m.peak_reserved_gib, 3)
-                if not getattr(runner, "measures_cluster_memory", True):
+                if not getattr(self.runner, "measures_cluster_memory", True):
                     result["counts_for_memory"] = False
         if repeated:
             result.update(repeated)
         if m.log_path and Path(m.log_path).is_file():
-            result["log_tail"] = hide(_tail(Path(m.log_path)))
-            _attach_log(artifact_store, trial, m.log_path, hide)
+            result["log_tail"] = self.hide(_tail(Path(m.log_path)))
+            _attach_log(self.store, trial, m.log_path, self.hide)
         set_attrs(trial, result)
         attrs.update(result)
         attrs["value"] = m.tokens_per_s_per_gpu
-        _notify(hooks, trial, attrs)
-        return (m.tokens_per_s_per_gpu, peak) if multi else m.tokens_per_s_per_gpu
-
-    return objective
+        _notify(self.hooks, trial, attrs)
+        return (m.tokens_per_s_per_gpu, peak) if self.multi else m.tokens_per_s_per_gpu
 
 
 def _memory_fitted(trial: optuna.Trial, mem: Any) -> bool:
