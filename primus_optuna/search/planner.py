@@ -914,18 +914,7 @@ class Planner:
         if self.mode == "rank" and not shortlist:
             out.error = "nothing untried is worth a launch to choose from"
             return out
-        with self._lock:  # an earlier run's stop reason is over: cleared before this run's first reservation
-            if not self._started:
-                set_study_state(study, llm_budget.STOP, None)
-                self._started = True
-        exhausted = self.budget_exhausted(study)
-        if exhausted is None and not llm_budget.reserve_call(study, self.settings.max_calls):
-            exhausted = f"llm.max_calls={self.settings.max_calls} reached"  # taken by a concurrent worker
-        if exhausted:
-            out.error = exhausted
-            if not self.stopped and self._recorded_stop != exhausted:  # once per process and reason
-                set_study_state(study, llm_budget.STOP, exhausted)
-                self._recorded_stop = exhausted
+        if not self._reserved(study, out):
             return out
         out.called = True
         set_study_state(study, llm_budget.MODEL, self.model)
@@ -958,24 +947,7 @@ class Planner:
                     budget=lambda: self._budget_view(study),
                     secrets=[self._api_key],
                 )
-                inputs = {
-                    "study": self.describe_study(),
-                    "coupling_rules": self.rules_text(),
-                    "situation": self.situation(study, trials),
-                    "n_candidates": n,
-                }
-                agent = _Agent(
-                    tools.functions(),
-                    max_iters=self.settings.max_tool_calls + 1,
-                    item_schema=candidate_schema(self.space),
-                )
-                # what the tools' results may add to the prompt: llm.max_prompt_tokens less the fixed part
-                # (instructions, inputs, the tool list); each result stays in the conversation
-                fixed = json.dumps(inputs) + json.dumps(
-                    [t.format_as_litellm_function_call() for t in agent.tools.values()]
-                )
-                prompt_est = _tokens(fixed) + AGENT_INSTRUCTION_TOKENS
-                tools.result_chars = int(max(0, self.prompt_budget - prompt_est) * CHARS_PER_TOKEN)
+                agent, inputs, prompt_est = self._agent(tools, study, trials, n)
                 pred = self._call(agent, inputs, lm, adapter, deadline)
                 termination = getattr(pred, "termination_reason", None)
             elif self.mode == "rank":
@@ -1023,6 +995,47 @@ class Planner:
         )
         out.artifact_id = self._store(study, transcript)
         return out
+
+    def _reserved(self, study: optuna.Study, out: PlannerOutcome) -> bool:
+        """Reserve this call against ``llm.max_calls`` (an earlier run's stop reason cleared first); False,
+        with ``out.error`` and the study's stop reason set, when the budget is spent."""
+        with self._lock:  # an earlier run's stop reason is over: cleared before this run's first reservation
+            if not self._started:
+                set_study_state(study, llm_budget.STOP, None)
+                self._started = True
+        exhausted = self.budget_exhausted(study)
+        if exhausted is None and not llm_budget.reserve_call(study, self.settings.max_calls):
+            exhausted = f"llm.max_calls={self.settings.max_calls} reached"  # taken by a concurrent worker
+        if not exhausted:
+            return True
+        out.error = exhausted
+        if not self.stopped and self._recorded_stop != exhausted:  # once per process and reason
+            set_study_state(study, llm_budget.STOP, exhausted)
+            self._recorded_stop = exhausted
+        return False
+
+    def _agent(
+        self, tools: PlannerTools, study: optuna.Study, trials: list[optuna.trial.FrozenTrial], n: int
+    ) -> tuple[Any, dict[str, Any], int]:
+        """The agent module over ``tools``, its inputs and its prompt's fixed size; the tools' results get
+        what ``llm.max_prompt_tokens`` leaves (each result stays in the conversation)."""
+        inputs = {
+            "study": self.describe_study(),
+            "coupling_rules": self.rules_text(),
+            "situation": self.situation(study, trials),
+            "n_candidates": n,
+        }
+        agent = _Agent(
+            tools.functions(),
+            max_iters=self.settings.max_tool_calls + 1,
+            item_schema=candidate_schema(self.space),
+        )
+        fixed = json.dumps(inputs) + json.dumps(
+            [t.format_as_litellm_function_call() for t in agent.tools.values()]
+        )
+        prompt_est = _tokens(fixed) + AGENT_INSTRUCTION_TOKENS
+        tools.result_chars = int(max(0, self.prompt_budget - prompt_est) * CHARS_PER_TOKEN)
+        return agent, inputs, prompt_est
 
     def _failed(
         self, study: optuna.Study, out: PlannerOutcome, exc: BaseException, prompt_est: int = 0
