@@ -2,8 +2,6 @@
 vTrain did not measure, and a search on one small held-back landscape counts measured trials only."""
 
 import csv
-import importlib.util
-import sys
 
 import optuna
 import pytest
@@ -11,23 +9,14 @@ import pytest
 from primus_optuna.physics import calibration
 from primus_optuna.search.attrs import PRUNE_REASON
 from primus_optuna.space import Space
-from tests.conftest import ROOT
+from tests.helpers.scripts import load_script
 from tests.helpers.vtrain import CSV, load_rows, split_groups
 
 GROUP = (1024, 24, 4)
 """held back with split seed 0; 9 measured rows on 8 GPUs"""
 
 
-def _load_bench():
-    path = ROOT / "scripts" / "bench_measured.py"
-    spec = importlib.util.spec_from_file_location("bench_measured", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_measured"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script("bench_measured")
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,7 @@
 """The hidden-perturbation objective of scripts/bench_search.py: deterministic, bounded, seed-dependent, and
 seen by a sampler only as measurements."""
 
-import importlib.util
 import math
-import sys
 
 import optuna
 import pytest
@@ -14,18 +12,9 @@ from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.run.base import OutOfMemory, RunContext
 from primus_optuna.spec.study import AXES
 from tests.conftest import ROOT, small_dense_study, small_moe_study
+from tests.helpers.scripts import load_script
 
-
-def _load_bench():
-    path = ROOT / "scripts" / "bench_search.py"
-    spec = importlib.util.spec_from_file_location("bench_search", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_search"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script("bench_search")
 
 
 @pytest.fixture(scope="module")
