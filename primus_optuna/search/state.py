@@ -179,7 +179,7 @@ def space_hash(spec: StudySpec) -> str:
     """A hash of everything that defines the search space, the estimates and the sweep plan.
 
     Covers the candidate values of every axis and the whole model, cluster (GPU figures included) and workload,
-    the objectives, memory margin, baseline, axes and sweep order: each of them changes which configuration a
+    the objectives, memory margin, baseline, axes, sweep order and start: each of them changes which configuration a
     sweep position means or how it is estimated and pruned. Editing the LLM, runner, storage, trial budget,
     seed or early-stopping thresholds keeps the hash.
     """
@@ -192,6 +192,8 @@ def space_hash(spec: StudySpec) -> str:
     }
     for k in ("baseline", "axes"):  # axes added later, not searched: old hashes hold
         search[k] = without_unused_optional(search[k])
+    if search.get("start") == "auto":  # added later: the default keeps old hashes
+        del search["start"]
     doc = {
         "candidates": without_unused_optional(Space(spec).candidates),
         "model": _without_defaults(data["model"], MODEL_HASHED_WHEN_CHANGED, ModelSpec),

@@ -5,8 +5,10 @@ computes the same list and maps the storage-unique trial number onto it.
 
 **Centre.** The study's baseline when it is legal and fits in memory; otherwise the fitting configuration
 nearest to it: fewest parallelism moves first (the memory levers ``recompute`` and ``mbs`` are preferred), then
-fewest moves, then the smallest steps in the candidate lists, then the higher estimate. Its note says what
-moved and why.
+fewest moves, then the smallest steps in the candidate lists, then the higher estimate. ``search.start``
+(:func:`model_start`) moves it to the model's best when the model is confident the baseline is slower (its
+gain beyond the error band of a ratio of two estimates), so the first trial measures the model's top. Its note
+says what moved and why.
 
 **Points.** For each axis, the centre with that axis changed. A point that breaks a coupling rule (e.g.
 ``pp=8`` with ``vpp=2`` on 56 layers) is repaired to the legal configuration that changes the fewest other
@@ -40,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..physics.uncertainty import gain_inside_band, ratio_band
 from ..space import Space, TrainingConfig
 from ..spec.study import AXES
 from .nearest import MEMORY_LEVERS, Nearest, Score  # noqa: F401 (MEMORY_LEVERS re-exported)
@@ -57,11 +60,14 @@ class SweepPoint:
     config: TrainingConfig
     note: str = ""
     """what else changed to keep the point legal, if anything"""
+    from_model: bool = False
+    """the centre is the model's best (``search.start``), not the baseline"""
 
     @property
     def rationale(self) -> str:
         if self.axis is None:
-            return "baseline" + (f" ({self.note})" if self.note else "")
+            head = "sweep centre" if self.from_model else "baseline"
+            return head + (f" ({self.note})" if self.note else "")
         text = f"sweep {self.axis}={self.value} (other axes at the sweep centre)"
         return text + (f"; {self.note}" if self.note else "")
 
@@ -255,20 +261,52 @@ def default_order(
     return sorted(AXES, key=lambda a: (-impact[a], AXES.index(a)))
 
 
-def _value_best(space: Space, score: Score) -> tuple[dict[tuple[str, Any], float], float]:
-    """The best estimate of any fitting configuration with each (axis, value), and the best overall."""
+def _value_best(
+    space: Space, score: Score
+) -> tuple[dict[tuple[str, Any], float], float, TrainingConfig | None]:
+    """The best estimate of any fitting configuration with each (axis, value), the best overall and its
+    configuration (the first in the space's order among equals)."""
     best: dict[tuple[str, Any], float] = {}
-    top = 0.0
+    top, top_config = 0.0, None
     for c in space.configs():
         s = score(c)
         if not s:
             continue
-        top = max(top, s)
+        if s > top:
+            top, top_config = s, c
         for a in AXES:
             k = (a, getattr(c, a))
             if s > best.get(k, 0.0):
                 best[k] = s
-    return best, top
+    return best, top, top_config
+
+
+def model_start(
+    space: Space, centre: TrainingConfig, score: Score, top: tuple[float, TrainingConfig | None]
+) -> tuple[TrainingConfig, str] | None:
+    """The model's best configuration as the sweep's centre, and a note, when ``search.start`` asks for it:
+    ``model`` always, ``auto`` when the best's estimated gain over ``centre`` (the baseline or its fitting
+    repair) lies beyond the error band of the ratio of two estimates of the study
+    (:func:`~primus_optuna.physics.uncertainty.ratio_band`): the model is then confident that the baseline is
+    slower, and measuring it first would spend a trial on a point the model knows is worse. ``None``: keep
+    ``centre``."""
+    mode = space.spec.search.start
+    best, config = top
+    if mode == "baseline" or config is None or config == centre:
+        return None
+    base = score(centre) or 0.0
+    gain = best / base - 1 if base else float("inf")
+    band = ratio_band(space.spec)
+    if mode == "auto" and base and gain_inside_band(gain, band):
+        return None
+    versus = f"{gain:.0%} above the baseline's {base:,.0f}" if base else "the baseline does not fit"
+    why = (
+        "search.start: model"
+        if mode == "model"
+        else f"beyond the {band.text()} error of a ratio of two estimates ({band.source}); "
+        "search.start: baseline begins at the baseline"
+    )
+    return config, f"the model's best, estimated {best:,.0f} tokens/s/GPU, {versus}: {why}"
 
 
 def sweep_design(
@@ -287,10 +325,13 @@ def sweep_design(
     budget = sweep_budget(space) if budget is None else budget
     nearest = Nearest(space) if fits is not None else None
     center, note = sweep_center(space, fits, score, nearest)
+    value_best, top, top_config = _value_best(space, score) if score is not None else ({}, 0.0, None)
+    start = model_start(space, center, score, (top, top_config)) if score is not None else None
+    if start:
+        center, note = start
     explicit = space.spec.search.sweep_order
     legal = space.legal_values()
     order = explicit or default_order(space, center, score, legal)
-    value_best, top = _value_best(space, score) if score is not None else ({}, 0.0)
     skipped: list[SweepSkip] = []
     kept: dict[str, list[SweepPoint]] = {}
     unfit: list[SweepPoint] = []
@@ -337,7 +378,7 @@ def sweep_design(
         )
         ordered += sorted(rest, key=lambda p: -vbest(p.axis or "", p.value))
     ordered += unfit[:MAX_PRUNED_POINTS]
-    plan = [SweepPoint(0, None, None, center, note)]
+    plan = [SweepPoint(0, None, None, center, note, from_model=start is not None)]
     for p in ordered:
         if len(plan) >= budget:
             break

@@ -260,7 +260,9 @@ def test_7_a_failed_point_is_retried_once_the_baseline_included(spec):
         make_objective(spec, _Failing(spec, LaunchFailure("node lost"), n=2)), n_trials=3, catch=(RunFailure,)
     )
     keys = [t.user_attrs["config_key"] for t in study2.trials]
-    assert keys.count(base) == 2 and study2.trials[2].user_attrs["sweep_index"] == 1
+    assert keys.count(base) == 2 and keys[2] != base
+    # the centre gave no value: the sweep's order is value-driven (a sweep point or the model's own pick)
+    assert study2.trials[2].user_attrs["phase"] in ("sweep", "fallback")
 
 
 def test_8_a_partial_enqueue_is_completed_with_the_nearest_fitting_configuration_and_a_warning(spec, caplog):

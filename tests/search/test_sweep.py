@@ -117,7 +117,7 @@ def test_coupled_axis_is_repaired_with_a_note():
 
 
 def test_default_order_puts_the_highest_expected_impact_first():
-    space = Space(StudySpec.from_dict(small_moe_study(sweep_trials=40)))
+    space = Space(StudySpec.from_dict(small_moe_study(sweep_trials=40, start="baseline")))
     impact = {"mbs": 0.5, "tp": 0.1}
 
     def score(c):
@@ -314,3 +314,96 @@ def test_a_study_that_sets_its_sweep_runs_it_in_the_plans_order_once_measured():
     study.optimize(_estimate_objective(spec, space), n_trials=len(sampler.plan))
     assert [t.user_attrs["config_key"] for t in study.trials] == [p.config.key() for p in sampler.plan]
     assert all(t.user_attrs["phase"] == "sweep" for t in study.trials)
+
+
+def test_start_auto_keeps_the_baseline_when_the_gain_is_inside_the_ratio_band():
+    """``search.start: auto`` moves the centre only when the model's best beats the baseline by more than the
+    error band of a ratio of two estimates (one node: ±18%, the held-back vTrain pairs)."""
+    from primus_optuna.physics.uncertainty import gain_inside_band, ratio_band
+
+    data = small_dense_study()
+    spec = StudySpec.from_dict(data)
+    space = Space(spec)
+    score = _score_of(data)
+    base = score(space.canonical(space.baseline))
+    top = max(s for c in space.configs() if (s := score(c)))
+    band = ratio_band(spec)
+    design = sweep_design(space, score)
+    if gain_inside_band(top / base - 1, band):
+        assert design.centre == space.canonical(space.baseline) and not design.points[0].from_model
+    else:
+        assert score(design.centre) == top and design.points[0].from_model
+        assert "the model's best, estimated" in design.centre_note and band.text() in design.centre_note
+
+    def flat(c):  # every configuration within 5% of the baseline: no confidence to move
+        s = score(c)
+        return None if s is None else base * (1 + 0.05 * (s > base))
+
+    centre = sweep_design(space, flat).centre
+    assert centre == space.canonical(space.baseline)
+
+    def steep(c):  # the model's best 3x the baseline: beyond any band
+        s = score(c)
+        return None if s is None else s * (3.0 if s == top else 1.0)
+
+    moved = sweep_design(space, steep)
+    assert score(moved.centre) == top and moved.points[0].rationale.startswith(
+        "sweep centre (the model's best"
+    )
+    assert "search.start: baseline begins at the baseline" in moved.centre_note
+    # every other point is a one-axis move around the new centre
+    assert all(len(_diff(moved.centre, p.config)) >= 1 for p in moved.points[1:])
+
+
+def test_start_baseline_and_model_override_the_rule():
+    data = small_dense_study()
+    score = _score_of(data)
+
+    def steep(c):
+        s = score(c)
+        return None if s is None else s * (3.0 if c.mbs == 2 and c.tp == 1 else 1.0)
+
+    base_space = Space(StudySpec.from_dict(small_dense_study(start="baseline")))
+    assert sweep_design(base_space, steep).centre == base_space.canonical(base_space.baseline)
+    model_space = Space(StudySpec.from_dict(small_dense_study(start="model")))
+    top = max(s for c in model_space.configs() if (s := score(c)))
+    d = sweep_design(model_space, score)
+    assert score(d.centre) == top and "search.start: model" in d.centre_note
+
+
+def test_start_auto_keeps_older_hashes_and_other_values_change_them():
+    from primus_optuna.search.state import space_hash
+
+    plain = space_hash(StudySpec.from_dict(small_dense_study()))
+    assert space_hash(StudySpec.from_dict(small_dense_study(start="auto"))) == plain
+    assert space_hash(StudySpec.from_dict(small_dense_study(start="model"))) != plain
+
+
+def test_a_centre_that_gives_no_value_turns_the_sweep_to_the_models_order():
+    """The centre is pruned (e.g. by a memory check the model missed): the one-axis moves lost their reference,
+    so the next trials follow the model by value rather than the plan's impact order."""
+    import optuna
+
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.sampler import PrimusSampler
+    from primus_optuna.search.suggest import suggest_config
+
+    spec = StudySpec.from_dict(small_moe_study(start="baseline"))
+    space = Space(spec)
+    sampler = PrimusSampler(spec, seed=0)
+    centre = sampler.plan[0].config
+    top = sorted((r.estimate.tokens_per_s_per_gpu for r in sampler.fallback.rows()), reverse=True)
+
+    def objective(trial):
+        config = suggest_config(trial, spec, space)
+        if config == centre:
+            raise optuna.TrialPruned("the centre ran out of memory")
+        return estimate_throughput(spec, config).tokens_per_s_per_gpu
+
+    study = optuna.create_study(
+        direction="maximize", sampler=sampler, pruner=MemoryPrefilterPruner(spec=spec)
+    )
+    study.optimize(objective, n_trials=4)
+    assert study.trials[0].state == optuna.trial.TrialState.PRUNED
+    values = [t.value for t in study.trials[1:]]
+    assert values[0] >= top[0] * (1 - 1e-9)  # the model's best next, not the plan's first one-axis move

@@ -2,7 +2,8 @@
 with ``study.add_trial`` covers its point instead of shifting the others, and N workers take N points). Points
 an earlier study measured (warm start) are skipped, the centre excepted.
 
-Once the centre is measured (not in an analytical study), the order becomes value-driven: a remaining point
+Once the centre is measured (not in an analytical study), or its trial ended without a measurement (pruned or
+failed), the order becomes value-driven: a remaining point
 runs only when the corrected model finds it worth a launch and among the fallback's
 :data:`~primus_optuna.search.fallback.TOP_K` best untried configurations by expected improvement
 (:class:`~primus_optuna.search.fallback.Judge`), the best of them first, its figure in the rationale. While the
@@ -14,6 +15,8 @@ sweep) and in a Pareto study, a point is left out only when its upper bound is b
 :data:`~primus_optuna.search.fallback.MIN_SHARE` of the best; the others keep the plan's order."""
 
 from __future__ import annotations
+
+from optuna.trial import TrialState
 
 from ..configs import trial_config
 from ..fallback import MIN_SHARE, TOP_K, Judge, Worth
@@ -51,7 +54,7 @@ class Sweep:
             # value-driven once the centre, the one-axis points' reference, is measured (not an analytical
             # study), unless the study file sets the sweep's length (search.sweep_trials: that sweep is run)
             by_value = ctx.sampler.spec.search.sweep_trials is None and not judge.multi
-            if judge.n_measured and by_value and _centre_measured(ctx):
+            if by_value and _centre_judged(ctx, judge.n_measured):
                 return self._by_value(ctx, left, judge)
             if judge.n_measured and len(left) > 1:
                 left = [p for p in left if judge(p.config).upper_share >= MIN_SHARE]
@@ -90,9 +93,16 @@ class Sweep:
         return Proposal(p.config, "sweep", "sweep", rationale, extra)
 
 
-def _centre_measured(ctx: Context) -> bool:
+def _centre_judged(ctx: Context, n_measured: int) -> bool:
+    """Whether the sweep's order may become value-driven: the centre is measured (and so is the model's
+    reference), or each of its trials ended without a value (pruned or failed: the one-axis moves lost their
+    reference, and the model, corrected by any other measurement, is all there is). An analytical trial of the
+    centre (an estimate) keeps the plan's order."""
     space, centre = ctx.sampler.space, ctx.sampler.plan[0].config
-    return any(trial_measurement(t) is not None and trial_config(space, t) == centre for t in ctx.others)
+    finished = [t for t in ctx.others if t.state.is_finished() and trial_config(space, t) == centre]
+    if any(t.state == TrialState.COMPLETE for t in finished):
+        return n_measured > 0 and any(trial_measurement(t) is not None for t in finished)
+    return bool(finished)
 
 
 def _label(p: SweepPoint) -> str:
