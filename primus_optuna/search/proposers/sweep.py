@@ -3,15 +3,14 @@ with ``study.add_trial`` covers its point instead of shifting the others, and N 
 an earlier study measured (warm start) are skipped, the centre excepted.
 
 Once the centre is measured (not in an analytical study), or its trial ended without a measurement (pruned or
-failed), the order becomes value-driven: a remaining point
-runs only when the corrected model finds it worth a launch and among the fallback's
-:data:`~primus_optuna.search.fallback.TOP_K` best untried configurations by expected improvement
-(:class:`~primus_optuna.search.fallback.Judge`), the best of them first, its figure in the rationale. While the
-study has fewer trials than the plan has points, a trial for which no point qualifies goes to the model's own
-pick (the fallback, the passed-over point named in its rationale), so the search is never behind measuring the
-model's top configurations; the points left wait (they run later when the measurements raise them), and after
-the sweep's budget the planner is asked as before. In a study that sets ``search.sweep_trials`` (the user's
-sweep) and in a Pareto study, a point is left out only when its upper bound is below
+failed), the order becomes value-driven: a remaining point runs only when the corrected model finds it worth a
+launch and ranks it within the :data:`BY_VALUE_RANK` best untried configurations by expected improvement
+(:class:`~primus_optuna.search.fallback.Judge`), its figure in the rationale. While the study has fewer trials
+than the plan has points, a trial for which no point qualifies goes to the model's own pick (the fallback, the
+passed-over point named in its rationale), so the search is never behind measuring the model's top
+configurations; the points left wait (they run later when the measurements raise them), and after the sweep's
+budget the planner is asked as before. In a study that sets ``search.sweep_trials`` (the user's sweep) and in a
+Pareto study, a point is left out only when its upper bound is below
 :data:`~primus_optuna.search.fallback.MIN_SHARE` of the best; the others keep the plan's order."""
 
 from __future__ import annotations
@@ -19,12 +18,20 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from ..configs import trial_config
-from ..fallback import MIN_SHARE, TOP_K, Judge, Worth
+from ..fallback import MIN_SHARE, Judge, Worth
 from ..learner import trial_measurement
 from ..sweep import SweepPoint
 from .base import Context, Proposal
 from .model_guided import ModelGuided
 from .warm import known_configs
+
+BY_VALUE_RANK = 1
+"""a remaining sweep point runs (once the order is value-driven) when it is among this many best untried
+configurations by expected improvement. 1: only when it is the model's own pick. On the vTrain measured
+landscapes (scripts/bench_measured.py, split seed 0 / 1) it leaves the search behind measuring the model's top 3
+on 1 / 0 of 35 landscapes, against 5 / 4 with the fallback's 5 (a one-axis point ranked #4 ran before the
+model's #2 and #3); on the synthetic landscapes (scripts/bench_search.py, 13,000+ configurations) a sweep point
+is almost never among the 5 best, so the figures do not change (docs/benchmarks.md)"""
 
 SWEEP_ATTR = "sweep"
 """study user attr: the sweep's centre, budget and what it skipped and why (:meth:`SweepDesign.summary`)"""
@@ -64,20 +71,22 @@ class Sweep:
 
     def _by_value(self, ctx: Context, left: list[SweepPoint], judge: Judge) -> Proposal | None:
         """The best remaining point by expected improvement when it is worth a launch and among the
-        :data:`TOP_K` best; else the model's own pick while the sweep's budget lasts (else nothing)."""
+        :data:`BY_VALUE_RANK` best; else the model's own pick while the sweep's budget lasts (else nothing)."""
         verdicts = [(judge(p.config), p) for p in left]
         ranked = sorted(
             ((w, p) for w, p in verdicts if w.ei_rank is not None),
             key=lambda wp: (wp[0].ei_rank, wp[1].index),
         )
         for w, p in ranked:
-            if w.worth and w.ei_rank is not None and w.ei_rank < TOP_K:
+            if w.worth and w.ei_rank is not None and w.ei_rank < BY_VALUE_RANK:
                 return self._proposal(ctx, p, w)
         if ctx.trial.number >= len(ctx.sampler.plan):
             return None  # the sweep's budget is spent: the planner, then the fallback
         nxt = ranked[0] if ranked else None
         self.note = (
-            f"sweep: no remaining point among the {TOP_K} best by expected improvement"
+            "sweep: no remaining point is "
+            + (f"among the {BY_VALUE_RANK} best" if BY_VALUE_RANK > 1 else "the best")
+            + " by expected improvement"
             + (f" (the best, {_label(nxt[1])}, is {_figure(nxt[0])})" if nxt else "")
             + "; the model's own pick first: "
         )
