@@ -2,7 +2,8 @@
 against measuring the model's own top k, TPE and random.
 
     python scripts/bench_measured.py [--seeds 5] [--split-seed 0] [--gpus 2,4,8] [--min-points 8]
-        [--groups 2048x24x64,...] [--budgets 3,5,10,15] [--sweep-trials N] [--jobs 2]
+        [--groups 2048x24x64,...] [--budgets 3,5,10,15] [--sweep-trials N] [--start auto|baseline|model]
+        [--jobs 2]
 
 **Data and split.** tests/data/vtrain-a100-single-node.csv (VIA-Research/vTrain, MIT; how the runs were made:
 shared/reference/data/README.md). A *group* is one model (hidden, layers) and global batch, as in
@@ -119,7 +120,9 @@ def searched_axes(rows: Sequence[Row]) -> dict[str, list]:
     return {a: sorted({getattr(r.config, a) for r in rows}) for a in ("tp", "pp", "mbs")} | FIXED_AXES
 
 
-def study_spec(rows: Sequence[Row], axes: dict[str, list], sweep_trials: int | None = None) -> StudySpec:
+def study_spec(
+    rows: Sequence[Row], axes: dict[str, list], sweep_trials: int | None = None, start: str | None = None
+) -> StudySpec:
     """The study of one group on one GPU count (``rows``), searching ``axes``; its baseline is Megatron's
     defaults with recompute ``full`` (as vTrain ran; the sweep's centre)."""
     base = rows[0].spec
@@ -132,6 +135,7 @@ def study_spec(rows: Sequence[Row], axes: dict[str, list], sweep_trials: int | N
                     "axes": axes,
                     "baseline": base.search.baseline.model_copy(update={"recompute": "full"}),
                     "sweep_trials": sweep_trials,
+                    "start": start or base.search.start,
                 }
             ),
         }
@@ -144,6 +148,7 @@ def build_landscapes(
     gpus: Sequence[int],
     min_points: int,
     sweep_trials: int | None = None,
+    start: str | None = None,
 ) -> list[Landscape]:
     """The landscapes of ``groups`` on each GPU count in ``gpus`` with at least ``min_points`` measured legal
     configurations (axis values: the whole CSV's, so every landscape searches the same axes)."""
@@ -154,7 +159,7 @@ def build_landscapes(
             by.setdefault((r.group, r.gpus), []).append(r)
     out = []
     for (group, g), rs in sorted(by.items()):
-        spec = study_spec(rs, axes, sweep_trials)
+        spec = study_spec(rs, axes, sweep_trials, start)
         space = Space(spec)
         legal = set(space.configs())
         land = Landscape(group, g, spec, {}, len(legal))
@@ -477,6 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="search.sweep_trials of every study (default: the library's)",
     )
+    ap.add_argument(
+        "--start",
+        choices=("auto", "baseline", "model"),
+        default=None,
+        help="search.start of every study (default: the library's)",
+    )
     ap.add_argument("--max-trials", type=int, default=200, help="trials of any kind per study at most")
     ap.add_argument("--samplers", default=",".join(SAMPLERS), help="subset of " + ", ".join(SAMPLERS))
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="landscapes in parallel")
@@ -496,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.redirect_stderr(io.StringIO()):
         fam = fit(rows, fit_g)
     gpus = [int(g) for g in args.gpus.split(",")]
-    lands = build_landscapes(rows, held_g, gpus, args.min_points, args.sweep_trials)
+    lands = build_landscapes(rows, held_g, gpus, args.min_points, args.sweep_trials, args.start)
     if not lands:
         ap.error("no landscape has --min-points measured points; lower it or pick other groups")
     seeds = list(range(args.seeds))

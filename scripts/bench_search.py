@@ -374,15 +374,15 @@ class StudyReport:
     elapsed_s: float
 
 
-def load_spec(path: str, sweep_trials: int | None = None) -> StudySpec:
+def load_spec(path: str, sweep_trials: int | None = None, start: str | None = None) -> StudySpec:
     """A study file, or ``<file>#unfit``: its baseline with the micro-batch raised until it does not fit;
-    ``sweep_trials`` overrides ``search.sweep_trials``."""
+    ``sweep_trials`` / ``start`` override ``search.sweep_trials`` / ``search.start``."""
     file, _, variant = path.partition("#")
     spec = StudySpec.from_yaml(ROOT / file if not Path(file).is_absolute() else file)
-    if sweep_trials is not None:
-        spec = spec.model_copy(
-            update={"search": spec.search.model_copy(update={"sweep_trials": sweep_trials})}
-        )
+    update = {"sweep_trials": sweep_trials} if sweep_trials is not None else {}
+    update |= {"start": start} if start is not None else {}
+    if update:
+        spec = spec.model_copy(update={"search": spec.search.model_copy(update=update)})
     if variant != "unfit":
         return spec
     space = Space(spec)
@@ -411,13 +411,14 @@ def bench_study(
     budgets: Sequence[int],
     samplers: Sequence[str],
     sweep_trials: int | None = None,
+    start: str | None = None,
 ) -> StudyReport:
     t0 = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    spec = load_spec(path, sweep_trials)
+    spec = load_spec(path, sweep_trials, start)
     land = Landscape.of(spec)
     design = PrimusSampler(spec).design
     results, ranks, mults = [], [], []
@@ -558,7 +559,9 @@ def top_k_comparison(report: StudyReport, budgets: Sequence[int]) -> list[str]:
     return out
 
 
-def _bench_one(args: tuple[str, Sequence[int], Sequence[int], Sequence[str], int | None]) -> StudyReport:
+def _bench_one(
+    args: tuple[str, Sequence[int], Sequence[int], Sequence[str], int | None, str | None],
+) -> StudyReport:
     return bench_study(*args)
 
 
@@ -598,6 +601,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="override search.sweep_trials of every study (a study that sets it runs its sweep in the plan's order)",
     )
+    ap.add_argument(
+        "--start",
+        choices=("auto", "baseline", "model"),
+        default=None,
+        help="override search.start of every study (the sweep's centre)",
+    )
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="studies run in parallel")
     args = ap.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -608,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     studies = with_unfit_baseline([s.strip() for s in args.studies.split(",") if s.strip()])
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     t0 = time.perf_counter()
-    work = [(s, seeds, budgets, samplers, args.sweep_trials) for s in studies]
+    work = [(s, seeds, budgets, samplers, args.sweep_trials, args.start) for s in studies]
     if args.jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             reports = list(pool.map(_bench_one, work))
