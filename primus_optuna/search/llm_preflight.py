@@ -4,7 +4,7 @@
 - with an API base, ``GET {api_base}/models`` must answer (Ollama's native base: ``GET /api/tags``); the
   served models are named, and the context size where the server gives it (vLLM ``max_model_len``,
   llama.cpp ``meta.n_ctx_train``, LM Studio / others ``context_length``) must hold
-  ``llm.max_prompt_tokens + llm.max_tokens``. An API base that answers 404 and does not end in ``/v1`` is
+  ``llm.max_prompt_tokens + llm.max_tokens`` (a warning when it does not hold them with :data:`TOKEN_MARGIN`). An API base that answers 404 and does not end in ``/v1`` is
   told to add it.
 
 Every failure is one :class:`~primus_optuna.errors.SpecError` naming the fix (the CLI exits 2 with one
@@ -24,6 +24,18 @@ from ..redaction import redact
 from ..spec.study import LLMSpec
 
 TIMEOUT_S = 5.0
+TOKEN_MARGIN = 1.17
+"""how far a prompt's real token count may exceed the planner's estimate (``planner.CHARS_PER_TOKEN``): a small
+vocabulary counts more tokens: SmolLM2's prompts ran up to 16% over it (rank mode, llama-server's
+``prompt_tokens``, 2026-12-07); the context a server needs is sized with it"""
+
+
+def context_needed(prompt_tokens: int, max_tokens: int) -> int:
+    """The server context that holds a prompt estimated at ``prompt_tokens`` (:data:`TOKEN_MARGIN` over) and
+    an answer of ``max_tokens``."""
+    return int(prompt_tokens * TOKEN_MARGIN + 0.999) + max_tokens
+
+
 CONTEXT_KEYS = (
     "max_model_len",
     "context_length",
@@ -126,12 +138,20 @@ def preflight(settings: LLMSpec, api_base: str | None = None) -> list[str]:
         ctx = served[0][1] if len(served) == 1 else None
     else:
         ctx = match[1]
-    need = settings.prompt_budget(local=True, agent=settings.mode == "agent") + settings.max_tokens
+    budget = settings.prompt_budget(local=True, agent=settings.mode == "agent")
+    need = budget + settings.max_tokens
     if ctx is not None and ctx < need:
         raise SpecError(
             f"the server's context for {name!r} is {ctx} tokens, less than llm.max_prompt_tokens + "
             f"llm.max_tokens = {need}: start the server with a larger context (llama.cpp -c, vLLM "
             f"--max-model-len) or lower llm.max_prompt_tokens / llm.max_tokens"
+        )
+    if ctx is not None and ctx < (safe := context_needed(budget, settings.max_tokens)):
+        lines.append(
+            f"warning: the context of {ctx} tokens holds llm.max_prompt_tokens ({budget}, estimated) + "
+            f"llm.max_tokens only if the model's tokenizer counts as the estimate; a small vocabulary counts up "
+            f"to {TOKEN_MARGIN - 1:.0%} more (SmolLM2): start the server with -c {safe} or more, or lower "
+            f"llm.max_prompt_tokens to {int((ctx - settings.max_tokens) / TOKEN_MARGIN)}"
         )
     lines.insert(
         0,

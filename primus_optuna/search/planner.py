@@ -79,6 +79,7 @@ from ..spec.axes import AXIS_LIST
 from ..spec.study import LLMSpec
 from . import llm_budget
 from .llm_budget import llm_accounting
+from .llm_preflight import context_needed
 from .logs import get_logger
 from .planner_schema import (
     REASONING_CHARS,
@@ -1047,7 +1048,7 @@ class Planner:
             why = (
                 f"{CONTEXT_WHY}: this study's {self.mode} prompt is ~{prompt_est:,} tokens at its smallest, more "
                 f"than llm.max_prompt_tokens = {self.prompt_budget:,} (start the server with a context of at "
-                f"least {prompt_est + self.settings.max_tokens:,} tokens, or use rank mode)"
+                f"least {context_needed(prompt_est, self.settings.max_tokens):,} tokens, or use rank mode)"
             )
         # a parse error's text is the model's answer: never printed or stored, only its type
         text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"

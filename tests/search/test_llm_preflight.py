@@ -102,3 +102,18 @@ def test_model_given_on_the_command_line_is_named_in_summary_and_report(tmp_path
     assert "1 unparseable), 150 tokens" in md
     assert "no LLM configured" not in md
     assert "--llm openai/test-model" in md  # the reproduce command
+
+
+def test_a_context_that_holds_the_budget_only_at_the_estimate_is_warned_about():
+    """4096 tokens hold the default 3000 + 1000 as estimated, not with a small vocabulary's 17% more: a
+    warning names the context to ask for (and the budget that would fit), the run is not refused."""
+    from primus_optuna.search.llm_preflight import TOKEN_MARGIN, context_needed
+
+    with OpenAIServer([], models=[("test-model", 4096)]) as srv:
+        lines = preflight(LLMSpec(model="openai/test-model"), srv.url)
+    safe = context_needed(3000, 1000)
+    assert safe == int(3000 * TOKEN_MARGIN + 0.999) + 1000 > 4096
+    (warn,) = [x for x in lines if x.startswith("warning: the context of 4096 tokens")]
+    assert f"-c {safe} or more" in warn and f"llm.max_prompt_tokens to {int(3096 / TOKEN_MARGIN)}" in warn
+    with OpenAIServer([], models=[("test-model", 8192)]) as srv:
+        assert not [x for x in preflight(LLMSpec(model="openai/test-model"), srv.url) if "warning" in x]
