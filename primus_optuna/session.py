@@ -38,6 +38,8 @@ class Session:
     n_trials: int
     warnings: list[str] = field(default_factory=list)
     """what the study file leads to that a user should know (sweep centre moved, cluster, axes)"""
+    notes: list[str] = field(default_factory=list)
+    """what a newcomer should know that is not a warning (e.g. where the sweep begins)"""
     preflight: list[str] = field(default_factory=list)
     """what the LLM endpoint's preflight found"""
     warm_start: str | None = None
@@ -61,6 +63,11 @@ def _planner_llm(spec: StudySpec, model: str | None, api_base: str | None, overr
     return llm, preflight(llm, api_base or spec.llm.api_base)
 
 
+def _centre_notes(design: Any) -> list[str]:
+    """Where the sweep begins when ``search.start`` moved it to the model's best (information, not a warning)."""
+    return [f"the sweep begins at {design.centre.key()}: {design.start['note']}"] if design.start else []
+
+
 def _centre_warnings(spec: StudySpec, space: Any, design: Any) -> list[str]:
     from .physics.memory import estimate_memory
 
@@ -73,7 +80,7 @@ def _centre_warnings(spec: StudySpec, space: Any, design: Any) -> list[str]:
         out.append(
             f"{design.centre_note}"
             + (f" ({why})" if why else "")
-            + f"; the sweep starts from {design.centre.key()}"
+            + ("" if design.start else f"; the sweep starts from {design.centre.key()}")
         )
     return out + [*spec.cluster.warnings(), *space.axis_warnings()]
 
@@ -176,6 +183,7 @@ def open_session(
         llm=llm,
         n_trials=n_trials or spec.search.n_trials,
         warnings=_centre_warnings(spec, space, st.sampler.design),
+        notes=_centre_notes(st.sampler.design),
         preflight=preflight,
         warm_start=warm,
     )

@@ -294,6 +294,8 @@ def _announce(session: Any, say: Any) -> int:
         say(session.warm_start)
     for line in session.warnings:
         say(f"warning: {line}")
+    for line in session.notes:
+        say(line)
     verb = "created" if handle.created else f"resumed ({len(st.trials)} trials so far)"
     for line in session.preflight:
         say(line)

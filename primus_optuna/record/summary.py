@@ -239,6 +239,10 @@ class StudySummary:
     centre: TrialBrief | None
     centre_key: str | None
     centre_note: str
+    start_note: str
+    """why the sweep began at the model's best (``search.start``), else empty"""
+    baseline_estimate: float | None
+    """the baseline's estimated tokens/s/GPU when ``search.start`` began elsewhere and it was not run"""
     gain: float | None
     gain_over: str | None
     """``baseline``, ``centre`` or ``None`` (no completed reference)"""
@@ -357,6 +361,21 @@ class StudySummary:
             return f"; inside the error band of the ratio of two estimates ({b.text()}): the reference may be as fast"
         return f"; outside the error band of the ratio of two estimates ({b.text()})"
 
+    def _gain_over_model_start(self, figures: str) -> str:
+        """The gain when the sweep began at the model's best and the baseline was not run."""
+        assert self.gain is not None and self.centre is not None
+        best_is_centre = self.best is not None and self.best.trial == self.centre.trial
+        out = (
+            f"gain over the sweep centre, the model's best ({figures}; search.start began there and the "
+            f"baseline was not run): "
+            + ("the centre is the best" if best_is_centre else f"{self.gain:+.1%}{self.band_note()}")
+        )
+        best_est = self.best.estimate_tokens_per_s_per_gpu if self.best is not None else None
+        if best_est and self.baseline_estimate:
+            est = best_est / self.baseline_estimate - 1
+            out += f"; the model puts the best {est:+.1%} over the baseline's {self.baseline_estimate:,.0f} estimated"
+        return out
+
     def gain_text(self) -> str:
         ref = self.baseline if self.gain_over == "baseline" else self.centre
         if self.gain is not None and ref is not None:
@@ -364,6 +383,8 @@ class StudySummary:
             figures = f"trial {ref.trial}, {ref.tokens_per_s_per_gpu:.1f} tokens/s/GPU {kind}"
             if self.gain_over == "baseline":
                 return f"gain over the baseline ({figures}): {self.gain:+.1%}{self.band_note()}"
+            if self.start_note:
+                return self._gain_over_model_start(figures)
             note = self.centre_note.removeprefix("the study's baseline ")
             why = f": it {note}" if note != self.centre_note else f": {note}" if note else ""
             return (
@@ -431,8 +452,9 @@ class StudySummary:
                 ]
         else:
             out.append("no trial has completed yet")
-        if self.centre_key and self.gain_over != "centre" and self.centre_note:
-            out.append(f"sweep centre: {self.centre_key} ({self.centre_note})")
+        centre_words = "; ".join(x for x in (self.centre_note, self.start_note) if x)
+        if self.centre_key and self.gain_over != "centre" and centre_words:
+            out.append(f"sweep centre: {self.centre_key} ({centre_words})")
         if self.pruned_by_reason:
             out.append("pruned by reason: " + ", ".join(f"{k} {v}" for k, v in self.pruned_by_reason.items()))
         if self.exhausted:
@@ -551,6 +573,7 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
     design = rec.user_attrs.get("sweep") if isinstance(rec.user_attrs.get("sweep"), dict) else {}
     centre_key = design.get("centre") or (centre_row.attr("config_key") if centre_row else None)
     centre_note = str(design.get("centre_note") or "")
+    start = design.get("start") if isinstance(design.get("start"), dict) else {}
     gain = gain_over = None
     if best_row is not None:
         for name, ref in (("baseline", base_row), ("centre", centre_row)):
@@ -571,6 +594,8 @@ def study_summary(rec: StudyRecord, program: str = PROGRAM, exhausted: bool = Fa
         centre=_brief(centre_row, mcal) if centre_row else None,
         centre_key=centre_key,
         centre_note=centre_note,
+        start_note=str(start.get("note") or ""),
+        baseline_estimate=start.get("baseline_estimate") if base_row is None else None,
         gain=gain,
         gain_over=gain_over,
         estimated_gain=est_gain,

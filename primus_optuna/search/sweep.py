@@ -150,7 +150,11 @@ class SweepDesign:
     points: list[SweepPoint]
     skipped: list[SweepSkip]
     centre_note: str
+    """why the centre is not the baseline as written (illegal, does not fit), else empty"""
     budget: int
+    start: dict[str, Any] | None = None
+    """when ``search.start`` moved the centre to the model's best: ``note`` (why), ``baseline_estimate`` and
+    ``centre_estimate`` (tokens/s/GPU)"""
 
     @property
     def centre(self) -> TrainingConfig:
@@ -161,6 +165,7 @@ class SweepDesign:
         return {
             "centre": self.centre.key(),
             "centre_note": self.centre_note,
+            "start": self.start,
             "budget": self.budget,
             "points": len(self.points),
             "skipped": [{"axis": s.axis, "value": str(s.value), "reason": s.reason} for s in self.skipped],
@@ -283,13 +288,13 @@ def _value_best(
 
 def model_start(
     space: Space, centre: TrainingConfig, score: Score, top: tuple[float, TrainingConfig | None]
-) -> tuple[TrainingConfig, str] | None:
+) -> tuple[TrainingConfig, dict[str, Any]] | None:
     """The model's best configuration as the sweep's centre, and a note, when ``search.start`` asks for it:
     ``model`` always, ``auto`` when the best's estimated gain over ``centre`` (the baseline or its fitting
     repair) lies beyond the error band of the ratio of two estimates of the study
     (:func:`~primus_optuna.physics.uncertainty.ratio_band`): the model is then confident that the baseline is
-    slower, and measuring it first would spend a trial on a point the model knows is worse. ``None``: keep
-    ``centre``."""
+    slower, and measuring it first would spend a trial on a point the model knows is worse. Returns the new
+    centre and :attr:`SweepDesign.start`; ``None``: keep ``centre``."""
     mode = space.spec.search.start
     best, config = top
     if mode == "baseline" or config is None or config == centre:
@@ -306,7 +311,8 @@ def model_start(
         else f"beyond the {band.text()} error of a ratio of two estimates ({band.source}); "
         "search.start: baseline begins at the baseline"
     )
-    return config, f"the model's best, estimated {best:,.0f} tokens/s/GPU, {versus}: {why}"
+    note = f"the model's best, estimated {best:,.0f} tokens/s/GPU, {versus}: {why}"
+    return config, {"note": note, "baseline_estimate": base or None, "centre_estimate": best}
 
 
 def sweep_design(
@@ -326,9 +332,10 @@ def sweep_design(
     nearest = Nearest(space) if fits is not None else None
     center, note = sweep_center(space, fits, score, nearest)
     value_best, top, top_config = _value_best(space, score) if score is not None else ({}, 0.0, None)
-    start = model_start(space, center, score, (top, top_config)) if score is not None else None
-    if start:
-        center, note = start
+    started = model_start(space, center, score, (top, top_config)) if score is not None else None
+    start = None
+    if started:
+        center, start = started
     explicit = space.spec.search.sweep_order
     legal = space.legal_values()
     order = explicit or default_order(space, center, score, legal)
@@ -378,7 +385,8 @@ def sweep_design(
         )
         ordered += sorted(rest, key=lambda p: -vbest(p.axis or "", p.value))
     ordered += unfit[:MAX_PRUNED_POINTS]
-    plan = [SweepPoint(0, None, None, center, note, from_model=start is not None)]
+    centre_words = "; ".join(x for x in (note, start["note"] if start else "") if x)
+    plan = [SweepPoint(0, None, None, center, centre_words, from_model=start is not None)]
     for p in ordered:
         if len(plan) >= budget:
             break
@@ -389,7 +397,7 @@ def sweep_design(
         reason = no_fit if p in unfit else f"beyond the sweep budget of {budget} trials (search.sweep_trials)"
         skipped.append(SweepSkip(p.axis or "", p.value, reason))
     skipped += [SweepSkip(p.axis or "", p.value, no_fit) for p in unfit[MAX_PRUNED_POINTS:]]
-    return SweepDesign(plan, skipped, note, budget)
+    return SweepDesign(plan, skipped, note, budget, start)
 
 
 def sweep_plan(space: Space, score: Score | None = None, **kwargs: Any) -> list[SweepPoint]:

@@ -453,3 +453,31 @@ def test_an_unknown_llm_provider_is_one_error_and_nothing_on_stdout(tmp_path):
     assert "LiteLLM does not know its provider" in r.stderr
     assert r.stdout.strip() == ""  # LiteLLM's coloured "Provider List" banner went here before
     assert not (tmp_path / "l.db").exists()
+
+
+def test_a_sweep_begun_at_the_models_best_is_said_once_and_the_gain_names_the_baseline_estimate(tmp_path):
+    """``search.start: auto`` on one node whose baseline the model puts far below its best (beyond the ±18% ratio
+    band): a note (not a warning) says where the sweep begins and why; the summary's gain line says the
+    baseline was not run and gives the model's figure for it; the report's sweep section carries the note."""
+    from tests.conftest import small_dense_study
+
+    data = small_dense_study(n_trials=4)
+    data["search"]["baseline"] = {"tp": 4, "pp": 2, "mbs": 1, "recompute": "full"}
+    study = _write(tmp_path, data)
+    db = tmp_path / "s.db"
+    r = invoke("run", study, "--storage", f"sqlite:///{db}", "--no-progress")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    (begin,) = [x for x in lines if "the sweep begins at" in x]
+    assert (
+        begin.startswith("the sweep begins at ") and "search.start: baseline begins at the baseline" in begin
+    )
+    assert not [x for x in lines if x.startswith("warning:") and "model's best" in x]
+    gain = next(x for x in lines if "gain over the sweep centre, the model's best" in x)
+    assert "the baseline was not run" in gain and "over the baseline's" in gain
+    r = invoke(
+        "report", "--storage", f"sqlite:///{db}", "--study-name", data["name"], "--out", tmp_path / "rep"
+    )
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "the model's best, estimated" in md

@@ -333,7 +333,7 @@ def test_start_auto_keeps_the_baseline_when_the_gain_is_inside_the_ratio_band():
         assert design.centre == space.canonical(space.baseline) and not design.points[0].from_model
     else:
         assert score(design.centre) == top and design.points[0].from_model
-        assert "the model's best, estimated" in design.centre_note and band.text() in design.centre_note
+        assert "the model's best, estimated" in design.start["note"] and band.text() in design.start["note"]
 
     def flat(c):  # every configuration within 5% of the baseline: no confidence to move
         s = score(c)
@@ -350,7 +350,8 @@ def test_start_auto_keeps_the_baseline_when_the_gain_is_inside_the_ratio_band():
     assert score(moved.centre) == top and moved.points[0].rationale.startswith(
         "sweep centre (the model's best"
     )
-    assert "search.start: baseline begins at the baseline" in moved.centre_note
+    assert "search.start: baseline begins at the baseline" in moved.start["note"]
+    assert moved.start["baseline_estimate"] and moved.start["centre_estimate"] == steep(moved.centre)
     # every other point is a one-axis move around the new centre
     assert all(len(_diff(moved.centre, p.config)) >= 1 for p in moved.points[1:])
 
@@ -368,7 +369,7 @@ def test_start_baseline_and_model_override_the_rule():
     model_space = Space(StudySpec.from_dict(small_dense_study(start="model")))
     top = max(s for c in model_space.configs() if (s := score(c)))
     d = sweep_design(model_space, score)
-    assert score(d.centre) == top and "search.start: model" in d.centre_note
+    assert score(d.centre) == top and "search.start: model" in d.start["note"]
 
 
 def test_start_auto_keeps_older_hashes_and_other_values_change_them():

@@ -270,7 +270,10 @@ def _sweep_design(doc: Doc, rec: StudyRecord) -> None:
     design = rec.user_attrs.get("sweep")
     if not isinstance(design, dict):
         return
-    note = design.get("centre_note") or "the study's baseline (it fits)"
+    start = design.get("start") if isinstance(design.get("start"), dict) else {}
+    note = "; ".join(x for x in (design.get("centre_note"), start.get("note")) if x) or (
+        "the study's baseline (it fits)"
+    )
     doc.p(
         f"Sweep centre {design.get('centre')}: {note}. The sweep spends {design.get('points')} trials "
         f"(search.sweep_trials budget {design.get('budget')}), centre included."
