@@ -290,13 +290,15 @@ def model_start(
     space: Space, centre: TrainingConfig, score: Score, top: tuple[float, TrainingConfig | None]
 ) -> tuple[TrainingConfig, dict[str, Any]] | None:
     """The model's best configuration as the sweep's centre, and a note, when ``search.start`` asks for it:
-    ``model`` always, ``auto`` when the best's estimated gain over ``centre`` (the baseline or its fitting
-    repair) lies beyond the error band of the ratio of two estimates of the study
+    ``model`` always, ``auto`` (single-objective studies) when the best's estimated gain over ``centre`` (the
+    baseline or its fitting repair) lies beyond the error band of the ratio of two estimates of the study
     (:func:`~primus_optuna.physics.uncertainty.ratio_band`): the model is then confident that the baseline is
     slower, and measuring it first would spend a trial on a point the model knows is worse. Returns the new
     centre and :attr:`SweepDesign.start`; ``None``: keep ``centre``."""
     mode = space.spec.search.start
     best, config = top
+    if mode == "auto" and space.spec.search.multi_objective:
+        return None  # a Pareto study's baseline is a reference on every objective, not only throughput
     if mode == "baseline" or config is None or config == centre:
         return None
     base = score(centre) or 0.0

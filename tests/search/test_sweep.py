@@ -408,3 +408,17 @@ def test_a_centre_that_gives_no_value_turns_the_sweep_to_the_models_order():
     assert study.trials[0].state == optuna.trial.TrialState.PRUNED
     values = [t.value for t in study.trials[1:]]
     assert values[0] >= top[0] * (1 - 1e-9)  # the model's best next, not the plan's first one-axis move
+
+
+def test_start_auto_keeps_the_baseline_of_a_pareto_study():
+    data = small_dense_study(objective=["tokens_per_s_per_gpu", "peak_memory_gib"])
+    score = _score_of(data)
+
+    def steep(c):
+        s = score(c)
+        return None if s is None else s * (3.0 if c.mbs == 2 and c.tp == 1 else 1.0)
+
+    space = Space(StudySpec.from_dict(data))
+    assert sweep_design(space, steep).start is None
+    single = Space(StudySpec.from_dict(small_dense_study()))
+    assert sweep_design(single, steep).start is not None  # the same scores move a single-objective study
