@@ -103,6 +103,9 @@ figure) or (None, rejection reason)"""
 
 MAX_TRIED_LISTED = 80
 N_BEST = 8
+MIN_BEST_KEPT = 2
+"""top trials and corrected-ranking entries a one-shot prompt keeps before it leaves out the legal values and
+the sweep's effects"""
 N_FAILED = 6
 MAX_FAILED_IN_A_ROW = 3
 """calls with no answer (timeouts, 5xx) in a row after which this process's planner stops"""
@@ -772,27 +775,37 @@ class Planner:
         feedback: Sequence[str] = (),
     ) -> tuple[dict[str, Any], int, list[str]]:
         """The one-shot inputs cut to ``llm.max_prompt_tokens``: fewer top trials (and ranked/tried
-        configurations), then no legal values (the answer schema still lists them), then no sweep effects."""
+        configurations) down to :data:`MIN_BEST_KEPT`, then no legal values (the answer schema still lists
+        them), then no sweep effects, then fewer top trials still (the corrected ranking goes last: it is what
+        the candidates are best chosen from)."""
         budget = self.prompt_budget
         sig = ProposeConfigs
         dropped: list[str] = []
+        left_out: dict[str, str] = {}
         k = N_BEST
         inputs = self.inputs(trials, n, tried, ranking, k_best=k, feedback=feedback)
         size = self.prompt_tokens(adapter, sig, inputs)
-        while size > budget and k > 0:
-            k = k // 2
-            inputs = self.inputs(trials, n, tried, ranking, k_best=k, feedback=feedback)
-            size = self.prompt_tokens(adapter, sig, inputs)
-            dropped.append(f"top trials cut to {k}")
+
+        def cut(floor: int) -> None:
+            nonlocal k, inputs, size
+            while size > budget and k > floor:
+                k = max(k // 2, floor)
+                inputs = self.inputs(trials, n, tried, ranking, k_best=k, feedback=feedback) | left_out
+                size = self.prompt_tokens(adapter, sig, inputs)
+                dropped.append(f"top trials cut to {k}")
+
+        cut(MIN_BEST_KEPT)
         note = "(left out to fit llm.max_prompt_tokens)"
         for name in ("legal_values", "sweep_effects"):
             if size <= budget:
                 break
-            inputs[name] = note + (
+            left_out[name] = note + (
                 " the answer's schema lists the legal values" if name == "legal_values" else ""
             )
+            inputs[name] = left_out[name]
             size = self.prompt_tokens(adapter, sig, inputs)
             dropped.append(f"{name} dropped")
+        cut(0)
         return inputs, size, dropped
 
     def situation(self, study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> str:

@@ -344,8 +344,9 @@ def test_tools_stop_answering_when_the_prompt_budget_is_spent(planner, tmp_path)
 
 
 def test_compaction_order_and_llama_cpp_python_json_object(planner, tmp_path):
-    """A prompt budget below everything: top trials cut first, then legal values, then sweep effects dropped;
-    ``response_format: json_object`` sends llama-cpp-python's JSON mode with the schema."""
+    """A prompt budget below everything: top trials cut to 2 first, then legal values and sweep effects dropped,
+    then the rest of the top trials and ranking; ``response_format: json_object`` sends llama-cpp-python's JSON
+    mode with the schema."""
     spec = planner.spec(mode="oneshot", max_prompt_tokens=500, response_format="json_object")
     _, good, _, _, n_sweep = _ideas(planner, spec)
     answer = json.dumps({"reasoning": "r", "candidates": [{**good, "rationale": "small prompt"}]})
@@ -359,9 +360,12 @@ def test_compaction_order_and_llama_cpp_python_json_object(planner, tmp_path):
     )
     (doc,) = _transcripts(tmp_path)
     steps = doc["compacted"]
-    assert steps[-2:] == ["legal_values dropped", "sweep_effects dropped"]
-    assert all(s.startswith("top trials cut to") for s in steps[:-2]) and steps[-3] == "top trials cut to 0"
+    drops = [steps.index("legal_values dropped"), steps.index("sweep_effects dropped")]
+    assert drops[1] == drops[0] + 1 and steps[drops[0] - 1] == "top trials cut to 2"
+    assert all(s.startswith("top trials cut to") for i, s in enumerate(steps) if i not in drops)
+    assert steps[-1] == "top trials cut to 0"  # the ranking goes last
     assert doc["inputs"]["legal_values"].startswith("(left out to fit llm.max_prompt_tokens)")
+    assert doc["inputs"]["sweep_effects"].startswith("(left out to fit llm.max_prompt_tokens)")
     assert study.trials[-1].user_attrs["rationale"].startswith("small prompt [expected ")
 
 
