@@ -567,8 +567,8 @@ class LLMSpec(_Strict):
     max_prompt_tokens: int | None = Field(
         default=None,
         ge=500,
-        description="prompt budget: the one-shot context is compacted to fit (top trials, legal values, sweep "
-        "dropped first), an agent's tools stop answering once their results would pass it; default "
+        description="prompt budget: the one-shot context is compacted to fit (top trials cut to 2, legal values "
+        "and sweep effects dropped, then the ranking cut), an agent's tools stop answering once their results would pass it; default "
         f"{LOCAL_PROMPT_TOKENS} with an api_base or in one-shot mode, {HOSTED_AGENT_PROMPT_TOKENS} for a "
         "hosted agent",
     )
