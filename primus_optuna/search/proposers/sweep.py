@@ -61,7 +61,7 @@ class Sweep:
             # value-driven once the centre, the one-axis points' reference, is measured (not an analytical
             # study), unless the study file sets the sweep's length (search.sweep_trials: that sweep is run)
             by_value = ctx.sampler.spec.search.sweep_trials is None and not judge.multi
-            if by_value and _centre_judged(ctx, judge.n_measured):
+            if by_value and _centre_judged(ctx):
                 return self._by_value(ctx, left, judge)
             if judge.n_measured and len(left) > 1:
                 left = [p for p in left if judge(p.config).upper_share >= MIN_SHARE]
@@ -102,7 +102,7 @@ class Sweep:
         return Proposal(p.config, "sweep", "sweep", rationale, extra)
 
 
-def _centre_judged(ctx: Context, n_measured: int) -> bool:
+def _centre_judged(ctx: Context) -> bool:
     """Whether the sweep's order may become value-driven: the centre is measured (and so is the model's
     reference), or each of its trials ended without a value (pruned or failed: the one-axis moves lost their
     reference, and the model, corrected by any other measurement, is all there is). An analytical trial of the
@@ -110,7 +110,7 @@ def _centre_judged(ctx: Context, n_measured: int) -> bool:
     space, centre = ctx.sampler.space, ctx.sampler.plan[0].config
     finished = [t for t in ctx.others if t.state.is_finished() and trial_config(space, t) == centre]
     if any(t.state == TrialState.COMPLETE for t in finished):
-        return n_measured > 0 and any(trial_measurement(t) is not None for t in finished)
+        return any(trial_measurement(t) is not None for t in finished)
     return bool(finished)
 
 
