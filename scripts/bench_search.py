@@ -26,6 +26,9 @@ objective. Configurations the memory model rejects are pruned and count as trial
   ``RandomSampler(seed=s)``: the nine axes as categorical parameters through ``suggest_config``.
 - ``random-fit``: uniformly random, untried configurations among those that are legal and fit.
 - ``top-k``: the step-time model's own ranking measured in order (what ``primus-optuna plan`` prints).
+- ``primus-oracle``: a reference, not a method: ``primus`` whose residual model is told the landscape's own
+  per-axis effect sizes (``relevance`` = the hidden ``σ_axis²``), which no user's study can know. What the
+  search would gain from knowing which axes the model misses most; not counted in the goals' "ahead of".
 
 The study list always includes one study whose baseline does not fit: when every selected study's baseline
 fits, a variant of the first with its micro-batch raised until it does not (``<name>-unfit-baseline``).
@@ -77,7 +80,9 @@ STUDIES = (
     "studies/llama3.1-70b-h100-bf16.yaml",
     "studies/qwen3-30b-a3b-h200-bf16.yaml",
 )
-SAMPLERS = ("primus", "tpe", "gp", "random", "random-fit", "top-k")
+SAMPLERS = ("primus", "tpe", "gp", "random", "random-fit", "top-k", "primus-oracle")
+REFERENCES = ("primus-oracle",)
+"""samplers that know the hidden landscape: reported, never a baseline primus must beat"""
 AXIS_SD = (0.03, 0.15)
 """range of the per-axis standard deviation of the per-(axis, value) log effects"""
 PAIR_SD = 0.015
@@ -290,10 +295,16 @@ class RunResult:
     phases: dict[str, int] = field(default_factory=dict)
 
 
-def make_sampler(name: str, land: Landscape, seed: int) -> BaseSampler:
+def make_sampler(name: str, land: Landscape, seed: int, hidden: HiddenObjective | None = None) -> BaseSampler:
     spec = land.spec
     if name == "primus":
         return PrimusSampler(spec, seed=seed)
+    if name == "primus-oracle":
+        if hidden is None:
+            raise ValueError("primus-oracle needs the hidden objective")
+        sampler = PrimusSampler(spec, seed=seed)
+        sampler.fallback.relevance = {a: sd**2 for a, sd in hidden.axis_sd.items()}
+        return sampler
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     if name == "gp":
@@ -335,7 +346,7 @@ def run_optuna(
 ) -> RunResult:
     spec = land.spec
     n = max(budgets)
-    sampler = TimedSampler(make_sampler(name, land, seed))
+    sampler = TimedSampler(make_sampler(name, land, seed, objective))
     pruner = TimedPruner(spec)
     study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
     study.optimize(plain_objective(land, objective), n_trials=n, catch=(RunFailure,))
@@ -501,7 +512,7 @@ def goals(report: StudyReport, budgets: Sequence[int], samplers: Sequence[str]) 
         checks.append((f"median {med[15]:.1%} >= 95% at 15", med[15] >= 0.95))
     for name in samplers:
         rs = [r for r in report.results if r.sampler == name]
-        if name == "primus" or not rs:
+        if name == "primus" or name in REFERENCES or not rs:
             continue
         for n in (b for b in budgets if b in (10, 20, 30)):
             other = statistics.median(r.fractions[n] for r in rs)

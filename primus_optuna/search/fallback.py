@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -339,6 +339,8 @@ class ModelGuidedProposer:
     Args:
         prior: observations imported from earlier studies (:func:`~primus_optuna.search.learner.
             prior_observations`), learned from with a larger noise than this study's own trials.
+        relevance: per-axis weights of the residual model's per-value effects
+            (:class:`~primus_optuna.search.learner.ResidualModel`); read when the candidate table is built.
     """
 
     def __init__(
@@ -350,12 +352,14 @@ class ModelGuidedProposer:
         exploration: float = EXPLORATION,
         mode: str = "model",
         prior: Sequence[Observation] = (),
+        relevance: Mapping[str, float] | None = None,
     ) -> None:
         if mode not in ("model", "random"):
             raise ValueError(f"fallback must be 'model' or 'random', got {mode!r}")
         self.spec, self.space, self.seed = spec, space, seed
         self.exploration, self.mode = exploration, mode
         self.prior = list(prior)
+        self.relevance = dict(relevance) if relevance else None
         self._peaks: list[tuple[TrainingConfig, float]] | None = None
         self._usable = 0.0
         self._row_cache: dict[TrainingConfig, Row] = {}
@@ -372,6 +376,7 @@ class ModelGuidedProposer:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("relevance", None)
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -419,7 +424,7 @@ class ModelGuidedProposer:
                     {r.key: i for i, r in enumerate(rows)},
                     np.log(np.maximum([r.estimate.tokens_per_s_per_gpu for r in rows], 1e-9)),
                     np.array([[r.estimate.breakdown_s.get(t, 0.0) for t in BREAKDOWN_TERMS] for r in rows]),
-                    ResidualModel(self.space, [r.config for r in rows]),
+                    ResidualModel(self.space, [r.config for r in rows], self.relevance),
                 )
                 if len(self._tables) > 8:  # memory calibrations change rarely; keep a few
                     self._tables.pop(next(iter(self._tables)))

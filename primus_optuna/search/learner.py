@@ -16,6 +16,9 @@ which is exactly the covariance of a sum of random per-(axis, value) effects (va
 (axis-value, axis-value) interactions (``s2``) and three-way ones (``s3``). A one-axis sweep therefore
 measures per-axis-value effects directly, and a pair never measured together keeps the uncertainty of its
 interaction term. ``s1, s2`` are chosen by marginal likelihood on a small grid once enough trials exist.
+With ``relevance`` (per axis, mean 1 over the axes that vary) the first term becomes ``s1·Σ_a r_a·[c_a = c'_a]``:
+an axis believed to matter more gets a larger per-value effect (automatic relevance determination with the
+weights given, not learned; none by default).
 The posterior mean and standard deviation of every feasible configuration are one small linear solve away
 (``n ≤`` a few hundred observations, one matrix product per proposal).
 
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,16 +166,22 @@ class Encoding:
         return x
 
 
-def _kernel_of_matches(s: np.ndarray, main: float, pair: float) -> np.ndarray:
+def _kernel_of_matches(
+    s: np.ndarray, main: float, pair: float, weighted: np.ndarray | None = None
+) -> np.ndarray:
+    """The kernel from the match count ``s`` (``weighted``: the relevance-weighted count of the main term)."""
     triple = pair * TRIPLE_RATIO
-    return main**2 * s + pair**2 * s * (s - 1) / 2 + triple**2 * s * (s - 1) * (s - 2) / 6
+    w = s if weighted is None else weighted
+    return main**2 * w + pair**2 * s * (s - 1) / 2 + triple**2 * s * (s - 1) * (s - 2) / 6
 
 
-def _matches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``S[i, j]`` = the number of axes on which row ``i`` of ``a`` and row ``j`` of ``b`` agree."""
+def _matches(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """``S[i, j]`` = the number of axes on which row ``i`` of ``a`` and row ``j`` of ``b`` agree (each axis
+    counted with its weight when ``weights`` is given)."""
     s = np.zeros((len(a), len(b)))
     for j in range(a.shape[1]):
-        s += a[:, j, None] == b[None, :, j]
+        eq = a[:, j, None] == b[None, :, j]
+        s += eq if weights is None else weights[j] * eq
     return s
 
 
@@ -188,15 +197,22 @@ class Posterior:
     main: float
     pair: float
     n: int
+    weights: np.ndarray | None = None
+    """per-axis relevance of the main term (``None``: every axis 1)"""
+
+    def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        weighted = None if self.weights is None else _matches(a, b, self.weights)
+        return _kernel_of_matches(_matches(a, b), self.main, self.pair, weighted)
 
     def predict(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation (log scale) of the candidates (or the ``rows`` subset)."""
         cand = self.candidates if rows is None else self.candidates[rows]
         s_self = np.full(len(cand), float(cand.shape[1]))
-        prior_var = _kernel_of_matches(s_self, self.main, self.pair)
+        w_self = None if self.weights is None else np.full(len(cand), float(self.weights.sum()))
+        prior_var = _kernel_of_matches(s_self, self.main, self.pair, w_self)
         if self.n == 0 or self.chol is None:
             return np.full(len(cand), self.mean0), np.sqrt(prior_var)
-        k = _kernel_of_matches(_matches(cand, self.observed), self.main, self.pair)
+        k = self._kernel(cand, self.observed)
         mean = self.mean0 + k @ self.alpha
         v = np.linalg.solve(self.chol, k.T)
         var = np.maximum(prior_var - (v * v).sum(axis=0), 1e-12)
@@ -204,11 +220,25 @@ class Posterior:
 
 
 class ResidualModel:
-    """The GP on log(measured / estimate) over a fixed set of candidate configurations (encoded once)."""
+    """The GP on log(measured / estimate) over a fixed set of candidate configurations (encoded once).
 
-    def __init__(self, space: Space, candidates: Sequence[TrainingConfig]) -> None:
+    ``relevance``: per-axis weights of the main term (rescaled to mean 1 over the axes that vary; an axis left
+    out weighs 1)."""
+
+    def __init__(
+        self,
+        space: Space,
+        candidates: Sequence[TrainingConfig],
+        relevance: Mapping[str, float] | None = None,
+    ) -> None:
         self.encoding = Encoding(space)
         self.candidates = self.encoding.encode(candidates)
+        self.weights: np.ndarray | None = None
+        if relevance and self.encoding.axes:
+            w = np.array([max(float(relevance.get(a, 1.0)), 0.0) for a in self.encoding.axes])
+            if w.sum() <= 0:
+                raise ValueError("relevance: at least one varying axis needs a positive weight")
+            self.weights = w * len(w) / w.sum()
 
     def fit(
         self,
@@ -220,16 +250,19 @@ class ResidualModel:
         n = len(configs)
         if n == 0:
             main, pair = DEFAULT_SD
-            return Posterior(self.candidates, np.zeros((0, 0)), np.zeros(0), None, 0.0, main, pair, 0)
+            return Posterior(
+                self.candidates, np.zeros((0, 0)), np.zeros(0), None, 0.0, main, pair, 0, self.weights
+            )
         x = self.encoding.encode(configs)
         y = np.asarray(residuals, dtype=float)
         sd = np.asarray(noise if noise is not None else [NOISE] * n, dtype=float)
         mean0 = float(np.average(y, weights=1.0 / sd**2))
         s = _matches(x, x)
+        weighted = None if self.weights is None else _matches(x, x, self.weights)
         grid = [(m, p) for m in MAIN_SD for p in PAIR_SD] if n >= MIN_FOR_HYPERPARAMETERS else [DEFAULT_SD]
         best: tuple[float, float, float, np.ndarray, np.ndarray] | None = None
         for main, pair in grid:
-            kxx = _kernel_of_matches(s, main, pair) + np.diag(sd**2)
+            kxx = _kernel_of_matches(s, main, pair, weighted) + np.diag(sd**2)
             try:
                 chol = np.linalg.cholesky(kxx)
             except np.linalg.LinAlgError:
@@ -241,6 +274,8 @@ class ResidualModel:
                 best = (lml, main, pair, chol, alpha)
         if best is None:  # numerically singular (cannot happen with a positive noise): no correction
             main, pair = DEFAULT_SD
-            return Posterior(self.candidates, np.zeros((0, 0)), np.zeros(0), None, mean0, main, pair, 0)
+            return Posterior(
+                self.candidates, np.zeros((0, 0)), np.zeros(0), None, mean0, main, pair, 0, self.weights
+            )
         _, main, pair, chol, alpha = best
-        return Posterior(self.candidates, x, alpha, chol, mean0, main, pair, n)
+        return Posterior(self.candidates, x, alpha, chol, mean0, main, pair, n, self.weights)

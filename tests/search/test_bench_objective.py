@@ -148,6 +148,21 @@ def test_ahead_at_the_optimum_means_a_worst_seed_no_lower():
     assert not bench.goals(report([0.97, 0.97, 0.97], [0.97, 0.98, 0.99]), [30], ["primus", "top-k"])[0]
 
 
+def test_the_oracle_reference_knows_the_hidden_effect_sizes_and_is_never_a_bar(spec):
+    """``primus-oracle`` is primus told the landscape's per-axis effect sizes; primus need not beat it."""
+    h = bench.HiddenObjective(spec, 3)
+    land = bench.Landscape.of(spec)
+    oracle = bench.make_sampler("primus-oracle", land, 3, h)
+    assert oracle.fallback.relevance == {a: sd**2 for a, sd in h.axis_sd.items()}
+    assert bench.make_sampler("primus", land, 3).fallback.relevance is None
+    with pytest.raises(ValueError, match="hidden objective"):
+        bench.make_sampler("primus-oracle", land, 3)
+    rows = [bench.RunResult("s", "primus", 0, {10: 0.9}, None)]
+    rows += [bench.RunResult("s", "primus-oracle", 0, {10: 0.99}, None)]
+    report = bench.StudyReport("s", rows, 0, 0, "", 1, 1, [1], [1.0], 0.0)
+    assert bench.goals(report, [10], ["primus", "primus-oracle"]) == (True, "met")
+
+
 def _report(**fractions: list[dict[int, float]]):
     rows = [
         bench.RunResult("s", name, seed, fr, None)

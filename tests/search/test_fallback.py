@@ -1,9 +1,10 @@
 import math
 
+import numpy as np
 import optuna
 import pytest
 
-from primus_optuna import Space, StudySpec
+from primus_optuna import Space, StudySpec, TrainingConfig
 from primus_optuna.physics.memory import estimate_memory
 from primus_optuna.physics.throughput import estimate_throughput
 from primus_optuna.search.fallback import (
@@ -219,6 +220,17 @@ def test_prior_observations_from_an_earlier_study_teach_the_fallback(spec):
     assert config.moe_dispatcher == "alltoall" and f"0 measured trials and {len(prior)} prior ones" in why
 
 
+def _one_axis_apart(feasible: list[TrainingConfig]) -> tuple[TrainingConfig, TrainingConfig, str]:
+    """Two feasible configurations that differ in one axis only (a one-axis sweep point and its centre)."""
+    centre, point = next(
+        (c, d)
+        for c in feasible[:200]
+        for d in feasible
+        if sum(getattr(c, a) != getattr(d, a) for a in AXES) == 1
+    )
+    return centre, point, next(a for a in AXES if getattr(centre, a) != getattr(point, a))
+
+
 def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
     """The GP on log(measured / estimate): it reproduces a measured residual, carries a one-axis effect to
     untried configurations with that value, and is more certain of a measured configuration than of a new one."""
@@ -227,14 +239,7 @@ def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
     space = Space(spec)
     feasible = _feasible(spec, space)
     model = ResidualModel(space, feasible)
-    # two feasible configurations that differ in one axis only: a one-axis sweep point and its centre
-    centre, point = next(
-        (c, d)
-        for c in feasible[:200]
-        for d in feasible
-        if sum(getattr(c, a) != getattr(d, a) for a in AXES) == 1
-    )
-    axis = next(a for a in AXES if getattr(centre, a) != getattr(point, a))
+    centre, point, axis = _one_axis_apart(feasible)
     obs = [centre, point]
     y = [0.0, -0.3]
     post = model.fit(obs, y)
@@ -249,3 +254,30 @@ def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
         key=lambda i: sum(getattr(feasible[i], a) == getattr(point, a) for a in AXES),
     )
     assert mean[other] < -0.05
+
+
+def test_relevance_weighs_what_a_measured_axis_effect_teaches_about_untried_configurations(spec):
+    """``relevance`` scales each axis's per-value effect: the same measured one-axis penalty carries further to
+    untried configurations with that value when the axis is believed to matter more."""
+    from primus_optuna.search.learner import ResidualModel
+
+    space = Space(spec)
+    feasible = _feasible(spec, space)
+    centre, point, axis = _one_axis_apart(feasible)
+    others = [
+        i
+        for i, c in enumerate(feasible)
+        if getattr(c, axis) == getattr(point, axis) and c not in (centre, point)
+    ]
+    assert others
+
+    def penalty(weight: float) -> float:
+        model = ResidualModel(space, feasible, {axis: weight})
+        mean, _ = model.fit([centre, point], [0.0, -0.3]).predict()
+        return float(np.mean(mean[others]))
+
+    assert penalty(10.0) < penalty(1.0) < penalty(0.1) < 0.0
+    assert ResidualModel(space, feasible, {axis: 1.0}).weights is not None
+    assert np.allclose(ResidualModel(space, feasible, {axis: 1.0}).weights, 1.0)
+    with pytest.raises(ValueError, match="positive weight"):
+        ResidualModel(space, feasible, {a: 0.0 for a in AXES})
