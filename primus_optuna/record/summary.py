@@ -68,6 +68,8 @@ class LLMUsage:
     rejected: int = 0
     failed_calls: int = 0
     unparseable: int = 0
+    truncated: int = 0
+    """answers that stopped at ``llm.max_tokens``"""
     stop_reason: str | None = None
 
     def text(self) -> str:
@@ -77,6 +79,8 @@ class LLMUsage:
         )
         if self.rejected:
             out += f", {self.rejected} candidates rejected"
+        if self.truncated:
+            out += f", {self.truncated} answers cut at llm.max_tokens"
         if self.stop_reason:
             out += f"; stopped: {self.stop_reason}"
         return out
@@ -103,6 +107,7 @@ def llm_usage(books: dict[str, Any]) -> LLMUsage:
         rejected=int(num("rejected")),
         failed_calls=int(num("failed")),
         unparseable=int(num("unparseable")),
+        truncated=int(num("truncated")),
         stop_reason=books.get("stop_reason"),
     )
 

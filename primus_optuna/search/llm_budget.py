@@ -45,6 +45,7 @@ COUNTERS = (
     "accepted",
     "rejected",
     "repaired",
+    "truncated",  # answers that stopped at llm.max_tokens
 )
 MODEL = PREFIX + "model"
 MODE = PREFIX + "mode"
@@ -161,7 +162,7 @@ def _num(value: Any) -> float:
 def llm_accounting(study: optuna.Study) -> dict[str, Any]:
     """The planner's books: ``calls`` (made; each reserved first), ``answered``, ``failed`` (no answer),
     ``unparseable``, ``tokens`` (provider usage, parsed or not), ``cost_usd``, ``tool_calls``, ``proposed`` /
-    ``accepted`` / ``rejected`` / ``repaired`` candidates, ``model``, ``mode``, ``stop_reason`` (why it made no
+    ``accepted`` / ``rejected`` / ``repaired`` candidates, ``truncated`` (answers cut at ``llm.max_tokens``), ``model``, ``mode``, ``stop_reason`` (why it made no
     further call, or ``None``), ``last_error`` and ``notes``."""
     sys_attrs = study_state(study)
     out: dict[str, Any] = {}

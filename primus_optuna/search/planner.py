@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import tempfile
@@ -226,6 +227,8 @@ class PlannerOutcome:
     """answered, but no candidate could be read from the answer"""
     tool_calls: int = 0
     repaired: int = 0
+    truncated: int = 0
+    """answers that stopped at ``llm.max_tokens``"""
     stop_reason: str | None = None
     """why this planner makes no further call (set on the call that stopped it)"""
 
@@ -501,6 +504,30 @@ def _picked(choices: Sequence[Any], shortlist: Sequence[tuple[Any, Any]]) -> lis
         else:
             out.append({"pick": pick, "rationale": d.get("rationale", "")})
     return out
+
+
+class _DropTruncationWarning(logging.Filter):
+    """DSPy's "LM response was truncated ..." names its own ``max_tokens`` and ``dspy.inspect_history()``; the
+    planner reports the same fact as ``llm.max_tokens`` (:func:`_truncated`), so DSPy's line is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("LM response was truncated")
+
+
+logging.getLogger("dspy.clients.lm").addFilter(_DropTruncationWarning())
+
+
+def _truncated(entry: dict[str, Any]) -> bool:
+    """Whether one DSPy history entry's answer stopped at the token limit (``finish_reason == "length"``)."""
+    response = entry.get("response")
+    choices = getattr(response, "choices", None)
+    if choices is None and isinstance(response, dict):
+        choices = response.get("choices")
+    reasons = [getattr(response, "finish_reason", None)] + [
+        c.get("finish_reason") if isinstance(c, dict) else getattr(c, "finish_reason", None)
+        for c in choices or []
+    ]
+    return "length" in reasons
 
 
 def _refused(api_base: str | None) -> bool:
@@ -988,6 +1015,11 @@ class Planner:
         out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
         out.tool_calls = tools.used if tools else 0
         self._judge(study, out, raw, kind)
+        out.truncated = sum(1 for h in history if _truncated(h))
+        if out.truncated:
+            cut = f"the answer stopped at llm.max_tokens = {self.settings.max_tokens:,}: raise llm.max_tokens"
+            log.warning("planner: %s", cut)
+            out.error = f"{out.error}; {cut}" if out.error else cut
         self._check_candidates(out, raw, validate, n)
         llm_budget.add_feedback(
             study, [f"{_key_of(self.space, r['candidate'])}: {r['reason'][:200]}" for r in out.rejected]
@@ -1216,6 +1248,7 @@ class Planner:
             ("accepted", len(out.accepted)),
             ("rejected", len(out.rejected)),
             ("repaired", out.repaired),
+            ("truncated", out.truncated),
         ):
             if value:
                 add(study, name, value)

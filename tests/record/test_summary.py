@@ -213,3 +213,16 @@ def test_suggested_export_is_one_the_study_can_write() -> None:
         suggested_export(StudySpec.from_dict(amd_fp8_output)) == "env"
     )  # neither Primus nor its Megatron-LM
     assert suggested_export(spec(fp8_recipe="mxfp8", fp8_dot_product_attention=True)) == "env"
+
+
+def test_answers_cut_at_the_token_limit_are_counted_on_every_surface():
+    """The planner's ``truncated`` counter reaches the summary's and the report's usage lines (absent at 0)."""
+    from primus_optuna.record.report.sections import llm_usage_line
+    from primus_optuna.record.summary import llm_usage
+
+    books = {"calls": 3, "unparseable": 1, "tokens": 900, "truncated": 2}
+    assert "2 answers cut at llm.max_tokens" in llm_usage(books).text()
+    assert "2 answers cut at llm.max_tokens" in llm_usage_line(books)
+    assert "cut at" not in llm_usage({**books, "truncated": 0}).text() + llm_usage_line(
+        {**books, "truncated": 0}
+    )

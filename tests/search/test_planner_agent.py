@@ -166,7 +166,7 @@ def test_agent_over_http_with_native_tool_calls(planner, tmp_path, monkeypatch):
     ],
     ids=["malformed-tool-call", "tool-error", "over-long-answer", "timeout"],
 )
-def test_agent_failures_end_in_the_fallback_with_the_reason(planner, tmp_path, replies, why):
+def test_agent_failures_end_in_the_fallback_with_the_reason(planner, tmp_path, replies, why, caplog):
     spec = planner.spec(mode="agent", timeout_s=1.5 if why == "timeout" else 30)  # see test_planner.py
     _, _, _, _, n_sweep = _ideas(planner, spec)
     with OpenAIServer(replies) as srv:
@@ -182,6 +182,13 @@ def test_agent_failures_end_in_the_fallback_with_the_reason(planner, tmp_path, r
         assert books["failed"] == 1 and books["unparseable"] == 0
     else:
         assert books["unparseable"] == 1 and books["tokens"] >= 150  # usage counted though nothing parsed
+    if replies[0].finish_reason == "length":  # named as the study's own setting, counted
+        assert (
+            "stopped at llm.max_tokens" in doc["error"] and books["truncated"] >= 1
+        )  # each answer of the call
+        assert "raise llm.max_tokens" in caplog.text and "LM response was truncated" not in caplog.text
+    else:
+        assert books.get("truncated", 0) == 0
     if replies[0].tool_calls and replies[0].tool_calls[0][0] == "launch_job":
         assert "Unknown tool" in json.dumps(doc["messages"])
 
