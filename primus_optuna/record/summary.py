@@ -80,7 +80,7 @@ class LLMUsage:
         if self.rejected:
             out += f", {self.rejected} candidates rejected"
         if self.truncated:
-            out += f", {self.truncated} answers cut at llm.max_tokens"
+            out += f", {self.truncated} answer{'s' * (self.truncated != 1)} cut at llm.max_tokens"
         if self.stop_reason:
             out += f"; stopped: {self.stop_reason}"
         return out

@@ -506,6 +506,41 @@ def _picked(choices: Sequence[Any], shortlist: Sequence[tuple[Any, Any]]) -> lis
     return out
 
 
+ECHO_RUN = 5
+"""words per run compared by :func:`no_reason`"""
+ECHO_SHARE = 0.8
+"""a rationale whose runs of :data:`ECHO_RUN` words are at least this share copied from the prompt is an echo"""
+DISTINCT_SHARE = 0.6
+"""a rationale whose runs of :data:`ECHO_RUN` words are less than this share distinct repeats itself"""
+
+
+def _prompt_text(value: Any) -> str:
+    """The words of a prompt's fields (nested lists and dicts flattened)."""
+    if isinstance(value, dict):
+        return " ".join(_prompt_text(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return " ".join(_prompt_text(v) for v in value)
+    return str(value)
+
+
+def no_reason(text: str, prompt: str) -> str | None:
+    """Why a rationale is not a reason, or ``None``: at least :data:`ECHO_SHARE` of its runs of :data:`ECHO_RUN`
+    words appear in the prompt (a small model copying its input), or fewer than :data:`DISTINCT_SHARE` of them
+    are distinct (a model looping on a phrase), or it holds fewer than two words of letters (digits, brackets)."""
+    if text.strip() and len(re.findall(r"[^\W\d_]{3,}", text)) < 2:
+        return "(no reason given: the answer held no words)"
+    words = re.findall(r"\w+", text.lower())
+    if len(words) < ECHO_RUN:
+        return None
+    hay = " " + " ".join(re.findall(r"\w+", prompt.lower())) + " "
+    runs = [" " + " ".join(words[i : i + ECHO_RUN]) + " " for i in range(len(words) - ECHO_RUN + 1)]
+    if sum(r in hay for r in runs) >= ECHO_SHARE * len(runs):
+        return "(no reason given: the answer repeated the prompt)"
+    if len(words) >= 2 * ECHO_RUN and len(set(runs)) < DISTINCT_SHARE * len(runs):
+        return "(no reason given: the answer repeated itself)"
+    return None
+
+
 class _DropTruncationWarning(logging.Filter):
     """DSPy's "LM response was truncated ..." names its own ``max_tokens`` and ``dspy.inspect_history()``; the
     planner reports the same fact as ``llm.max_tokens`` (:func:`_truncated`), so DSPy's line is dropped."""
@@ -1015,6 +1050,10 @@ class Planner:
         out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
         out.tool_calls = tools.used if tools else 0
         self._judge(study, out, raw, kind)
+        prompt = _prompt_text(inputs)
+        for r in raw:
+            if why := no_reason(str(r.get("rationale", "")), prompt):
+                r["rationale"] = why
         out.truncated = sum(1 for h in history if _truncated(h))
         if out.truncated:
             cut = f"the answer stopped at llm.max_tokens = {self.settings.max_tokens:,}: raise llm.max_tokens"

@@ -223,6 +223,8 @@ def test_answers_cut_at_the_token_limit_are_counted_on_every_surface():
     books = {"calls": 3, "unparseable": 1, "tokens": 900, "truncated": 2}
     assert "2 answers cut at llm.max_tokens" in llm_usage(books).text()
     assert "2 answers cut at llm.max_tokens" in llm_usage_line(books)
+    one = {**books, "truncated": 1}
+    assert "1 answer cut at" in llm_usage(one).text() and "1 answer cut at" in llm_usage_line(one)
     assert "cut at" not in llm_usage({**books, "truncated": 0}).text() + llm_usage_line(
         {**books, "truncated": 0}
     )

@@ -314,7 +314,7 @@ def llm_usage_line(books: dict[str, Any]) -> str:
     if books.get("tool_calls"):
         text += f", {books['tool_calls']} tool calls"
     if books.get("truncated"):
-        text += f", {books['truncated']} answers cut at llm.max_tokens"
+        text += f", {books['truncated']} answer{'s' * (books['truncated'] != 1)} cut at llm.max_tokens"
     if books.get("proposed"):
         text += (
             f"; {books['proposed']} candidates proposed, {books.get('accepted', 0)} accepted "
