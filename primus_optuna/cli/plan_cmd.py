@@ -10,7 +10,7 @@ import click
 
 from ..physics.plan import PlanEntry, PlanResult, no_fit_message, plan_space
 from ..physics.throughput import format_throughput
-from ..physics.uncertainty import Band, estimate_band, gain_inside_band, ratio_band
+from ..physics.uncertainty import Band, estimate_band, gain_inside_band, gain_verdict, ratio_band
 from ._common import emit_json, json_option, load_study, skip_exit_collection, study_argument, user_errors
 
 
@@ -102,12 +102,8 @@ def _top_gain(result: PlanResult) -> float | None:
 
 
 def _gain_line(gain: float, band: Band) -> str:
-    where = "inside" if gain_inside_band(gain, band) else "outside"
-    out = (
-        f"estimated gain of #1 over the baseline: {gain:+.1%}, {where} the error band of the ratio of two "
-        f"estimates ({band.text()}: {band.source})"
-    )
-    return out + ("; the baseline may be as fast: measure both" if where == "inside" else "")
+    out = f"estimated gain of #1 over the baseline: {gain:+.1%}; {gain_verdict(gain, band)} ({band.source})"
+    return out + ("; the baseline may be as fast: measure both" if gain_inside_band(gain, band) else "")
 
 
 def _spread(total: int, n: int) -> list[int]:

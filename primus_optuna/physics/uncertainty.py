@@ -27,7 +27,8 @@ errors of the pairs of one vTrain group (one node, one model and batch) and, acr
 held-back rows of one published release and GPU family or of one paper (different models: a conservative
 stand-in for two configurations of one model).
 On a network not measured no pair was measured (the issue reports rank correlation down to 0.43 there): the
-ratio takes the absolute band. :func:`gain_inside_band` says whether a gain could be the band's error alone.
+ratio takes the absolute band. :func:`gain_inside_band` says whether a gain could be the band's error alone;
+:func:`gain_verdict` says it in words.
 
 Example::
 
@@ -327,6 +328,15 @@ def gain_inside_band(gain: float, band: Band) -> bool:
     return (1 + gain) * (1 + band.low) <= 1 <= (1 + gain) * (1 + band.high)
 
 
+def gain_verdict(gain: float, band: Band) -> str:
+    """How an estimated gain reads against the band of a ratio of two estimates, in the words every surface
+    prints: ``a −48%/+13% error of the ratio of two estimates could undo it`` (:func:`gain_inside_band`), or
+    ``more than a ±5% error of the ratio of two estimates could undo``."""
+    if gain_inside_band(gain, band):
+        return f"a {band.text()} error of the ratio of two estimates could undo it"
+    return f"more than a {band.text()} error of the ratio of two estimates could undo"
+
+
 __all__ = [
     "Band",
     "Regime",
@@ -334,6 +344,7 @@ __all__ = [
     "calibration_band",
     "estimate_band",
     "gain_inside_band",
+    "gain_verdict",
     "pair_ratio_errors",
     "quantile_abs",
     "ratio_band",

@@ -38,6 +38,7 @@ from ..physics.uncertainty import (
     Band,
     estimate_band,
     gain_inside_band,
+    gain_verdict,
     ratio_band,
     regime_of,
     residual_band,
@@ -358,13 +359,12 @@ class StudySummary:
         return gain_inside_band(g, self.gain_band)
 
     def band_note(self) -> str:
-        """``; inside the error band of the ratio of two estimates (±18%): the baseline may be as fast``"""
+        """``; a ±18% error of the ratio of two estimates could undo it: the reference may be as fast``"""
         inside, b = self.gain_inside_band, self.gain_band
-        if inside is None or b is None:
+        g = self.gain if self.gain is not None else self.estimated_gain
+        if inside is None or b is None or g is None:
             return ""
-        if inside:
-            return f"; inside the error band of the ratio of two estimates ({b.text()}): the reference may be as fast"
-        return f"; outside the error band of the ratio of two estimates ({b.text()})"
+        return f"; {gain_verdict(g, b)}" + (": the reference may be as fast" if inside else "")
 
     def _gain_over_model_start(self, figures: str) -> str:
         """The gain when the sweep began at the model's best and the baseline was not run."""

@@ -22,7 +22,7 @@ from ...physics.calibration import Calibration
 from ...physics.capacity import band_text, capacity_table, si_text
 from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
-from ...physics.uncertainty import calibration_band, gain_inside_band
+from ...physics.uncertainty import calibration_band, gain_verdict
 from ...redaction import redact
 from ...search.attrs import PRUNE_REASON, source_of
 from ...search.fallback import corrected_tps
@@ -502,12 +502,11 @@ def _estimates(doc: Doc, rec: StudyRecord) -> None:
 
 
 def _ratio_note(rec: StudyRecord, estimated_gain: float | None) -> str:
-    """`` (inside the error band of the ratio of two estimates, ±18%)`` for an estimated gain."""
+    """`` (a ±18% error of the ratio of two estimates could undo it: <source>)`` for an estimated gain."""
     if estimated_gain is None:
         return ""
     band = estimates_ratio_band(rec)
-    where = "inside" if gain_inside_band(estimated_gain, band) else "outside"
-    return f" ({where} the error band of the ratio of two estimates, {band.text()}: {band.source})"
+    return f" ({gain_verdict(estimated_gain, band)}: {band.source})"
 
 
 def _result(doc: Doc, rec: StudyRecord) -> None:
