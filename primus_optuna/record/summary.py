@@ -71,20 +71,37 @@ class LLMUsage:
     unparseable: int = 0
     truncated: int = 0
     """answers that stopped at ``llm.max_tokens``"""
+    tool_calls: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    repaired: int = 0
     stop_reason: str | None = None
 
-    def text(self) -> str:
-        out = (
+    def _head(self) -> str:
+        return (
             f"{self.calls} calls ({self.failed_calls} with no answer, {self.unparseable} unparseable), "
             f"{self.tokens} tokens, ${self.cost_usd:.4f}"
         )
-        if self.rejected:
-            out += f", {self.rejected} candidates rejected"
-        if self.truncated:
-            out += f", {self.truncated} answer{'s' * (self.truncated != 1)} cut at llm.max_tokens"
-        if self.stop_reason:
-            out += f"; stopped: {self.stop_reason}"
-        return out
+
+    def _cut(self) -> str:
+        n = self.truncated
+        return f", {n} answer{'s' * (n != 1)} cut at llm.max_tokens" if n else ""
+
+    def text(self) -> str:
+        """The short form (run summary, executive summary, dashboard)."""
+        out = self._head() + (f", {self.rejected} candidates rejected" if self.rejected else "") + self._cut()
+        return out + (f"; stopped: {self.stop_reason}" if self.stop_reason else "")
+
+    def detail(self) -> str:
+        """The report's planner section: tool calls and the candidates' fate too."""
+        out = "LLM usage: " + self._head()
+        out += (f", {self.tool_calls} tool calls" if self.tool_calls else "") + self._cut()
+        if self.proposed:
+            out += (
+                f"; {self.proposed} candidates proposed, {self.accepted} accepted ({self.repaired} repaired), "
+                f"{self.rejected} rejected"
+            )
+        return out + "." + (f" Stopped: {self.stop_reason}." if self.stop_reason else "")
 
 
 def as_number(v: Any) -> float | None:
@@ -109,6 +126,10 @@ def llm_usage(books: dict[str, Any]) -> LLMUsage:
         failed_calls=int(num("failed")),
         unparseable=int(num("unparseable")),
         truncated=int(num("truncated")),
+        tool_calls=int(num("tool_calls")),
+        proposed=int(num("proposed")),
+        accepted=int(num("accepted")),
+        repaired=int(num("repaired")),
         stop_reason=books.get("stop_reason"),
     )
 

@@ -29,7 +29,14 @@ from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
 from ...spec.study import AXES
-from ..summary import estimates_band, estimates_ratio_band, report_dir, study_summary, suggested_export
+from ..summary import (
+    estimates_band,
+    estimates_ratio_band,
+    llm_usage,
+    report_dir,
+    study_summary,
+    suggested_export,
+)
 from .analysis import (
     estimate_errors,
     fallback_reason,
@@ -304,26 +311,8 @@ def _llm_setup(rec: StudyRecord) -> str:
 
 
 def llm_usage_line(books: dict[str, Any]) -> str:
-    """The planner's accounting in one sentence (calls made / failed / unparseable, tokens, cost, why it
-    stopped)."""
-    text = (
-        f"LLM usage: {books.get('calls', 0)} calls ({books.get('failed', 0)} with no answer, "
-        f"{books.get('unparseable', 0)} unparseable), {books.get('tokens', 0)} tokens, "
-        f"${float(books.get('cost_usd', 0.0) or 0.0):.4f}"
-    )
-    if books.get("tool_calls"):
-        text += f", {books['tool_calls']} tool calls"
-    if books.get("truncated"):
-        text += f", {books['truncated']} answer{'s' * (books['truncated'] != 1)} cut at llm.max_tokens"
-    if books.get("proposed"):
-        text += (
-            f"; {books['proposed']} candidates proposed, {books.get('accepted', 0)} accepted "
-            f"({books.get('repaired', 0)} repaired), {books.get('rejected', 0)} rejected"
-        )
-    text += "."
-    if books.get("stop_reason"):
-        text += f" Stopped: {books['stop_reason']}."
-    return text
+    """The planner's accounting in one sentence (:meth:`~primus_optuna.record.summary.LLMUsage.detail`)."""
+    return llm_usage(books).detail()
 
 
 def _planner(doc: Doc, rec: StudyRecord) -> None:
