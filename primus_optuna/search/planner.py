@@ -520,7 +520,9 @@ def _prompt_text(value: Any) -> str:
         return " ".join(_prompt_text(v) for v in value.values())
     if isinstance(value, list | tuple):
         return " ".join(_prompt_text(v) for v in value)
-    return str(value)
+    if isinstance(value, type) and issubclass(value, BaseModel):  # a response_format class
+        return json.dumps(value.model_json_schema())
+    return "" if value is None else str(value)
 
 
 def no_reason(text: str, prompt: str) -> str | None:
@@ -1050,7 +1052,9 @@ class Planner:
         out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
         out.tool_calls = tools.used if tools else 0
         self._judge(study, out, raw, kind)
-        prompt = _prompt_text(inputs)
+        # what the model was shown: the fields, and the messages and answer schema as sent
+        sent = [[h.get("messages"), (h.get("kwargs") or {}).get("response_format")] for h in history]
+        prompt = _prompt_text([inputs, sent])
         for r in raw:
             if why := no_reason(str(r.get("rationale", "")), prompt):
                 r["rationale"] = why

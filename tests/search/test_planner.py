@@ -465,3 +465,13 @@ def test_a_rationale_that_repeats_the_prompt_or_itself_is_not_kept_as_a_reason()
     assert "held no words" in no_reason("][", prompt)
     assert no_reason("ep 8 keeps the all-to-all inside the node, so deepep wins", prompt) is None
     assert no_reason("the best", prompt) is None  # too short to judge
+    # the answer schema as sent (a response_format class) counts as prompt: its descriptions are echoed too
+    from pydantic import BaseModel
+
+    class Choice(BaseModel):
+        """One choice of the rank mode: a number on the shortlist and why."""
+
+    sent = _prompt_text([inputs, [[None, Choice]]])
+    assert "repeated the prompt" in no_reason(
+        "A single choice of the rank mode: a number on the shortlist and why.", sent
+    )
