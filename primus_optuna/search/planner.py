@@ -1052,18 +1052,10 @@ class Planner:
         out.cost_usd = float(sum((h.get("cost") or 0.0) for h in history if h.get("usage")))
         out.tool_calls = tools.used if tools else 0
         self._judge(study, out, raw, kind)
+        self._note_truncation(out, history)
         # what the model was shown: the fields, and the messages and answer schema as sent
         sent = [[h.get("messages"), (h.get("kwargs") or {}).get("response_format")] for h in history]
-        prompt = _prompt_text([inputs, sent])
-        for r in raw:
-            if why := no_reason(str(r.get("rationale", "")), prompt):
-                r["rationale"] = why
-        out.truncated = sum(1 for h in history if _truncated(h))
-        if out.truncated:
-            cut = f"the answer stopped at llm.max_tokens = {self.settings.max_tokens:,}: raise llm.max_tokens"
-            log.warning("planner: %s", cut)
-            out.error = f"{out.error}; {cut}" if out.error else cut
-        self._check_candidates(out, raw, validate, n)
+        self._check_candidates(out, raw, validate, n, _prompt_text([inputs, sent]))
         llm_budget.add_feedback(
             study, [f"{_key_of(self.space, r['candidate'])}: {r['reason'][:200]}" for r in out.rejected]
         )
@@ -1246,13 +1238,24 @@ class Planner:
                 self._unparseable_in_a_row = 0
         out.stop_reason = self.stopped
 
+    def _note_truncation(self, out: PlannerOutcome, history: list[dict[str, Any]]) -> None:
+        """Count the answers that stopped at ``llm.max_tokens`` and say so once, naming the setting."""
+        out.truncated = sum(1 for h in history if _truncated(h))
+        if out.truncated:
+            cut = f"the answer stopped at llm.max_tokens = {self.settings.max_tokens:,}: raise llm.max_tokens"
+            log.warning("planner: %s", cut)
+            out.error = f"{out.error}; {cut}" if out.error else cut
+
     def _check_candidates(
-        self, out: PlannerOutcome, raw: list[dict[str, Any]], validate: Validate, n: int
+        self, out: PlannerOutcome, raw: list[dict[str, Any]], validate: Validate, n: int, prompt: str = ""
     ) -> None:
+        """Sort the answer's candidates into accepted and rejected; ``prompt``: what the model was shown, so a
+        rationale that only repeats it (or itself) is replaced by a note (:func:`no_reason`)."""
         seen: set[TrainingConfig] = set()
         for cand in raw[: max(2 * n, n + 4)]:
+            text = str(cand.pop("rationale", "") or "")
             # the LM's words go to storage, notes and reports: no secret it may echo gets through
-            rationale = redact(sanitise(cand.pop("rationale", "")), values=[self._api_key])
+            rationale = redact(sanitise(no_reason(text, prompt) or text), values=[self._api_key])
             try:
                 if "pick" in cand:  # rank mode: a number that is not on the shortlist
                     config, reason = None, f"not on the shortlist: {cand['pick']!r}"

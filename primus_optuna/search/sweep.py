@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..physics.uncertainty import gain_inside_band, ratio_band
+from ..physics.uncertainty import gain_inside_band, gain_verdict, ratio_band
 from ..space import Space, TrainingConfig
 from ..spec.study import AXES
 from .nearest import MEMORY_LEVERS, Nearest, Score  # noqa: F401 (MEMORY_LEVERS re-exported)
@@ -310,8 +310,7 @@ def model_start(
     why = (
         "search.start: model"
         if mode == "model"
-        else f"beyond the {band.text()} error of a ratio of two estimates ({band.source}); "
-        "search.start: baseline begins at the baseline"
+        else f"{gain_verdict(gain, band)} ({band.source}); search.start: baseline begins at the baseline"
     )
     note = f"the model's best, estimated {best:,.0f} tokens/s/GPU, {versus}: {why}"
     return config, {"note": note, "baseline_estimate": base or None, "centre_estimate": best}

@@ -475,7 +475,7 @@ class SearchSpec(_Strict):
     """the sweep's centre (its first trial): ``baseline`` the study's baseline (or the nearest configuration
     that fits), ``model`` the model's best estimate, ``auto`` the model's best when its estimated gain over the
     baseline lies beyond the error band of a ratio of two estimates (see :func:`~primus_optuna.search.sweep.
-    sweep_center`), else the baseline"""
+    model_start`), else the baseline"""
     seed: int = 0
     max_tp: int | None = Field(default=None, gt=0)
     early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
