@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from operator import add
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 M_CAP_PER_STAGE = 3
 """simulate at most ``3·p`` micro-batches (a multiple of p): the bubble is constant beyond (tested)"""
@@ -68,6 +68,11 @@ class PipelineTiming(NamedTuple):
     def stage_work(self) -> tuple[float, ...]:
         """Per stage, its work per micro-batch."""
         return tuple([self.class_work[i] for i in self.stage_class])
+
+
+def chunks_per_stage(schedule: str, vpp: int) -> int:
+    """Model chunks each stage holds under ``schedule``: ZB-V's two (a V), interleaved's ``vpp``, else one."""
+    return 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
 
 
 def n_virtual(schedule: str, pp: int, vpp: int) -> int:
@@ -317,7 +322,7 @@ def simulate(
     ``tests/physics/pipeline_reference.py`` (tested equal): the fixed order (1F1B, interleaved) and the greedy
     event simulation (zero-bubble). :func:`simulate_chunks` takes a duration per chunk.
     """
-    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    v = chunks_per_stage(schedule, vpp)
     nv = n_virtual(schedule, pp, v)
     fs, bs, ws = [f] * nv, [b] * nv, [w] * nv
     fs[-1], bs[-1], ws[-1] = f + f_last, b + b_last, w + w_last
@@ -348,7 +353,7 @@ def simulate_chunks(
     zb = schedule in ("zb1p", "zbv")
     zbv = schedule == "zbv"
     asynchronous = schedule == "interleaved"  # overlap_p2p_comm
-    v = 2 if zbv else (vpp if asynchronous else 1)
+    v = chunks_per_stage(schedule, vpp)
     if asynchronous and m % pp:
         # Megatron-Core refuses it: megatron/core/pipeline_parallel/schedules.py:1160-1180@d98e8a64
         raise ValueError(f"interleaved schedule needs micro-batches ({m}) a multiple of pp={pp}")
@@ -360,11 +365,8 @@ def simulate_chunks(
     if not zb:  # 1F1B, interleaved: Megatron's fixed order
         makespan, busy, path = _static(sh, pp, dur_of, delay_of, asynchronous)
         return makespan, busy, sends, path
-    if zbv:
-        run = _greedy_zbv(sh, schedule, pp, vpp, m, dur_of, dur_w, delay_of, delay_f, delay_b)
-    else:
-        run = _greedy_zbh1(sh, schedule, pp, vpp, m, dur_of, dur_w)
-    makespan, busy, recs, end_op = run
+    greedy = (_GreedyZBV if zbv else _GreedyZBH1)(sh, schedule, pp, vpp, m, dur_of, dur_w)
+    makespan, busy, recs, end_op = greedy.run()
     return makespan, busy, sends, _greedy_critical_path(sh, recs, end_op)
 
 
@@ -400,344 +402,231 @@ def _pass_durations(
     return dur_f, dur_b, dur_w, sends, delay_f, delay_b
 
 
-def _greedy_zbh1(
-    sh: _Shape,
-    schedule: str,
-    pp: int,
-    vpp: int,
-    m: int,
-    dur_of: list[float],
-    dur_w: list[float],
-) -> tuple[float, list[float], list[tuple[int, int, int, int]], int]:
-    """ZB-H1's greedy simulation: one forward and one backward queue per stage, blocking sends.
+_Ran = tuple[float, int, int, int, float]
+"""a pass run by the greedy simulation: (end, kind (0 F, 1 B, 2 W), chunk, its input's record or -1, the time
+that input was ready)"""
 
-    Returns (makespan, busy time per stage, per pass run its kind (0 F, 1 B, 2 W), chunk, binding predecessor
-    and 1 when that predecessor is an asynchronous transfer; the pass that ends last)."""
-    nvm = sh.nvm
-    chunk_of = sh.chunk_of
-    fin = [-1.0] * (2 * nvm)
-    ids = [-1] * (2 * nvm)
-    # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor (sends block: no
-    # transfer binds)
-    recs: list[tuple[int, int, int, int]] = []
-    rec_append = recs.append
-    last_op = [-1] * pp
-    last_end = [0.0] * pp
-    end_op = -1
-    pend_w: list[list[int]] = [[] for _ in range(pp)]
-    # in flight = forwards whose B has not run; W passes deferred at most wmax per stage
-    inflight_all = [0] * pp
-    caps, feeds, wakes = sh.caps, sh.feeds, sh.wakes
-    wmax = pp - 1
-    remaining = list(sh.remaining)
-    busy = [0.0] * pp
-    free = [0.0] * pp
-    version = [0] * pp
-    heap = [(0.0, s, s, 0) for s in range(pp)]
-    seq = pp
-    waiting: list[int] = []
-    makespan = 0.0
-    inf = float("inf")
-    heappop, heappush = heapq.heappop, heapq.heappush
-    fin.extend((-1.0, 0.0))  # slots 2·nv·m (never set) and 2·nv·m + 1 (at 0)
-    ids.extend((-1, -1))
-    f_op, f_dep, b_op, b_dep = sh.f_op, sh.f_dep, sh.b_op, sh.b_dep
-    f_at = list(sh.f_start)  # each stage's queue head, an index into f_op / f_dep
-    b_at = list(sh.b_start)
-    n_op = 0
-    while heap:
-        t, _, s, ver = heappop(heap)
-        if ver != version[s] or remaining[s] == 0:
-            continue
-        fs = free[s]
-        if fs > t:
-            t = fs
+
+class _Greedy:
+    """The zero-bubble schedules' event simulation: each stage, once free, runs the pass its rule picks
+    (:meth:`_pick`), else waits for the input it lacks; W passes are deferred at most ``p − 1`` per stage.
+    Sends block in both schedules, so no transfer delays a pass's input."""
+
+    def __init__(
+        self, sh: _Shape, schedule: str, pp: int, vpp: int, m: int, dur_of: list[float], dur_w: list[float]
+    ) -> None:
+        self.sh, self.schedule, self.pp, self.vpp, self.m = sh, schedule, pp, vpp, m
+        self.dur_of, self.dur_w = dur_of, dur_w
+        # per pass its finish time and record, and two extra slots: one never set (the end of a queue: never
+        # ready) and one at 0 (the first chunk's forward input)
+        self.fin = [-1.0] * (2 * sh.nvm) + [-1.0, 0.0]
+        self.ids = [-1] * (2 * sh.nvm + 2)
+        # per pass run: its kind (0 F, 1 B, 2 W), chunk and binding predecessor (the critical path's links)
+        self.recs: list[tuple[int, int, int]] = []
+        self.last_op = [-1] * pp
+        self.last_end = [0.0] * pp
+        self.pend_w: list[list[int]] = [[] for _ in range(pp)]
+        self.inflight_all = [0] * pp  # forwards whose B has not run
+        self.busy = [0.0] * pp
+        self.free = [0.0] * pp
+        self.version = [0] * pp
+        self.heap = [(0.0, s, s, 0) for s in range(pp)]
+        self.seq = pp
+        self.waiting: list[int] = []
+
+    def run(self) -> tuple[float, list[float], list[tuple[int, int, int]], int]:
+        """(makespan, busy time per stage, the passes' records, the record of the pass that ends last)."""
+        remaining, free, version, heap = list(self.sh.remaining), self.free, self.version, self.heap
+        recs = self.recs
+        makespan, end_op = 0.0, -1
+        while heap:
+            t, _, s, ver = heapq.heappop(heap)
+            if ver != version[s] or remaining[s] == 0:
+                continue
+            picked = self._pick(s, max(t, free[s]))
+            if picked is None:
+                continue
+            end, kind, k, dep_id, dep_t = picked
+            n_op = len(recs)
+            bound = dep_id >= 0 and dep_t > self.last_end[s]
+            recs.append((kind, k, dep_id if bound else self.last_op[s]))
+            self.last_op[s], self.last_end[s] = n_op, end
+            free[s] = end
+            remaining[s] -= 1
+            if end > makespan:
+                makespan, end_op = end, n_op
+            if remaining[s]:
+                self.seq += 1
+                heapq.heappush(heap, (end, self.seq, s, version[s]))
+            self._wake(s)
+        if any(remaining):
+            raise RuntimeError(self._deadlock())
+        return makespan, self.busy, recs, end_op
+
+    def _deadlock(self) -> str:
+        return f"pipeline simulation deadlocked ({self.schedule}, pp={self.pp}, vpp={self.vpp}, m={self.m})"
+
+    def _wake(self, s: int) -> None:
+        """Waiting stages that the pass just run on ``s`` may unblock are rescheduled (``s`` leaves the list)."""
+        waiting = self.waiting
+        if not waiting or (s not in waiting and self.sh.wakes[s].isdisjoint(waiting)):
+            return
+        still = []
+        for w_ in waiting:
+            if w_ != s and s in self.sh.feeds[w_]:
+                self.version[w_] += 1
+                self.seq += 1
+                heapq.heappush(self.heap, (self.free[w_], self.seq, w_, self.version[w_]))
+            elif w_ != s:
+                still.append(w_)
+        self.waiting = still
+
+    def _block(self, s: int, t: float, nxt: float) -> None:
+        """Stage ``s`` waits from ``t`` for an input ready at ``nxt`` (inf: one another stage has yet to run)."""
+        self.free[s] = t
+        self.waiting.append(s)
+        if nxt < math.inf:
+            self.seq += 1
+            heapq.heappush(self.heap, (nxt, self.seq, s, self.version[s]))
+        elif not self.heap:
+            raise RuntimeError(self._deadlock())
+
+    def _wait(self, s: int, t: float, nxt: float) -> float | None:
+        """The time ``s`` looks again when its next input is ready at ``nxt`` before any other stage's event,
+        else ``None`` (:meth:`_block`)."""
+        if nxt < math.inf and (not self.heap or nxt <= self.heap[0][0]):
+            return nxt
+        self._block(s, t, nxt)
+        return None
+
+    def _run_w(self, s: int, t: float) -> _Ran:
+        k = self.pend_w[s].pop(0)
+        d = self.dur_w[k]
+        self.busy[s] += d
+        return t + d, 2, k, -1, -1.0
+
+    def _run(self, s: int, t: float, op: int, dep: int, dep_t: float) -> _Ran:
+        """Run forward or backward pass ``op`` on ``s`` at ``t``; its input, pass ``dep``, was ready at ``dep_t``."""
+        d = self.dur_of[op]
+        end = t + d
+        self.fin[op] = end
+        self.ids[op] = len(self.recs)
+        self.busy[s] += d
+        k = self.sh.chunk_of[op]
+        backward = op >= self.sh.nvm
+        if backward:
+            self.inflight_all[s] -= 1
+            self.pend_w[s].append(k)
+        else:
+            self.inflight_all[s] += 1
+        return end, int(backward), k, self.ids[dep] if dep >= 0 else -1, dep_t
+
+    def _pick(self, s: int, t: float) -> _Ran | None:
+        """Run the pass stage ``s`` takes at ``t`` or later: (end, kind, chunk, its input's record, the time that
+        input was ready); ``None``: blocked."""
+        raise NotImplementedError
+
+
+class _GreedyZBH1(_Greedy):
+    """ZB-H1: one forward and one backward queue per stage; a ready B first, else a ready F while fewer than
+    the stage's cap are in flight, else a pending W."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.f_at = list(self.sh.f_start)  # each stage's queue head, an index into f_op / f_dep
+        self.b_at = list(self.sh.b_start)
+
+    def _pick(self, s: int, t: float) -> _Ran | None:
+        sh, fin, inf = self.sh, self.fin, math.inf
         while True:
-            if len(pend_w[s]) > wmax:
-                k = pend_w[s].pop(0)
-                d = dur_w[k]
-                end = t + d
-                busy[s] += d
-                kind, dep_id, dep_t = 2, -1, -1.0
-                break
-            bp = b_at[s]
-            rb = fin[b_dep[bp]]
+            if len(self.pend_w[s]) > self.pp - 1:
+                return self._run_w(s, t)
+            bp = self.b_at[s]
+            rb = fin[sh.b_dep[bp]]
             if rb < 0:
                 rb = inf
             elif rb <= t:  # a ready backward first (the forward head is not needed)
-                op = b_op[bp]
-                b_at[s] = bp + 1
-                d = dur_of[op]
-                end = t + d
-                fin[op] = end
-                ids[op] = n_op
-                busy[s] += d
-                kind, dep_t = 1, rb
-                dep_id = ids[b_dep[bp]]
-                k = chunk_of[op]
-                inflight_all[s] -= 1
-                pend_w[s].append(k)
-                break
-            if inflight_all[s] < caps[s]:
-                fp = f_at[s]
-                j = f_dep[fp]
-                rf = fin[j]
+                self.b_at[s] = bp + 1
+                return self._run(s, t, sh.b_op[bp], sh.b_dep[bp], rb)
+            rf = inf
+            if self.inflight_all[s] < sh.caps[s]:
+                fp = self.f_at[s]
+                rf = fin[sh.f_dep[fp]]
                 if rf < 0:
                     rf = inf
-            else:
-                rf = inf
-            if rf <= t:
-                op = f_op[fp]
-                f_at[s] = fp + 1
-                d = dur_of[op]
-                end = t + d
-                fin[op] = end
-                ids[op] = n_op
-                busy[s] += d
-                kind, dep_t = 0, rf
-                dep_id = ids[j]
-                k = chunk_of[op]
-                inflight_all[s] += 1
-                break
-            if pend_w[s]:
-                k = pend_w[s].pop(0)
-                d = dur_w[k]
-                end = t + d
-                busy[s] += d
-                kind, dep_id, dep_t = 2, -1, -1.0
-                break
-            nxt = rb if rb < rf else rf
-            if nxt < inf and (not heap or nxt <= heap[0][0]):
-                t = nxt
-                continue
-            # blocked: wait for a dependency (or for another stage to produce one)
-            free[s] = t
-            waiting.append(s)
-            if nxt < inf:
-                seq += 1
-                heappush(heap, (nxt, seq, s, version[s]))
-            elif not heap:
-                raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
-            end = -1.0
-            break
-        if end < 0:
-            continue
-        bound = dep_id >= 0 and dep_t > last_end[s]
-        rec_append((kind, k, dep_id if bound else last_op[s], 0))  # sends block: no transfer binds
-        last_op[s] = n_op
-        last_end[s] = end
-        free[s] = end
-        if end > makespan:
-            makespan, end_op = end, n_op
-        n_op += 1
-        remaining[s] -= 1
-        if remaining[s]:
-            seq += 1
-            heappush(heap, (end, seq, s, version[s]))
-        # waiting stages this op may unblock are woken (s itself leaves the list); the others stay
-        if waiting and (s in waiting or not wakes[s].isdisjoint(waiting)):
-            still = []
-            for w_ in waiting:
-                if w_ != s and s in feeds[w_]:
-                    version[w_] += 1
-                    seq += 1
-                    heappush(heap, (free[w_], seq, w_, version[w_]))
-                elif w_ != s:
-                    still.append(w_)
-            waiting = still
-    return makespan, busy, recs, end_op
+                elif rf <= t:
+                    self.f_at[s] = fp + 1
+                    return self._run(s, t, sh.f_op[fp], sh.f_dep[fp], rf)
+            if self.pend_w[s]:
+                return self._run_w(s, t)
+            later = self._wait(s, t, rb if rb < rf else rf)
+            if later is None:
+                return None
+            t = later
 
 
-def _greedy_zbv(
-    sh: _Shape,
-    schedule: str,
-    pp: int,
-    vpp: int,
-    m: int,
-    dur_of: list[float],
-    dur_w: list[float],
-    delay_of: list[float],
-    delay_f: list[float],
-    delay_b: list[float],
-) -> tuple[float, list[float], list[tuple[int, int, int, int]], int]:
-    """ZB-V's greedy simulation: per stage a forward and a backward queue of each of its chunks.
+class _GreedyZBV(_Greedy):
+    """ZB-V: per stage a forward and a backward queue of each of its two chunks. The earliest-ready forward
+    (a tie: the later queue) runs when one is ready and the caps allow, even with a backward ready (Megatron's
+    steady state: one forward, then one backward); else the earliest-ready backward (a tie: the earlier
+    queue); else a pending W."""
 
-    Returns (makespan, busy time per stage, per pass run its kind (0 F, 1 B, 2 W), chunk, binding predecessor
-    and 1 when that predecessor is an asynchronous transfer; the pass that ends last)."""
-    nvm = sh.nvm
-    f_orders, b_orders, chunk_of, dep_of = sh.f_orders, sh.b_orders, sh.chunk_of, sh.dep_of
-    fin = [-1.0] * (2 * nvm)
-    ids = [-1] * (2 * nvm)
-    # critical-path bookkeeping, per op: kind (0 F, 1 B, 2 W), chunk, binding predecessor, and 1 when that
-    # predecessor is an asynchronous transfer
-    recs: list[tuple[int, int, int, int]] = []
-    rec_append = recs.append
-    last_op = [-1] * pp
-    last_end = [0.0] * pp
-    end_op = -1
-    f_ptr = [[0] * len(q) for q in f_orders]
-    b_ptr = [[0] * len(q) for q in b_orders]
-    f_len, b_len = sh.f_len, sh.b_len
-    pend_w: list[list[int]] = [[] for _ in range(pp)]
-    # in flight = forwards whose B has not run, per forward queue; W passes deferred at most wmax per stage
-    inflight = [[0] * len(q) for q in f_orders]
-    inflight_all = [0] * pp
-    queue_of, caps, qcap, feeds = sh.queue_of, sh.caps, sh.qcap, sh.feeds
-    wmax = pp - 1
-    remaining = list(sh.remaining)
-    busy = [0.0] * pp
-    free = [0.0] * pp
-    version = [0] * pp
-    heap = [(0.0, s, s, 0) for s in range(pp)]
-    seq = pp
-    waiting: list[int] = []
-    makespan = 0.0
-    inf = float("inf")
-    heappop, heappush = heapq.heappop, heapq.heappush
-    while heap:
-        t, _, s, ver = heappop(heap)
-        if ver != version[s] or remaining[s] == 0:
-            continue
-        fs = free[s]
-        if fs > t:
-            t = fs
-        end = -1.0
-        pw = pend_w[s]
-        b_qs, b_p, b_n = b_orders[s], b_ptr[s], b_len[s]
-        f_qs, f_p, f_n = f_orders[s], f_ptr[s], f_len[s]
-        infl, qc, cap = inflight[s], qcap[s], caps[s]
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.f_ptr = [[0] * len(q) for q in self.sh.f_orders]
+        self.b_ptr = [[0] * len(q) for q in self.sh.b_orders]
+        self.inflight = [[0] * len(q) for q in self.sh.f_orders]  # per forward queue
+
+    def _pick(self, s: int, t: float) -> _Ran | None:
+        sh, fin, dep_of, inf = self.sh, self.fin, self.sh.dep_of, math.inf
+        b_qs, b_p, b_n = sh.b_orders[s], self.b_ptr[s], sh.b_len[s]
+        f_qs, f_p, f_n = sh.f_orders[s], self.f_ptr[s], sh.f_len[s]
+        infl, qcap = self.inflight[s], sh.qcap[s]
         while True:
-            if len(pw) > wmax:
-                k = pw.pop(0)
-                d = dur_w[k]
-                end = t + d
-                busy[s] += d
-                kind, dep_id, dep_t = 2, -1, -1.0
-                break
+            if len(self.pend_w[s]) > self.pp - 1:
+                return self._run_w(s, t)
             best_b = best_f = -1
             rb = rf = inf
-            for qi in range(len(b_qs)):
-                p_ = b_p[qi]
-                if p_ < b_n[qi]:
-                    op = b_qs[qi][p_]
-                    dep = fin[dep_of[op]]
-                    if dep >= 0:
-                        dep += delay_of[op]
-                        if dep >= 0 and dep < rb:
-                            rb, best_b = dep, qi
-            if inflight_all[s] < cap:
-                for qi in range(len(f_qs)):
-                    p_ = f_p[qi]
-                    if p_ < f_n[qi] and infl[qi] < qc[qi]:
-                        op = f_qs[qi][p_]
-                        j = dep_of[op]
-                        dep = 0.0 if j < 0 else fin[j]
-                        if dep >= 0:
-                            dep += delay_of[op]
-                            if dep >= 0 and dep <= rf:  # ZB-V: a tie goes to the later queue
-                                rf, best_f = dep, qi
-            run_b = best_b >= 0 and rb <= t
-            run_f = best_f >= 0 and rf <= t
-            if run_b and run_f:  # Megatron's steady state: one forward, then one backward
-                run_b = False
-            if run_b:
-                op = b_qs[best_b][b_p[best_b]]
-                b_p[best_b] += 1
-                d = dur_of[op]
-                end = t + d
-                fin[op] = end
-                ids[op] = len(recs)
-                busy[s] += d
-                kind, dep_t = 1, rb
-                dep_id = ids[dep_of[op]]
-                k = chunk_of[op]
-                q_ = queue_of[k]
-                infl[q_] -= 1
-                inflight_all[s] -= 1
-                pw.append(k)
-                break
-            if run_f:
+            for qi, q in enumerate(b_qs):
+                if b_p[qi] < b_n[qi] and 0 <= (ready := fin[dep_of[q[b_p[qi]]]]) < rb:
+                    rb, best_b = ready, qi
+            if self.inflight_all[s] < sh.caps[s]:
+                for qi, q in enumerate(f_qs):
+                    if f_p[qi] < f_n[qi] and infl[qi] < qcap[qi]:
+                        j = dep_of[q[f_p[qi]]]
+                        if 0 <= (ready := 0.0 if j < 0 else fin[j]) <= rf:
+                            rf, best_f = ready, qi
+            if best_f >= 0 and rf <= t:
                 op = f_qs[best_f][f_p[best_f]]
                 f_p[best_f] += 1
-                d = dur_of[op]
-                end = t + d
-                fin[op] = end
-                ids[op] = len(recs)
-                busy[s] += d
-                kind, dep_t = 0, rf
-                j = dep_of[op]
-                dep_id = ids[j] if j >= 0 else -1
-                k = chunk_of[op]
                 infl[best_f] += 1
-                inflight_all[s] += 1
-                break
-            if pw:
-                k = pw.pop(0)
-                d = dur_w[k]
-                end = t + d
-                busy[s] += d
-                kind, dep_id, dep_t = 2, -1, -1.0
-                break
-            nxt = rb if rb < rf else rf
-            if nxt < inf and (not heap or nxt <= heap[0][0]):
-                t = nxt
-                continue
-            break
-        if end < 0:  # blocked: wait for a dependency (or for another stage to produce one)
-            free[s] = t
-            waiting.append(s)
-            if nxt < inf:
-                seq += 1
-                heappush(heap, (nxt, seq, s, version[s]))
-            elif not heap:
-                raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
-            continue
-        n_op = len(recs)
-        bound = dep_id >= 0 and dep_t > last_end[s]
-        if kind == 0:
-            dly = int(bound and delay_f[k] > 0)
-        elif kind == 1:
-            dly = int(bound and delay_b[k] > 0)
-        else:
-            dly = 0
-        rec_append((kind, k, dep_id if bound else last_op[s], dly))
-        last_op[s], last_end[s] = n_op, end
-        free[s] = end
-        remaining[s] -= 1
-        if end > makespan:
-            makespan, end_op = end, n_op
-        if remaining[s]:
-            seq += 1
-            heappush(heap, (end, seq, s, version[s]))
-        if waiting:
-            still = []
-            for w_ in waiting:
-                if w_ != s and s in feeds[w_]:
-                    version[w_] += 1
-                    seq += 1
-                    heappush(heap, (free[w_], seq, w_, version[w_]))
-                elif w_ != s:
-                    still.append(w_)
-            waiting = still
-    if any(remaining):
-        raise RuntimeError(f"pipeline simulation deadlocked ({schedule}, pp={pp}, vpp={vpp}, m={m})")
-    return makespan, busy, recs, end_op
+                return self._run(s, t, op, dep_of[op], rf)
+            if best_b >= 0 and rb <= t:
+                op = b_qs[best_b][b_p[best_b]]
+                b_p[best_b] += 1
+                infl[sh.queue_of[sh.chunk_of[op]]] -= 1
+                return self._run(s, t, op, dep_of[op], rb)
+            if self.pend_w[s]:
+                return self._run_w(s, t)
+            later = self._wait(s, t, rb if rb < rf else rf)
+            if later is None:
+                return None
+            t = later
 
 
 def _greedy_critical_path(
     sh: _Shape,
-    recs: list[tuple[int, int, int, int]],
+    recs: list[tuple[int, int, int]],
     end_op: int,
 ) -> tuple[list[int], list[int], list[int], int]:
     """The critical path of a greedy (zero-bubble) simulation back from ``end_op``: its passes per chunk and
-    kind and the blocking sends and asynchronous transfers it waits for (as :func:`simulate_chunks` returns it)."""
+    kind and the blocking sends it waits for (as :func:`simulate_chunks` returns it)."""
     nv, last, st = sh.nv, sh.last, sh.st
     cf, cb, cw = [0] * nv, [0] * nv, [0] * nv
     cc = 0
     op = end_op
     while op >= 0:
-        kind, k, pred, dly = recs[op]
-        cc += dly
+        kind, k, pred = recs[op]
         if kind == 0:
             cf[k] += 1
             cc += k < last and st[k + 1] != st[k]
@@ -841,7 +730,7 @@ class ChunkMix:
 @lru_cache(maxsize=1024)
 def chunk_mix(schedule: str, pp: int, vpp: int, counts: tuple[tuple[float, ...], ...]) -> ChunkMix:
     """The :class:`ChunkMix` of ``counts`` (per chunk, per kind) under ``schedule`` on ``pp`` stages."""
-    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    v = chunks_per_stage(schedule, vpp)
     nv = n_virtual(schedule, pp, v)
     if len(counts) != nv:
         raise ValueError(f"{len(counts)} chunk counts for {nv} chunks ({schedule}, pp={pp}, vpp={v})")
@@ -991,7 +880,7 @@ def pipeline_timing(
     """:func:`mixed_pipeline_timing` with every chunk alike: ``f, b, w`` per chunk and micro-batch, ``c`` one
     blocking send, ``*_last`` the extra durations of the chunk holding the output layer. With ``pp = 1`` it is
     ``m`` passes."""
-    v = 2 if schedule == "zbv" else (vpp if schedule == "interleaved" else 1)
+    v = chunks_per_stage(schedule, vpp)
     nv = n_virtual(schedule, pp, v)
     counts = ((1.0, 0.0),) * (nv - 1) + ((1.0, 1.0),)
     if schedule not in ("zb1p", "zbv"):  # W inside B

@@ -75,7 +75,7 @@ from .gemm_efficiency import ATTN_REFERENCE_HEAD_DIM, flash_attention_seconds, g
 from .layer_mix import StageMix, chunk_counts, even_fallback, rank_layer_params, stage_mixes
 from .measured import ProfileTerms, profile_constants
 from .network import study_topology
-from .pipeline import ChunkMix, chunk_mix, mixed_pipeline_timing, step_lower_bound
+from .pipeline import ChunkMix, chunk_mix, chunks_per_stage, mixed_pipeline_timing, step_lower_bound
 from .shapes import embedding_params, output_params
 from .spec_cache import per_spec
 
@@ -212,14 +212,6 @@ class _Layer:
     expert_f: float  # expert grouped-GEMM time, forward
     host_f: float  # wait for the host beyond the GPU's work, forward
     host_b: float  # and backward
-
-
-@dataclass(frozen=True, slots=True)
-class _Axes:
-    tp: int
-    cp: int
-    ep: int
-    mbs: int
 
 
 class _Context:
@@ -921,7 +913,7 @@ def _layout(ctx: _Context, config: Any) -> tuple[Any, ...]:
     schedule = config.pp_schedule if pp > 1 else "1f1b"
     if schedule in ("zb1p", "zbv") and not ctx.gaf:
         schedule = "1f1b"  # Primus: zero-bubble needs gradient_accumulation_fusion, else plain 1F1B runs
-    vpp = 2 if schedule == "zbv" else (config.vpp if schedule == "interleaved" else 1)
+    vpp = chunks_per_stage(schedule, config.vpp)
     dp = config.dp or max(1, ctx.world // (tp * cp * pp))
     m = config.num_microbatches or max(1, ctx.gbs // (mbs * dp))
     dispatcher = config.moe_dispatcher if ctx.is_moe else "alltoall"
