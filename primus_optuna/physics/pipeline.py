@@ -491,14 +491,6 @@ class _Greedy:
         elif not self.heap:
             raise RuntimeError(self._deadlock())
 
-    def _wait(self, s: int, t: float, nxt: float) -> float | None:
-        """The time ``s`` looks again when its next input is ready at ``nxt`` before any other stage's event,
-        else ``None`` (:meth:`_block`)."""
-        if nxt < math.inf and (not self.heap or nxt <= self.heap[0][0]):
-            return nxt
-        self._block(s, t, nxt)
-        return None
-
     def _run_w(self, s: int, t: float) -> _Ran:
         k = self.pend_w[s].pop(0)
         d = self.dur_w[k]
@@ -522,54 +514,65 @@ class _Greedy:
         return end, int(backward), k, self.ids[dep] if dep >= 0 else -1, dep_t
 
     def _pick(self, s: int, t: float) -> _Ran | None:
-        """Run the pass stage ``s`` takes at ``t`` or later: (end, kind, chunk, its input's record, the time that
-        input was ready); ``None``: blocked."""
+        """Run the pass stage ``s`` takes at ``t`` or later: W when ``p − 1`` are deferred, else the ready pass
+        the schedule's rule picks (:meth:`_ready`), else a deferred W, else the input it waits for once it is
+        ready (before any other stage's event; else :meth:`_block` and ``None``)."""
+        heap = self.heap
+        while True:
+            if len(self.pend_w[s]) > self.pp - 1:
+                return self._run_w(s, t)
+            ran = self._ready(s, t)
+            if not isinstance(ran, float):
+                return ran
+            if self.pend_w[s]:
+                return self._run_w(s, t)
+            if ran < math.inf and (not heap or ran <= heap[0][0]):
+                t = ran
+                continue
+            self._block(s, t, ran)
+            return None
+
+    def _ready(self, s: int, t: float) -> _Ran | float:
+        """Run the forward or backward pass the schedule picks among those ready on ``s`` at ``t``, else the
+        time the first of them gets ready (inf: an input another stage has yet to run)."""
         raise NotImplementedError
 
 
 class _GreedyZBH1(_Greedy):
     """ZB-H1: one forward and one backward queue per stage; a ready B first, else a ready F while fewer than
-    the stage's cap are in flight, else a pending W."""
+    the stage's cap are in flight."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.f_at = list(self.sh.f_start)  # each stage's queue head, an index into f_op / f_dep
         self.b_at = list(self.sh.b_start)
 
-    def _pick(self, s: int, t: float) -> _Ran | None:
+    def _ready(self, s: int, t: float) -> _Ran | float:
         sh, fin, inf = self.sh, self.fin, math.inf
-        while True:
-            if len(self.pend_w[s]) > self.pp - 1:
-                return self._run_w(s, t)
-            bp = self.b_at[s]
-            rb = fin[sh.b_dep[bp]]
-            if rb < 0:
-                rb = inf
-            elif rb <= t:  # a ready backward first (the forward head is not needed)
-                self.b_at[s] = bp + 1
-                return self._run(s, t, sh.b_op[bp], sh.b_dep[bp], rb)
-            rf = inf
-            if self.inflight_all[s] < sh.caps[s]:
-                fp = self.f_at[s]
-                rf = fin[sh.f_dep[fp]]
-                if rf < 0:
-                    rf = inf
-                elif rf <= t:
-                    self.f_at[s] = fp + 1
-                    return self._run(s, t, sh.f_op[fp], sh.f_dep[fp], rf)
-            if self.pend_w[s]:
-                return self._run_w(s, t)
-            later = self._wait(s, t, rb if rb < rf else rf)
-            if later is None:
-                return None
-            t = later
+        bp = self.b_at[s]
+        rb = fin[sh.b_dep[bp]]
+        if rb < 0:
+            rb = inf
+        elif rb <= t:  # a ready backward first (the forward head is not needed)
+            self.b_at[s] = bp + 1
+            return self._run(s, t, sh.b_op[bp], sh.b_dep[bp], rb)
+        rf = inf
+        if self.inflight_all[s] < sh.caps[s]:
+            fp = self.f_at[s]
+            rf = fin[sh.f_dep[fp]]
+            if rf < 0:
+                rf = inf
+            elif rf <= t:
+                self.f_at[s] = fp + 1
+                return self._run(s, t, sh.f_op[fp], sh.f_dep[fp], rf)
+        return rb if rb < rf else rf
 
 
 class _GreedyZBV(_Greedy):
     """ZB-V: per stage a forward and a backward queue of each of its two chunks. The earliest-ready forward
     (a tie: the later queue) runs when one is ready and the caps allow, even with a backward ready (Megatron's
     steady state: one forward, then one backward); else the earliest-ready backward (a tie: the earlier
-    queue); else a pending W."""
+    queue)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -577,41 +580,33 @@ class _GreedyZBV(_Greedy):
         self.b_ptr = [[0] * len(q) for q in self.sh.b_orders]
         self.inflight = [[0] * len(q) for q in self.sh.f_orders]  # per forward queue
 
-    def _pick(self, s: int, t: float) -> _Ran | None:
+    def _ready(self, s: int, t: float) -> _Ran | float:
         sh, fin, dep_of, inf = self.sh, self.fin, self.sh.dep_of, math.inf
         b_qs, b_p, b_n = sh.b_orders[s], self.b_ptr[s], sh.b_len[s]
         f_qs, f_p, f_n = sh.f_orders[s], self.f_ptr[s], sh.f_len[s]
         infl, qcap = self.inflight[s], sh.qcap[s]
-        while True:
-            if len(self.pend_w[s]) > self.pp - 1:
-                return self._run_w(s, t)
-            best_b = best_f = -1
-            rb = rf = inf
-            for qi, q in enumerate(b_qs):
-                if b_p[qi] < b_n[qi] and 0 <= (ready := fin[dep_of[q[b_p[qi]]]]) < rb:
-                    rb, best_b = ready, qi
-            if self.inflight_all[s] < sh.caps[s]:
-                for qi, q in enumerate(f_qs):
-                    if f_p[qi] < f_n[qi] and infl[qi] < qcap[qi]:
-                        j = dep_of[q[f_p[qi]]]
-                        if 0 <= (ready := 0.0 if j < 0 else fin[j]) <= rf:
-                            rf, best_f = ready, qi
-            if best_f >= 0 and rf <= t:
-                op = f_qs[best_f][f_p[best_f]]
-                f_p[best_f] += 1
-                infl[best_f] += 1
-                return self._run(s, t, op, dep_of[op], rf)
-            if best_b >= 0 and rb <= t:
-                op = b_qs[best_b][b_p[best_b]]
-                b_p[best_b] += 1
-                infl[sh.queue_of[sh.chunk_of[op]]] -= 1
-                return self._run(s, t, op, dep_of[op], rb)
-            if self.pend_w[s]:
-                return self._run_w(s, t)
-            later = self._wait(s, t, rb if rb < rf else rf)
-            if later is None:
-                return None
-            t = later
+        best_b = best_f = -1
+        rb = rf = inf
+        for qi, q in enumerate(b_qs):
+            if b_p[qi] < b_n[qi] and 0 <= (ready := fin[dep_of[q[b_p[qi]]]]) < rb:
+                rb, best_b = ready, qi
+        if self.inflight_all[s] < sh.caps[s]:
+            for qi, q in enumerate(f_qs):
+                if f_p[qi] < f_n[qi] and infl[qi] < qcap[qi]:
+                    j = dep_of[q[f_p[qi]]]
+                    if 0 <= (ready := 0.0 if j < 0 else fin[j]) <= rf:
+                        rf, best_f = ready, qi
+        if best_f >= 0 and rf <= t:
+            op = f_qs[best_f][f_p[best_f]]
+            f_p[best_f] += 1
+            infl[best_f] += 1
+            return self._run(s, t, op, dep_of[op], rf)
+        if best_b >= 0 and rb <= t:
+            op = b_qs[best_b][b_p[best_b]]
+            b_p[best_b] += 1
+            infl[sh.queue_of[sh.chunk_of[op]]] -= 1
+            return self._run(s, t, op, dep_of[op], rb)
+        return rb if rb < rf else rf
 
 
 def _greedy_critical_path(
