@@ -29,6 +29,10 @@ objective. Configurations the memory model rejects are pruned and count as trial
 - ``primus-oracle``: a reference, not a method: ``primus`` whose residual model is told the landscape's own
   per-axis effect sizes (``relevance`` = the hidden ``σ_axis²``), which no user's study can know. What the
   search would gain from knowing which axes the model misses most; not counted in the goals' "ahead of".
+- ``main-oracle``: a bound, not a method: the configurations measured in the order of the model × the hidden
+  per-(axis, value) effects, known exactly (:meth:`HiddenObjective.main_log`); only the pairwise interactions
+  and the synergy stay hidden. What a search reaches at N trials if it had learned every per-axis effect
+  before its first; a worst seed it leaves below a goal is one no per-axis learner meets at that budget.
 
 The study list always includes one study whose baseline does not fit: when every selected study's baseline
 fits, a variant of the first with its micro-batch raised until it does not (``<name>-unfit-baseline``).
@@ -80,8 +84,8 @@ STUDIES = (
     "studies/llama3.1-70b-h100-bf16.yaml",
     "studies/qwen3-30b-a3b-h200-bf16.yaml",
 )
-SAMPLERS = ("primus", "tpe", "gp", "random", "random-fit", "top-k", "primus-oracle")
-REFERENCES = ("primus-oracle",)
+SAMPLERS = ("primus", "tpe", "gp", "random", "random-fit", "top-k", "primus-oracle", "main-oracle")
+REFERENCES = ("primus-oracle", "main-oracle")
 """samplers that know the hidden landscape: reported, never a baseline primus must beat"""
 AXIS_SD = (0.03, 0.15)
 """range of the per-axis standard deviation of the per-(axis, value) log effects"""
@@ -137,9 +141,13 @@ class HiddenObjective:
             pair = rng.choice(len(free), size=2, replace=False)
             self.synergy = {free[i]: str(getattr(ref, free[i])) for i in sorted(pair)}
 
+    def main_log(self, config: TrainingConfig) -> float:
+        """The per-(axis, value) part of :meth:`log_multiplier` (no pairs, no synergy)."""
+        return sum(math.log(self.axis_factor[a].get(str(getattr(config, a)), 1.0)) for a in AXES)
+
     def log_multiplier(self, config: TrainingConfig) -> float:
         v = {a: str(getattr(config, a)) for a in AXES}
-        s = sum(math.log(self.axis_factor[a].get(v[a], 1.0)) for a in AXES)
+        s = self.main_log(config)
         s += sum(math.log(f.get((v[a], v[b]), 1.0)) for (a, b), f in self.pair_factor.items())
         if self.synergy and all(v[a] == x for a, x in self.synergy.items()):
             s += SYNERGY
@@ -305,6 +313,14 @@ def make_sampler(name: str, land: Landscape, seed: int, hidden: HiddenObjective 
         sampler = PrimusSampler(spec, seed=seed)
         sampler.fallback.relevance = {a: sd**2 for a, sd in hidden.axis_sd.items()}
         return sampler
+    if name == "main-oracle":
+        if hidden is None:
+            raise ValueError("main-oracle needs the hidden objective")
+        h = hidden
+        return ListSampler(
+            land.space,
+            sorted(land.model_tps, key=lambda c: (-math.log(land.model_tps[c]) - h.main_log(c), c.key())),
+        )
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     if name == "gp":

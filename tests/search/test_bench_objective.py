@@ -163,6 +163,28 @@ def test_the_oracle_reference_knows_the_hidden_effect_sizes_and_is_never_a_bar(s
     assert bench.goals(report, [10], ["primus", "primus-oracle"]) == (True, "met")
 
 
+def test_the_main_effect_bound_measures_the_model_times_the_hidden_axis_effects_in_order(spec):
+    """``main-oracle`` knows every per-(axis, value) effect, not the pairs: its list is the model × those
+    effects, best first, and it is a reference, never a bar."""
+    h = bench.HiddenObjective(spec, 5)
+    land = bench.Landscape.of(spec)
+    sampler = bench.make_sampler("main-oracle", land, 5, h)
+    scores = [math.log(land.model_tps[c]) + h.main_log(c) for c in sampler.configs]
+    assert len(sampler.configs) == len(land.model_tps) and scores == sorted(scores, reverse=True)
+    c = sampler.configs[0]
+    pairs = sum(
+        math.log(f.get((str(getattr(c, a)), str(getattr(c, b))), 1.0)) for (a, b), f in h.pair_factor.items()
+    )
+    assert h.log_multiplier(c) == pytest.approx(
+        h.main_log(c)
+        + pairs
+        + (bench.SYNERGY if h.synergy and all(str(getattr(c, a)) == v for a, v in h.synergy.items()) else 0.0)
+    )
+    with pytest.raises(ValueError, match="hidden objective"):
+        bench.make_sampler("main-oracle", land, 5)
+    assert "main-oracle" in bench.REFERENCES
+
+
 def _report(**fractions: list[dict[int, float]]):
     rows = [
         bench.RunResult("s", name, seed, fr, None)
