@@ -1,6 +1,7 @@
 """The LLM planner against any OpenAI-compatible endpoint, and the model-guided fallback alone on the same budget.
 
     python scripts/bench_planner.py --api-base http://127.0.0.1:8080/v1 --model openai/NAME
+    python scripts/bench_planner.py --model anthropic/claude-sonnet-4-5   # hosted: its key from the environment
         [--study studies/qwen3-30b-a3b-h200-bf16.yaml] [--trials 30] [--seed 0] [--mode agent|oneshot]
         [--max-calls 6] [--timeout 120] [--api-key-env VAR] [--json OUT.json]
     python scripts/bench_planner.py --loopback      # the loopback test server's scripted ranking agent
@@ -41,6 +42,7 @@ import optuna  # noqa: E402
 from bench_search import HiddenObjective, HiddenRunner  # noqa: E402
 
 from primus_optuna import Space, StudySpec  # noqa: E402
+from primus_optuna.errors import SpecError  # noqa: E402
 from primus_optuna.physics.memory import estimate_memory  # noqa: E402
 from primus_optuna.physics.throughput import estimate_throughput  # noqa: E402
 from primus_optuna.record.storage import open_study  # noqa: E402
@@ -132,7 +134,8 @@ def run_once(
 COMPARE = ("fallback", "rank", "oneshot", "agent", "bad-model", "tpe", "cmaes", "sweep+tpe")
 """``fallback``: PrimusSampler without an LLM; ``rank`` / ``oneshot`` / ``agent``: PrimusSampler with the
 planner in that mode against the loopback server's scripted model (rank: the shortlist in order; one-shot: the
-corrected ranking's top; agent: ``top_untried`` then submit), or against ``--api-base`` when given;
+corrected ranking's top; agent: ``top_untried`` then submit), or the model of ``--model`` (hosted, or on the
+server of ``--api-base``) when either is given;
 ``bad-model``: a scripted model that proposes the model's worst feasible configurations (what the gate
 keeps out); ``tpe`` / ``cmaes``: Optuna's samplers through ``suggest_config`` (CMA-ES samples categorical
 axes independently); ``sweep+tpe``: PrimusSampler's sweep, then TPE."""
@@ -189,7 +192,11 @@ def _bad_responder(worst: list[dict[str, Any]]) -> Any:
 
 
 def _compare_sampler(
-    name: str, land: Any, seed: int, api: tuple[str | None, str], calls: tuple[int, float] = (8, 120.0)
+    name: str,
+    land: Any,
+    seed: int,
+    api: tuple[str | None, str] | None,
+    calls: tuple[int, float] = (8, 120.0),
 ) -> tuple[Any, Any]:
     """(sampler, loopback server or None) of one compared run."""
     from bench_search import ListSampler, make_sampler
@@ -207,9 +214,9 @@ def _compare_sampler(
         plan = [p.config for p in PrimusSampler(spec, seed=seed).plan]
         return _Then(ListSampler(land.space, plan), len(plan), make_sampler("tpe", land, seed)), None
     mode = "oneshot" if name == "bad-model" else name
-    base, model = api
+    base, model = api if api is not None and name != "bad-model" else (None, "openai/test-model")
     server = None
-    if base is None:
+    if api is None or name == "bad-model":
         if name == "bad-model":
             worst = [c.to_params() for c in reversed(land.ranked())]
             responder = _bad_responder(worst)
@@ -250,7 +257,7 @@ def compare_once(
     hidden: Any,
     seed: int,
     n: int,
-    api: tuple[str | None, str],
+    api: tuple[str | None, str] | None,
     calls: tuple[int, float] = (8, 120.0),
 ) -> dict[str, Any]:
     """One run of ``name``: the best value's fraction of the optimum after each trial, the planner's
@@ -302,6 +309,14 @@ def _launch_share(t: Any) -> float:
     return int(m.group(1)) / 100 if m else 0.0
 
 
+def _real_model(args: argparse.Namespace) -> tuple[str | None, str] | None:
+    """(API base or None for a hosted provider, model) when a real model was asked for, else ``None`` (the
+    loopback's scripted models)."""
+    if args.model is None and args.api_base is None:
+        return None
+    return args.api_base, args.model or "openai/test-model"
+
+
 def compare(args: argparse.Namespace) -> int:
     """Every sampler of ``--samplers`` on every seed's hidden landscape; the table of the docs."""
     import warnings
@@ -311,7 +326,9 @@ def compare(args: argparse.Namespace) -> int:
 
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    os.environ.setdefault("OPENAI_API_KEY", "sk-loopback-not-a-secret")
+    api = _real_model(args)
+    if api is None or api[0] is not None:  # the loopback, or a local server that takes any key
+        os.environ.setdefault("OPENAI_API_KEY", "sk-loopback-not-a-secret")
     budgets = [int(b) for b in args.budgets.split(",")]
     n = max(budgets)
     names = args.samplers.split(",")
@@ -324,7 +341,7 @@ def compare(args: argparse.Namespace) -> int:
             for s in names:
                 t0 = time.perf_counter()
                 calls = (8 if args.max_calls is None else args.max_calls, args.timeout)
-                r = compare_once(s, land, hidden, seed, n, (args.api_base, args.model), calls)
+                r = compare_once(s, land, hidden, seed, n, api, calls)
                 r.update(study=spec.name, seed=seed, wall_s=time.perf_counter() - t0)
                 rows[s].append(r)
                 print(
@@ -366,7 +383,13 @@ def compare(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--api-base", help="OpenAI-compatible base URL (usually ends in /v1)")
-    ap.add_argument("--model", default="openai/test-model", help="LiteLLM model string")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="LiteLLM model string: a hosted model (its key from the environment, e.g. anthropic/claude-sonnet-4-5 "
+        "with ANTHROPIC_API_KEY) or, with --api-base, the server's (openai/NAME); default: the loopback's scripted "
+        "model",
+    )
     ap.add_argument(
         "--loopback", action="store_true", help="use the loopback server's scripted ranking agent"
     )
@@ -391,13 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.compare:
         return compare(args)
-    if not args.loopback and not args.api_base:
-        ap.error("give --api-base URL (an OpenAI-compatible server) or --loopback")
+    if not args.loopback and _real_model(args) is None:
+        ap.error("give --model (a hosted model), --api-base URL (an OpenAI-compatible server) or --loopback")
+    if args.loopback and (args.model or args.api_base):
+        ap.error("--loopback runs the scripted model: leave out --model and --api-base")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = StudySpec.from_yaml(ROOT / args.study if not Path(args.study).is_absolute() else args.study)
     llm_spec = spec.llm.model_copy(
         update={
-            "model": args.model,
+            "model": args.model or "openai/test-model",
             "mode": args.mode,
             "max_calls": 6 if args.max_calls is None else args.max_calls,
             "timeout_s": args.timeout,
@@ -459,4 +484,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except SpecError as e:  # a model without its key, a server without the model: the library's one line
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
