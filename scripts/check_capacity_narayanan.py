@@ -14,6 +14,7 @@ python scripts/check_capacity_narayanan.py
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,7 @@ def study(row: tuple) -> StudySpec:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     print(
         f"{'model':>7} {'GPUs':>5} {'published':>9} {'estimated':>9} {'ratio':>6}  {'x0.5':>6} {'x2':>6}  "
         "best found (published TP/PP/VPP/MBS)"

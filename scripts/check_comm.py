@@ -16,6 +16,7 @@ References (quoted, with their source):
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -117,7 +118,12 @@ def clusters() -> None:
         print(format_bus_bandwidth(bus_bandwidth_table(t)))
 
 
-if __name__ == "__main__":
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     vtrain()
     deepep()
     clusters()
+
+
+if __name__ == "__main__":
+    main()

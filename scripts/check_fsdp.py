@@ -18,6 +18,7 @@ Megatron backend, Megatron-FSDP under Megatron-Bridge), and the MI325X Llama 3.1
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import sys
@@ -61,6 +62,7 @@ def held_out(rows: list[tuple[Published, float]]) -> list[tuple[str, str, str, f
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     rows = fsdp_rows()
     print(
         "| framework | family | row | estimated | measured | error (no scale) | held out, after the group's scale |"

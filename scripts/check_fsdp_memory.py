@@ -6,6 +6,7 @@ term by term (the measurement of tests/physics/test_fsdp_memory.py, printed; ran
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.physics.test_fsdp_memory import ADAM_STEP_BYTES, MODEL, measure, phys
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     with tempfile.TemporaryDirectory() as d:
         got = measure(Path(d))
     rows: list[tuple[str, float, float]] = []

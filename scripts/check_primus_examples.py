@@ -10,6 +10,7 @@ one). Prints the overlays built / failed and each failing file's first error.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import yaml
@@ -26,9 +27,11 @@ def _key(name: str) -> str:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     models = {_key(m): m for m in MODEL_CATALOG}
     total, failed, first = 0, 0, {}
-    for path in sorted(EXAMPLES.glob("*/*-pretrain.yaml")):
+    files = sorted(EXAMPLES.glob("*/*-pretrain.yaml"))
+    for path in files:
         model = models[_key(path.name.split("-")[0].replace("_v0.1", ""))]
         spec = StudySpec.from_dict(
             {
@@ -52,7 +55,9 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - counting every failure is the point
                 failed += 1
                 first.setdefault(f"{path.parent.name}/{path.name}", f"{type(exc).__name__}: {exc}"[:110])
-    print(f"{total - failed} of {total} overlays build, {failed} fail ({len(first)} example files)")
+    print(
+        f"{total - failed} of {total} overlays build ({len(files)} example files), {failed} fail in {len(first)} files"
+    )
     for name, error in first.items():
         print(f"  {name}: {error}")
 
