@@ -54,8 +54,8 @@ def _planner_llm(spec: StudySpec, model: str | None, api_base: str | None, overr
     """The planner's LLM settings (``None`` without a model), after checking its key and endpoint."""
     if not model:
         return None, []
+    from .search.llm_client import require_api_key
     from .search.llm_preflight import preflight
-    from .search.planner import require_api_key
 
     changes = {"model": model, **overrides}
     llm = spec.llm.model_copy(update={k: v for k, v in changes.items() if v is not None})

@@ -16,7 +16,7 @@ Three modes (``llm.mode``):
   effects are dropped first).
 - **rank** (:class:`RankCandidates`): the model chooses and justifies, by number, among the fallback's best
   untried configurations by expected improvement (:meth:`~primus_optuna.search.fallback.Judge.shortlist`), so
-  it cannot propose worse than them. ``auto`` is rank for a server on this machine (:func:`is_local`), agent
+  it cannot propose worse than them. ``auto`` is rank for a server on this machine (:func:`~primus_optuna.search.llm_client.is_local`), agent
   when LiteLLM knows the model calls tools, else one-shot.
 
 Whatever the mode, a candidate is launched only when the fallback's acquisition finds it worth a launch
@@ -46,17 +46,16 @@ control characters (:func:`~primus_optuna.search.planner_schema.sanitise`). DSPy
 directory; with an ``api_base`` only when ``llm.cache``) keeps only answers that parsed.
 
 Each call stores a transcript (inputs, messages, raw outputs, every tool call and its result, usage,
-accepted/rejected) as a study artifact; keys are scrubbed from it. This module imports DSPy; import it only
-when a planner is configured.
+accepted/rejected) as a study artifact; keys are scrubbed from it. The connection itself (the key check, what a
+failed call means, the cache, the deadline, the adapter) is :mod:`~primus_optuna.search.llm_client`. This module
+imports DSPy; import it only when a planner is configured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -67,8 +66,6 @@ from typing import Any
 
 import dspy
 import optuna
-from dspy.clients import DISK_CACHE_LIMIT
-from dspy.clients.cache import Cache
 from pydantic import BaseModel, Field, create_model
 
 from ..errors import SpecError
@@ -80,12 +77,29 @@ from ..spec.axes import AXIS_LIST
 from ..spec.study import LLMSpec
 from . import llm_budget
 from .llm_budget import llm_accounting
+from .llm_client import (
+    CONTEXT_WHY,
+    PlannerAdapter,
+    PlannerLM,
+    PlannerTimeout,
+    classify_error,
+    configure_cache,
+    forget_since,
+    is_local,
+    refused,
+    require_api_key,
+    stored_keys,
+    supports_tools,
+    truncated,
+)
 from .llm_preflight import context_needed
 from .logs import get_logger
 from .planner_schema import (
     REASONING_CHARS,
     answer_schema,
     candidate_schema,
+    no_reason,
+    prompt_text,
     rank_schema,
     repair_near_miss,
     response_format,
@@ -96,7 +110,7 @@ from .state import set_study_state
 
 log = get_logger(__name__)
 
-__all__ = ["Planner", "PlannerOutcome", "llm_accounting", "require_api_key"]
+__all__ = ["Planner", "PlannerOutcome", "llm_accounting"]
 
 Validate = Callable[[dict[str, Any]], "tuple[TrainingConfig | None, str]"]
 """candidate axes -> (accepted canonical config, "" or a note added to its rationale, e.g. its expected
@@ -123,8 +137,6 @@ the planner's own requests (llama-server's ``prompt_tokens``, 24 requests, 2026-
 AGENT_INSTRUCTION_TOKENS = 620
 """ReActV2's instructions and field headers around the inputs (measured on the small MoE study's first
 request: 3.7 K chars of messages for 1.5 K chars of inputs)"""
-_cache_lock = threading.Lock()
-_configured_cache: str | None = None
 
 
 Candidate = create_model(  # one field per axis (spec.axes), then the rationale
@@ -233,227 +245,8 @@ class PlannerOutcome:
     """why this planner makes no further call (set on the call that stopped it)"""
 
 
-def require_api_key(settings: LLMSpec, api_base: str | None = None) -> None:
-    """Raise one :class:`SpecError` naming the environment variable to set when the chosen provider's key is
-    missing (LiteLLM's per-provider variables, or ``llm.api_key_env``); checked before a study is created."""
-    env = settings.api_key_env
-    if env:
-        if not os.environ.get(env):
-            raise SpecError(
-                f"llm.api_key_env names {env!r} but that environment variable is not set: export {env}=... "
-                "(or run with --no-llm)"
-            )
-        return
-    import litellm
-
-    litellm.suppress_debug_info = True  # else an unknown provider prints a coloured banner to stdout
-    try:
-        missing = litellm.validate_environment(model=settings.model, api_base=api_base).get("missing_keys")
-    except Exception:  # an unknown provider string: LiteLLM itself will say so at the first call
-        return
-    if missing:
-        names = " and ".join(missing)
-        raise SpecError(
-            f"the LLM planner {settings.model!r} needs {names} in the environment: export {missing[0]}=... "
-            "(or name the variable holding the key with llm.api_key_env, or run with --no-llm)"
-        )
-
-
-def is_auth_error(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it wraps) is the provider refusing the credentials (HTTP 401/403)."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if getattr(e, "status_code", None) in (401, 403) or "AuthenticationError" in type(e).__name__:
-            return True
-        if "PermissionDenied" in type(e).__name__:
-            return True
-        e = e.__cause__ or e.__context__
-    return False
-
-
-class _PlannerCache(Cache):
-    """DSPy's cache that remembers the keys it stored, so the answers of a call that did not parse are taken
-    out again (else every rerun with the same prompt replays the bad answer and never asks the server)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.stored: list[str] = []
-
-    def put(
-        self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: Any = None, **kw: Any
-    ) -> None:
-        super().put(request, value, ignored_args_for_cache_key, **kw)
-        try:
-            key = self.cache_key(request, ignored_args_for_cache_key)
-        except Exception:
-            return
-        with self._lock:
-            self.stored.append(key)
-
-    def forget(self, keys: Sequence[str]) -> None:
-        """Take ``keys`` out of the memory and disk caches."""
-        with self._lock:
-            for key in keys:
-                if self.enable_memory_cache:
-                    self.memory_cache.pop(key, None)
-                if self.enable_disk_cache:
-                    try:
-                        self.disk_cache.delete(key)
-                    except Exception:  # the disk cache is best-effort
-                        pass
-
-
-def configure_cache(cache_dir: str | Path) -> None:
-    """Put DSPy's disk cache in ``cache_dir`` (once per process and directory)."""
-    global _configured_cache
-    with _cache_lock:
-        if _configured_cache == str(cache_dir):
-            return
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        cache = _PlannerCache(True, True, str(cache_dir), DISK_CACHE_LIMIT, 1_000_000)
-        with dspy._cache_lock:  # as dspy.configure_cache does
-            dspy.cache = cache
-        _configured_cache = str(cache_dir)
-
-
-def _stored_keys() -> int:
-    cache = dspy.cache
-    return len(cache.stored) if isinstance(cache, _PlannerCache) else 0
-
-
-def _forget_since(start: int) -> None:
-    """Take out of the cache every answer stored since ``_stored_keys()`` was ``start``."""
-    cache = dspy.cache
-    if isinstance(cache, _PlannerCache):
-        cache.forget(cache.stored[start:])
-
-
 def _json(x: Any) -> str:
     return json.dumps(x, separators=(", ", ": "), default=str)
-
-
-# --- errors ------------------------------------------------------------------------------------------------
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and all(e is not s for s in seen):
-        seen.append(e)
-        e = e.__cause__ or e.__context__
-    return seen
-
-
-def classify_error(exc: BaseException) -> tuple[str, str]:
-    """``(kind, why)`` of a failed call: ``auth``, ``fatal`` (cannot change: HTTP 404, context window
-    exceeded, unknown provider), ``no_tools`` (the provider refuses tool calls), ``timeout``,
-    ``unparseable`` (an answer that gave no candidate) or ``failed`` (no answer: 5xx, connection)."""
-    chain = _chain(exc)
-    names = " ".join(type(e).__name__ for e in chain)
-    text = " ".join(str(e) for e in chain)[:2000]
-    low = text.lower()
-    status = next(
-        (
-            s
-            for e in chain
-            for s in (getattr(e, "status_code", None), getattr(e, "status", None))
-            if isinstance(s, int)
-        ),
-        None,
-    )
-    if "AdapterParseError" in names or "ValidationError" in names:  # its text is the model's: not read
-        return "unparseable", "the answer could not be parsed"
-    if isinstance(exc, PlannerTimeout) or "Timeout" in names or "timed out" in low:
-        return "timeout", "timeout"
-    if is_auth_error(exc) or status in (401, 403) or "LMAuthError" in names:
-        return "auth", "the provider refused the credentials"
-    if "ContextWindowExceeded" in names or _CONTEXT_ERROR.search(low):
-        return "fatal", f"{CONTEXT_WHY} (raise the server's context size or lower llm.max_prompt_tokens)"
-    if "LLM Provider NOT provided" in text or "provider not provided" in low:
-        return (
-            "fatal",
-            "unknown provider in the model string (use e.g. openai/<name> with --llm-api-base, ollama/<name>)",
-        )
-    if status == 404 or "NotFound" in names:
-        return (
-            "fatal",
-            "HTTP 404: the model or the URL does not exist on the server (an api_base usually ends in /v1)",
-        )
-    if status == 400 and "tool" in low:
-        return "no_tools", "the provider refuses tool calls"
-    if "failed to produce final outputs" in low:  # ReActV2: no submit after a parse failure
-        return "unparseable", "the answer could not be parsed"
-    if "connection refused" in low or any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return "failed", "connection refused: is the server running at that address and port?"
-    return "failed", "no answer"
-
-
-CONTEXT_WHY = "the prompt does not fit the model's context window"
-_CONTEXT_ERROR = re.compile(
-    r"context (length|window)|maximum context|context size has been exceeded|exceeds? the available context"
-    r"|exceed_context_size|prompt (is )?too long|input length exceeds|exceeds? (the )?(max(imum)? )?context"
-)
-"""a provider's words for a prompt that does not fit: OpenAI / vLLM ("maximum context length"), llama.cpp
-("the request exceeds the available context size", "Context size has been exceeded"), Ollama ("input length
-exceeds the context length", "prompt too long")"""
-
-
-class PlannerTimeout(Exception):
-    """The planner call's ``llm.timeout_s`` is spent (raised before a further LM request)."""
-
-
-class _PlannerLM(dspy.LM):
-    """``dspy.LM`` with a deadline for the whole planner call (each request gets what is left) and native
-    tool calls declared for an OpenAI-compatible server (LiteLLM's map does not know local models)."""
-
-    native_tools: bool = False
-    deadline: float | None = None
-
-    @property
-    def supports_function_calling(self) -> bool:  # type: ignore[override]
-        return self.native_tools or super().supports_function_calling
-
-    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise PlannerTimeout("llm.timeout_s spent")
-            full = float(kwargs.get("timeout") or self.kwargs.get("timeout") or left)
-            if left < full - 1.0:  # whole seconds: the first request keeps its cache key (reruns replay)
-                kwargs["timeout"] = float(max(1, int(left)))
-        return super().__call__(prompt, messages=messages, **kwargs)
-
-
-class PlannerAdapter(dspy.JSONAdapter):
-    """DSPy's JSON adapter with the study's answer schema as ``response_format``, the chat format as the
-    parse fallback (no second call), and optionally the system message folded into the user message."""
-
-    def __init__(self, *, fmt: dict[str, Any] | None, fold_system: bool, native_tools: bool) -> None:
-        super().__init__(use_native_function_calling=native_tools)
-        self.fmt, self.fold_system = fmt, fold_system
-        self._chat = dspy.ChatAdapter(use_json_adapter_fallback=False)
-
-    def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
-        if self.fmt is not None and (
-            "candidates" in signature.output_fields or "choices" in signature.output_fields
-        ):
-            lm_kwargs["response_format"] = self.fmt
-
-    def format(self, signature: Any, demos: Any, inputs: Any) -> list[dict[str, Any]]:
-        messages = super().format(signature, demos, inputs)
-        if self.fold_system and messages and messages[0].get("role") == "system":
-            system = messages.pop(0)["content"]
-            for m in messages:
-                if m.get("role") == "user" and isinstance(m.get("content"), str):
-                    m["content"] = f"{system}\n\n{m['content']}"
-                    break
-        return messages
-
-    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
-        try:
-            return super().parse(signature, completion)
-        except Exception:
-            return self._chat.parse(signature, completion)
 
 
 class _Agent(dspy.ReActV2):
@@ -476,22 +269,6 @@ class _Agent(dspy.ReActV2):
         )
 
 
-def is_local(api_base: str | None) -> bool:
-    """Whether ``api_base`` is a server on this machine (localhost or a loopback address)."""
-    if not api_base:
-        return False
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    host = (urlsplit(api_base).hostname or "").lower()
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _picked(choices: Sequence[Any], shortlist: Sequence[tuple[Any, Any]]) -> list[dict[str, Any]]:
     """Rank-mode choices as candidates: the shortlisted configuration and the choice's reason; a number that
     is not on the shortlist stays ``{"pick": n}`` (rejected)."""
@@ -504,86 +281,6 @@ def _picked(choices: Sequence[Any], shortlist: Sequence[tuple[Any, Any]]) -> lis
         else:
             out.append({"pick": pick, "rationale": d.get("rationale", "")})
     return out
-
-
-ECHO_RUN = 5
-"""words per run compared by :func:`no_reason`"""
-ECHO_SHARE = 0.8
-"""a rationale whose runs of :data:`ECHO_RUN` words are at least this share copied from the prompt is an echo"""
-DISTINCT_SHARE = 0.6
-"""a rationale whose runs of :data:`ECHO_RUN` words are less than this share distinct repeats itself"""
-
-
-def _prompt_text(value: Any) -> str:
-    """The words of a prompt's fields (nested lists and dicts flattened)."""
-    if isinstance(value, dict):
-        return " ".join(_prompt_text(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return " ".join(_prompt_text(v) for v in value)
-    if isinstance(value, type) and issubclass(value, BaseModel):  # a response_format class
-        return json.dumps(value.model_json_schema())
-    return "" if value is None else str(value)
-
-
-def no_reason(text: str, prompt: str) -> str | None:
-    """Why a rationale is not a reason, or ``None``: at least :data:`ECHO_SHARE` of its runs of :data:`ECHO_RUN`
-    words appear in the prompt (a small model copying its input), or fewer than :data:`DISTINCT_SHARE` of them
-    are distinct (a model looping on a phrase), or it holds fewer than two words of letters (digits, brackets)."""
-    if text.strip() and len(re.findall(r"[^\W\d_]{3,}", text)) < 2:
-        return "(no reason given: the answer held no words)"
-    words = re.findall(r"\w+", text.lower())
-    if len(words) < ECHO_RUN:
-        return None
-    hay = " " + " ".join(re.findall(r"\w+", prompt.lower())) + " "
-    runs = [" " + " ".join(words[i : i + ECHO_RUN]) + " " for i in range(len(words) - ECHO_RUN + 1)]
-    if sum(r in hay for r in runs) >= ECHO_SHARE * len(runs):
-        return "(no reason given: the answer repeated the prompt)"
-    if len(words) >= 2 * ECHO_RUN and len(set(runs)) < DISTINCT_SHARE * len(runs):
-        return "(no reason given: the answer repeated itself)"
-    return None
-
-
-class _DropTruncationWarning(logging.Filter):
-    """DSPy's "LM response was truncated ..." names its own ``max_tokens`` and ``dspy.inspect_history()``; the
-    planner reports the same fact as ``llm.max_tokens`` (:func:`_truncated`), so DSPy's line is dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("LM response was truncated")
-
-
-logging.getLogger("dspy.clients.lm").addFilter(_DropTruncationWarning())
-
-
-def _truncated(entry: dict[str, Any]) -> bool:
-    """Whether one DSPy history entry's answer stopped at the token limit (``finish_reason == "length"``)."""
-    response = entry.get("response")
-    choices = getattr(response, "choices", None)
-    if choices is None and isinstance(response, dict):
-        choices = response.get("choices")
-    reasons = [getattr(response, "finish_reason", None)] + [
-        c.get("finish_reason") if isinstance(c, dict) else getattr(c, "finish_reason", None)
-        for c in choices or []
-    ]
-    return "length" in reasons
-
-
-def _refused(api_base: str | None) -> bool:
-    """Whether nothing listens at ``api_base``'s host and port (LiteLLM reports a refused connection as a
-    plain "Connection error")."""
-    if not api_base:
-        return False
-    import socket
-    from urllib.parse import urlsplit
-
-    url = urlsplit(api_base)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname or "localhost", port), timeout=2).close()
-    except ConnectionRefusedError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _key_of(space: Space, params: dict[str, Any]) -> str:
@@ -604,17 +301,6 @@ def _loop_running() -> bool:
 
 def _tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
-
-
-def supports_tools(model: str) -> bool:
-    """Whether LiteLLM's model map says ``model`` calls tools (``False`` when it does not know it)."""
-    import litellm
-
-    litellm.suppress_debug_info = True  # no "Provider List" banner for a model it does not know
-    try:
-        return bool(litellm.supports_function_calling(model=model))
-    except Exception:
-        return False
 
 
 class Planner:
@@ -705,7 +391,7 @@ class Planner:
             kwargs["api_base"] = self.api_base
         if self._api_key:
             kwargs["api_key"] = self._api_key
-        lm = _PlannerLM(
+        lm = PlannerLM(
             s.model,
             engine="litellm",
             temperature=s.temperature,
@@ -1001,7 +687,7 @@ class Planner:
         deadline = time.monotonic() + self.settings.timeout_s
         lm = self.make_lm(deadline)
         start = len(getattr(lm, "history", []))
-        cached = _stored_keys()
+        cached = stored_keys()
         if self.mode == "rank":
             n = min(n, RANK_CHOICES)
         adapter = self.adapter(n, len(shortlist))
@@ -1045,7 +731,7 @@ class Planner:
         except Exception as exc:  # LMError, AdapterParseError, timeouts, anything from the provider
             kind = self._failed(study, out, exc, prompt_est)
         if not raw and kind in ("unparseable", "failed"):  # an answer that did not parse is not replayed
-            _forget_since(cached)
+            forget_since(cached)
         history = list(getattr(lm, "history", [])[start:])
         out.answered = kind not in ("timeout", "failed", "auth", "fatal", "no_tools") or bool(history)
         out.tokens = int(sum((h.get("usage") or {}).get("total_tokens") or 0 for h in history))
@@ -1055,7 +741,7 @@ class Planner:
         self._note_truncation(out, history)
         # what the model was shown: the fields, and the messages and answer schema as sent
         sent = [[h.get("messages"), (h.get("kwargs") or {}).get("response_format")] for h in history]
-        self._check_candidates(out, raw, validate, n, _prompt_text([inputs, sent]))
+        self._check_candidates(out, raw, validate, n, prompt_text([inputs, sent]))
         llm_budget.add_feedback(
             study, [f"{_key_of(self.space, r['candidate'])}: {r['reason'][:200]}" for r in out.rejected]
         )
@@ -1133,7 +819,7 @@ class Planner:
         # a parse error's text is the model's answer: never printed or stored, only its type
         text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
         detail = redact(sanitise(text, 300), values=[self._api_key])
-        if why == "no answer" and "connection error" in detail.lower() and _refused(self.api_base):
+        if why == "no answer" and "connection error" in detail.lower() and refused(self.api_base):
             why = "connection refused: is the server running at that address and port?"
         out.error = detail if why == "no answer" else f"{why} ({detail})"
         log.warning("planner call failed, falling back: %s", out.error)
@@ -1240,7 +926,7 @@ class Planner:
 
     def _note_truncation(self, out: PlannerOutcome, history: list[dict[str, Any]]) -> None:
         """Count the answers that stopped at ``llm.max_tokens`` and say so once, naming the setting."""
-        out.truncated = sum(1 for h in history if _truncated(h))
+        out.truncated = sum(1 for h in history if truncated(h))
         if out.truncated:
             cut = f"the answer stopped at llm.max_tokens = {self.settings.max_tokens:,}: raise llm.max_tokens"
             log.warning("planner: %s", cut)

@@ -1,4 +1,4 @@
-"""What the planner's answer must look like, built from the study's legal values, and near-miss repair.
+"""What the planner's answer must look like, near-miss repair, and what counts as a reason.
 
 - :func:`candidate_schema`: the JSON schema of one candidate whose axis fields are enums of the study's legal
   values (so a constrained decoder cannot emit ``tp: 3``), plus a short ``rationale``.
@@ -8,12 +8,17 @@
 - :func:`repair_near_miss`: an illegal candidate one axis away from a legal one (``1f1b`` with ``vpp>1``) is
   repaired the way the sweep repairs (:func:`~primus_optuna.search.sweep.repair`); the repair is said in
   the candidate's rationale.
+- :func:`no_reason`: a rationale that only repeats the prompt (:func:`prompt_text`) or itself, or holds no
+  words, is not kept as a reason.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+
+from pydantic import BaseModel
 
 from ..errors import SpecError
 from ..space import Space, TrainingConfig
@@ -131,3 +136,40 @@ def repair_near_miss(space: Space, params: dict[str, Any]) -> tuple[dict[str, An
 REPAIRABLE = ("pp_schedule", "recompute", "ep_overlap", "moe_dispatcher", "vpp")
 """the axes a near miss most often gets wrong (``1f1b`` with ``vpp>1``, ``full:N`` past a chunk's layers), in
 the order a repair tries them: the schedule follows the virtual stages asked for rather than the reverse"""
+
+
+ECHO_RUN = 5
+"""words per run compared by :func:`no_reason`"""
+ECHO_SHARE = 0.8
+"""a rationale whose runs of :data:`ECHO_RUN` words are at least this share copied from the prompt is an echo"""
+DISTINCT_SHARE = 0.6
+"""a rationale whose runs of :data:`ECHO_RUN` words are less than this share distinct repeats itself"""
+
+
+def prompt_text(value: Any) -> str:
+    """The words of a prompt's fields (nested lists and dicts flattened)."""
+    if isinstance(value, dict):
+        return " ".join(prompt_text(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return " ".join(prompt_text(v) for v in value)
+    if isinstance(value, type) and issubclass(value, BaseModel):  # a response_format class
+        return json.dumps(value.model_json_schema())
+    return "" if value is None else str(value)
+
+
+def no_reason(text: str, prompt: str) -> str | None:
+    """Why a rationale is not a reason, or ``None``: at least :data:`ECHO_SHARE` of its runs of :data:`ECHO_RUN`
+    words appear in the prompt (a small model copying its input), or fewer than :data:`DISTINCT_SHARE` of them
+    are distinct (a model looping on a phrase), or it holds fewer than two words of letters (digits, brackets)."""
+    if text.strip() and len(re.findall(r"[^\W\d_]{3,}", text)) < 2:
+        return "(no reason given: the answer held no words)"
+    words = re.findall(r"\w+", text.lower())
+    if len(words) < ECHO_RUN:
+        return None
+    hay = " " + " ".join(re.findall(r"\w+", prompt.lower())) + " "
+    runs = [" " + " ".join(words[i : i + ECHO_RUN]) + " " for i in range(len(words) - ECHO_RUN + 1)]
+    if sum(r in hay for r in runs) >= ECHO_SHARE * len(runs):
+        return "(no reason given: the answer repeated the prompt)"
+    if len(words) >= 2 * ECHO_RUN and len(set(runs)) < DISTINCT_SHARE * len(runs):
+        return "(no reason given: the answer repeated itself)"
+    return None

@@ -137,7 +137,7 @@ def test_planner_failures_fall_back_and_launch_nothing_invalid(planner, reply, w
 
 def test_missing_key_is_one_error_naming_the_variable(planner, monkeypatch):
     from primus_optuna.errors import SpecError
-    from primus_optuna.search.planner import require_api_key
+    from primus_optuna.search.llm_client import require_api_key
 
     monkeypatch.delenv("OPENAI_API_KEY")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
@@ -243,26 +243,6 @@ def test_streamed_usage_is_the_servers_and_candidates_come_first(planner):
     assert schema["properties"]["candidates"]["items"]["properties"]["rationale"]["maxLength"] <= 200
     prompt = json.dumps(body["messages"])
     assert prompt.index("`candidates`") < prompt.index("`reasoning`")
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        "the request exceeds the available context size, try increasing it",  # llama.cpp, before generating
-        "Context size has been exceeded.",  # llama.cpp, while generating
-        "This model's maximum context length is 4096 tokens. However, you requested 5120 tokens",  # vLLM
-        "the input length exceeds the context length",  # Ollama
-        "prompt too long; exceeded max context length by 12 tokens",  # Ollama
-    ],
-)
-def test_context_errors_of_local_servers_stop_the_planner(message):
-    import litellm
-
-    from primus_optuna.search.planner import classify_error
-
-    exc = litellm.BadRequestError(message, model="m", llm_provider="openai")
-    kind, why = classify_error(exc)
-    assert kind == "fatal" and "context" in why
 
 
 def test_llama_cpp_context_error_over_http_stops_at_once(planner):
@@ -385,7 +365,8 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
 
 
 def test_rank_is_the_default_for_a_server_on_this_machine(planner):
-    from primus_optuna.search.planner import Planner, is_local
+    from primus_optuna.search.llm_client import is_local
+    from primus_optuna.search.planner import Planner
 
     assert is_local("http://127.0.0.1:8080/v1") and is_local("http://localhost:11434/v1")
     assert is_local("http://[::1]:8000/v1") and not is_local("https://api.openai.com/v1")
@@ -439,39 +420,3 @@ def test_compaction_keeps_the_corrected_ranking_until_the_legal_values_are_left_
     assert size <= planner.prompt_budget and "legal_values dropped" in steps
     assert len(json.loads(inputs["corrected_ranking"])) == MIN_BEST_KEPT
     assert "top trials cut to 0" not in steps and "sweep_effects dropped" not in steps
-
-
-def test_a_rationale_that_repeats_the_prompt_or_itself_is_not_kept_as_a_reason():
-    """A small model often copies its input or loops on a phrase in place of a reason (SmolLM2 in rank mode:
-    "10.675, 10.675, ..."); such a rationale is replaced by a note saying so."""
-    from primus_optuna.search.planner import _prompt_text, no_reason
-
-    inputs = {
-        "study": "Qwen3 30B-A3B on 1 x 8 H200, BF16, seq 4096, global batch 256",
-        "shortlist": "1. tp1-pp1-ep8: expected 10,756 tokens/s/GPU (±8%; 100% of the best), model 10,756",
-        "rows": [{"note": "deepep pays off at ep 8 on one node"}],
-    }
-    prompt = _prompt_text(inputs)
-    assert "deepep pays off" in prompt and "10,756" in prompt
-    for copied in (
-        "Qwen3 30B-A3B on 1 x 8 H200, BF16, seq 4096",
-        "expected 10,756 tokens/s/GPU (±8%; 100% of the best)",
-    ):
-        assert "repeated the prompt" in no_reason(copied, prompt)
-    loop = "pick a value which has to be evaluated by a single evaluation function, " * 3
-    assert "repeated itself" in no_reason(loop, prompt)
-    assert "held no words" in no_reason("10,675,100.2 GiB, " + "10.675, " * 20, prompt)
-    assert "held no words" in no_reason("1.97857142857-1-1-1.5-1.75.0.5-2.4-0.6.2.7.5-5.3", prompt)
-    assert "held no words" in no_reason("][", prompt)
-    assert no_reason("ep 8 keeps the all-to-all inside the node, so deepep wins", prompt) is None
-    assert no_reason("the best", prompt) is None  # too short to judge
-    # the answer schema as sent (a response_format class) counts as prompt: its descriptions are echoed too
-    from pydantic import BaseModel
-
-    class Choice(BaseModel):
-        """One choice of the rank mode: a number on the shortlist and why."""
-
-    sent = _prompt_text([inputs, [[None, Choice]]])
-    assert "repeated the prompt" in no_reason(
-        "A single choice of the rank mode: a number on the shortlist and why.", sent
-    )

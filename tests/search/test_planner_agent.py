@@ -293,7 +293,8 @@ def test_error_kinds():
     import litellm
     from dspy.utils.exceptions import AdapterParseError
 
-    from primus_optuna.search.planner import PlannerTimeout, ProposeConfigs, classify_error
+    from primus_optuna.search.llm_client import PlannerTimeout, classify_error
+    from primus_optuna.search.planner import ProposeConfigs
 
     def kind(exc):
         return classify_error(exc)[0]
