@@ -38,9 +38,30 @@ _cache_lock = threading.Lock()
 _configured_cache: str | None = None
 
 
-def require_api_key(settings: LLMSpec, api_base: str | None = None) -> None:
+NO_KEY = "no-key"
+"""the key sent to a server on this machine when the environment holds none (llama.cpp, vLLM and Ollama ask for
+none unless started with one; OpenAI's client refuses to send a request without some key)"""
+
+
+def _missing_keys(settings: LLMSpec, api_base: str | None) -> list[str]:
+    """The environment variables LiteLLM needs for ``settings.model`` and does not find (``[]`` when it does
+    not know the provider: LiteLLM itself will say so at the first call)."""
+    import litellm
+
+    litellm.suppress_debug_info = True  # else an unknown provider prints a coloured banner to stdout
+    try:
+        return list(
+            litellm.validate_environment(model=settings.model, api_base=api_base).get("missing_keys") or []
+        )
+    except Exception:
+        return []
+
+
+def require_api_key(settings: LLMSpec, api_base: str | None = None) -> str | None:
     """Raise one :class:`SpecError` naming the environment variable to set when the chosen provider's key is
-    missing (LiteLLM's per-provider variables, or ``llm.api_key_env``); checked before a study is created."""
+    missing (LiteLLM's per-provider variables, or ``llm.api_key_env``); checked before a study is created.
+    Returns the key to send in place of the environment's: :data:`NO_KEY` for a server on this machine
+    (:func:`is_local`) when the environment holds none, else ``None``."""
     env = settings.api_key_env
     if env:
         if not os.environ.get(env):
@@ -48,20 +69,17 @@ def require_api_key(settings: LLMSpec, api_base: str | None = None) -> None:
                 f"llm.api_key_env names {env!r} but that environment variable is not set: export {env}=... "
                 "(or run with --no-llm)"
             )
-        return
-    import litellm
-
-    litellm.suppress_debug_info = True  # else an unknown provider prints a coloured banner to stdout
-    try:
-        missing = litellm.validate_environment(model=settings.model, api_base=api_base).get("missing_keys")
-    except Exception:  # an unknown provider string: LiteLLM itself will say so at the first call
-        return
+        return None
+    missing = _missing_keys(settings, api_base)
+    if missing and is_local(api_base):
+        return NO_KEY
     if missing:
         names = " and ".join(missing)
         raise SpecError(
             f"the LLM planner {settings.model!r} needs {names} in the environment: export {missing[0]}=... "
             "(or name the variable holding the key with llm.api_key_env, or run with --no-llm)"
         )
+    return None
 
 
 def is_auth_error(exc: BaseException) -> bool:

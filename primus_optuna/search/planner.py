@@ -79,6 +79,7 @@ from . import llm_budget
 from .llm_budget import llm_accounting
 from .llm_client import (
     CONTEXT_WHY,
+    NO_KEY,
     PlannerAdapter,
     PlannerLM,
     PlannerTimeout,
@@ -335,7 +336,7 @@ class Planner:
                 raise SpecError("llm.model is empty; pass a LiteLLM model string such as openai/gpt-4o")
             self._lm = None
             self.model = self.settings.model
-            require_api_key(self.settings, api_base or self.settings.api_base)
+            self._api_key = require_api_key(self.settings, api_base or self.settings.api_base)
             env = self.settings.api_key_env
             if env:
                 self._api_key = os.environ[env]
@@ -824,7 +825,15 @@ class Planner:
         out.error = detail if why == "no answer" else f"{why} ({detail})"
         log.warning("planner call failed, falling back: %s", out.error)
         if kind == "auth":
-            self._stop(study, f"planner stopped: the provider refused the credentials ({detail[:200]})")
+            wants = (
+                ": the server wants the key it was started with (export it and name its variable with "
+                "llm.api_key_env)"
+                if self._api_key == NO_KEY
+                else ""
+            )
+            self._stop(
+                study, f"planner stopped: the provider refused the credentials{wants} ({detail[:200]})"
+            )
         elif kind == "fatal":
             self._stop(study, f"planner stopped: {why} ({detail[:200]})")
         elif kind == "no_tools":

@@ -420,3 +420,24 @@ def test_compaction_keeps_the_corrected_ranking_until_the_legal_values_are_left_
     assert size <= planner.prompt_budget and "legal_values dropped" in steps
     assert len(json.loads(inputs["corrected_ranking"])) == MIN_BEST_KEPT
     assert "top trials cut to 0" not in steps and "sweep_effects dropped" not in steps
+
+
+def test_a_server_on_this_machine_needs_no_key_until_it_asks_for_one(planner, monkeypatch):
+    """llama.cpp, vLLM and Ollama ask for no key unless started with one: a local ``api_base`` runs with none in
+    the environment; a server that refuses it stops the planner with a line saying which key to give."""
+    from primus_optuna.errors import SpecError
+    from primus_optuna.search.llm_client import NO_KEY, require_api_key
+
+    monkeypatch.delenv("OPENAI_API_KEY")
+    spec = planner.spec(max_calls=2)
+    assert require_api_key(spec.llm, "http://127.0.0.1:8080/v1") == NO_KEY
+    with pytest.raises(SpecError, match=r"needs OPENAI_API_KEY"):
+        require_api_key(spec.llm, "https://llm.example.com/v1")
+    n_sweep = planner.ideas(spec).n_sweep
+    with OpenAIServer([Reply(status=401)]) as srv:
+        handle = planner.stored(spec, n_sweep + 2, llm_api_base=srv.url)
+        requests = len(srv.requests)
+    assert requests == 1
+    why = llm_accounting(handle.study)["stop_reason"]
+    assert why.startswith("planner stopped: the provider refused the credentials: the server wants the key")
+    assert NO_KEY not in why
