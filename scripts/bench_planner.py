@@ -326,9 +326,7 @@ def compare(args: argparse.Namespace) -> int:
 
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    api = _real_model(args)
-    if api is None or api[0] is not None:  # the loopback, or a local server that takes any key
-        os.environ.setdefault("OPENAI_API_KEY", "sk-loopback-not-a-secret")
+    api = _real_model(args)  # a server on this machine needs no key (llm_client.NO_KEY)
     budgets = [int(b) for b in args.budgets.split(",")]
     n = max(budgets)
     names = args.samplers.split(",")
@@ -438,7 +436,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.loopback:
         from tests.helpers.openai_server import OpenAIServer, ranking_agent
 
-        os.environ.setdefault("OPENAI_API_KEY", "sk-loopback-not-a-secret")
         server = OpenAIServer([ranking_agent(spec.llm.proposals_per_round)]).__enter__()
         api_base = server.url
     from primus_optuna.search.llm_preflight import preflight
