@@ -1,17 +1,17 @@
 """The planner's connection to its LLM, through DSPy and LiteLLM, and what a failed call means.
 
 - :func:`require_api_key`: the provider's key is checked before a study is created (one error naming the
-  variable to set).
-- :func:`classify_error`: a failed call as ``auth``, ``fatal`` (HTTP 404, context window exceeded in the words of
-  OpenAI, vLLM, llama.cpp and Ollama, unknown provider), ``no_tools``, ``timeout``, ``unparseable`` or
-  ``failed`` (a refused connection named as such: :func:`refused`).
+  variable to set); a server on this machine needs none (:data:`NO_KEY`).
+- :func:`classify_error`: a failed call as ``auth``, ``fatal`` (HTTP 404, a context window exceeded in the
+  words of OpenAI, vLLM, llama.cpp or Ollama, an unknown provider), ``no_tools``, ``timeout``,
+  ``unparseable`` or ``failed`` (a refused connection named as such: :func:`refused`).
 - :class:`AnswerCache` (:func:`configure_cache`): DSPy's cache that takes an answer out again when it did not
   parse (:func:`stored_keys`, :func:`forget_since`).
-- :class:`PlannerLM`: ``dspy.LM`` with a deadline for the whole planner call and native tool calls declared for
-  an OpenAI-compatible server; :class:`PlannerAdapter`: DSPy's JSON adapter with the study's answer schema as
-  ``response_format``.
-- :func:`is_local`, :func:`supports_tools`, :func:`truncated`: what the server is, what it supports, whether an
-  answer stopped at ``llm.max_tokens`` (DSPy's own warning for that is dropped).
+- :class:`PlannerLM`: ``dspy.LM`` with a deadline for the whole planner call and native tool calls declared
+  for an OpenAI-compatible server; :class:`PlannerAdapter`: DSPy's JSON adapter with the study's answer
+  schema as ``response_format``.
+- :func:`is_local`, :func:`supports_tools`, :func:`truncated`: where the server is, what it supports, whether
+  an answer stopped at ``llm.max_tokens`` (DSPy's own warning for that is dropped).
 
 This module imports DSPy; import it only when a planner is configured.
 """
@@ -39,8 +39,8 @@ _configured_cache: str | None = None
 
 
 NO_KEY = "no-key"
-"""the key sent to a server on this machine when the environment holds none (llama.cpp, vLLM and Ollama ask for
-none unless started with one; OpenAI's client refuses to send a request without some key)"""
+"""the key sent to a server on this machine when the environment holds none (llama.cpp, vLLM and Ollama ask
+for none unless started with one; OpenAI's client sends no request without some key)"""
 
 
 def _missing_keys(settings: LLMSpec, api_base: str | None) -> list[str]:

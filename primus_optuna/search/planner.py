@@ -16,8 +16,9 @@ Three modes (``llm.mode``):
   effects are dropped first).
 - **rank** (:class:`RankCandidates`): the model chooses and justifies, by number, among the fallback's best
   untried configurations by expected improvement (:meth:`~primus_optuna.search.fallback.Judge.shortlist`), so
-  it cannot propose worse than them. ``auto`` is rank for a server on this machine (:func:`~primus_optuna.search.llm_client.is_local`), agent
-  when LiteLLM knows the model calls tools, else one-shot.
+  it cannot propose worse than them. ``auto`` is rank for a server on this machine
+  (:func:`~primus_optuna.search.llm_client.is_local`), agent when LiteLLM knows the model calls tools, else
+  one-shot.
 
 Whatever the mode, a candidate is launched only when the fallback's acquisition finds it worth a launch
 (:class:`~primus_optuna.search.fallback.Judge`); else it is rejected with its figure ("expected 1,700
@@ -817,6 +818,11 @@ class Planner:
                 f"than llm.max_prompt_tokens = {self.prompt_budget:,} (start the server with a context of at "
                 f"least {context_needed(prompt_est, self.settings.max_tokens):,} tokens, or use rank mode)"
             )
+        if kind == "auth" and self._api_key == NO_KEY:
+            why += (
+                ": the server wants the key it was started with (export it and name its variable with "
+                "llm.api_key_env)"
+            )
         # a parse error's text is the model's answer: never printed or stored, only its type
         text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
         detail = redact(sanitise(text, 300), values=[self._api_key])
@@ -825,15 +831,7 @@ class Planner:
         out.error = detail if why == "no answer" else f"{why} ({detail})"
         log.warning("planner call failed, falling back: %s", out.error)
         if kind == "auth":
-            wants = (
-                ": the server wants the key it was started with (export it and name its variable with "
-                "llm.api_key_env)"
-                if self._api_key == NO_KEY
-                else ""
-            )
-            self._stop(
-                study, f"planner stopped: the provider refused the credentials{wants} ({detail[:200]})"
-            )
+            self._stop(study, f"planner stopped: {why} ({detail[:200]})")
         elif kind == "fatal":
             self._stop(study, f"planner stopped: {why} ({detail[:200]})")
         elif kind == "no_tools":
