@@ -91,6 +91,11 @@ def served_models(api_base: str, provider: str, api_key: str | None = None) -> l
             hint = (
                 f"; the API base of an OpenAI-compatible server usually ends in /v1: --llm-api-base {base}/v1"
             )
+        elif exc.code in (401, 403):
+            hint = (
+                "; the server wants a key: export the key it was started with (OPENAI_API_KEY, or name its "
+                "variable with llm.api_key_env)"
+            )
         raise SpecError(
             f"--llm-api-base {redact(base)}: GET {redact(url)} answered HTTP {exc.code}{hint}"
         ) from None

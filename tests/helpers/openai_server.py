@@ -97,7 +97,11 @@ class OpenAIServer:
         replies: list[str | Reply | Responder],
         models: list[tuple[str, int | None]] | None = (("test-model", 4096),),  # type: ignore[assignment]
         tools: bool = True,
+        api_key: str | None = None,
     ) -> None:
+        self.api_key = api_key
+        """when set, a request without ``Authorization: Bearer <api_key>`` is answered HTTP 401, the model list
+        too (``vllm serve --api-key``; ``llama-server --api-key`` guards the completions)"""
         self.replies = [r if isinstance(r, Reply) or callable(r) else Reply(r) for r in replies]
         self.models = list(models) if models is not None else None
         self.streams_completed = 0
@@ -128,9 +132,18 @@ class OpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
                     pass
 
+            def _refused(self) -> bool:
+                if owner.api_key is None or self.headers.get("Authorization") == f"Bearer {owner.api_key}":
+                    return False
+                error = {"message": "Invalid API Key", "type": "authentication_error", "code": 401}
+                self._send(401, json.dumps({"error": error}).encode())
+                return True
+
             def do_GET(self) -> None:
                 with owner._lock:
                     owner.gets.append(self.path)
+                if self._refused():
+                    return
                 if owner.models is None or not self.path.rstrip("/").endswith("/v1/models"):
                     self._send(404, json.dumps({"error": {"message": "not found"}}).encode())
                     return
@@ -142,6 +155,12 @@ class OpenAIServer:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)) or 0)
+                if self._refused():
+                    with owner._lock:
+                        owner.requests.append(
+                            {"path": self.path, "headers": dict(self.headers), "body": body.decode()}
+                        )
+                    return
                 if self._probe(json.loads(body or b"{}")):
                     return
                 with owner._lock:

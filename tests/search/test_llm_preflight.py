@@ -48,6 +48,16 @@ def test_missing_v1_is_named_as_the_likely_fix():
             preflight(LLMSpec(model="openai/test-model"), base)
 
 
+def test_a_server_that_wants_a_key_is_named_as_such():
+    with OpenAIServer([], api_key="the-servers-key") as srv:  # vLLM with --api-key guards its model list
+        with pytest.raises(SpecError, match=r"answered HTTP 401; the server wants a key: export the key it"):
+            preflight(LLMSpec(model="openai/test-model"), srv.url)
+        keyed = LLMSpec(model="openai/test-model", api_key_env="SERVER_KEY")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SERVER_KEY", "the-servers-key")
+            assert "model 'test-model' served" in preflight(keyed, srv.url)[0]
+
+
 def test_small_context_and_dead_server_are_refused():
     with OpenAIServer([], models=[("test-model", 2048)]) as srv:
         with pytest.raises(SpecError, match=r"context for 'test-model' is 2048 tokens, less than .* = 4000"):
