@@ -83,6 +83,15 @@ class ProgressLines:
         return f"; best {top.values[0]:.1f} (trial {top.number})"
 
 
+class _PlainLines(logging.Formatter):
+    """Optuna's and the library's log lines as the command's own: "warning: ...", not "[W <date>] ..." (a
+    progress bar on a terminal keeps Optuna's own handler and format)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.level_word = record.levelname.lower()
+        return super().format(record)
+
+
 class _QuietInterrupt(logging.Filter):
     """Drop Optuna's "Trial N failed ... KeyboardInterrupt" warnings and their traceback: an interrupt is
     reported by one line of ours. A run failure (out of memory, timeout, no throughput: the job's fault, not
@@ -370,6 +379,9 @@ def _run_session(
     optuna_log = logging.getLogger("optuna")
     for f in (optuna_log, *optuna_log.handlers):
         f.addFilter(quiet)
+    formats = [(h, h.formatter) for h in optuna_log.handlers]
+    for h, _ in formats:
+        h.setFormatter(_PlainLines("%(level_word)s: %(message)s"))
     # a terminal gets Optuna's progress bar; a log file or pipe gets one line per trial (throttled)
     show_bar = not no_progress and not as_json and sys.stderr.isatty()
     lines = not no_progress and not show_bar
@@ -402,6 +414,8 @@ def _run_session(
     finally:
         for f in (optuna_log, *optuna_log.handlers):
             f.removeFilter(quiet)
+        for h, fmt in formats:
+            h.setFormatter(fmt)
     report_interrupt()
     signum = stop_signal()
     if signum is not None:

@@ -481,3 +481,27 @@ def test_a_sweep_begun_at_the_models_best_is_said_once_and_the_gain_names_the_ba
     assert r.exit_code == 0, r.output
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "the model's best, estimated" in md
+
+
+def test_warnings_during_a_run_read_as_the_commands_own_lines(tmp_path):
+    """A planner warning in a run is "warning: ...", like the command's other lines, not Optuna's "[W <date>]"."""
+    from tests.helpers.openai_server import OpenAIServer, Reply
+
+    study = _write(tmp_path, small_moe_study())
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    with OpenAIServer([Reply(status=500)]) as srv:
+        args = ["run", str(study), "--storage", url, "--n-trials", "6", "--no-progress"]
+        args += ["--llm", "openai/test-model", "--llm-api-base", srv.url]
+        proc = subprocess.run(
+            [*CLI_PROCESS, *args],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed = [line for line in proc.stderr.splitlines() if "planner call failed" in line]
+    assert failed and all(line.startswith("warning: planner call failed, falling back") for line in failed)
+    assert "[W " not in proc.stderr
