@@ -316,6 +316,16 @@ def test_duration_flags_refuse_a_non_positive_value(tmp_path):
 
 
 CLI_PROCESS = [sys.executable, "-c", "from primus_optuna.cli import main; main()"]
+
+
+def _cli_process(args: list[str], cwd: os.PathLike[str]) -> subprocess.Popen[str]:
+    """The real command in a subprocess (stdout and stderr piped, as text), this checkout first on the path."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    pipe = subprocess.PIPE
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.Popen([*CLI_PROCESS, *args], cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
+
+
 """``primus-optuna`` as a process (the console script's body, without needing it installed)"""
 
 
@@ -332,16 +342,7 @@ def test_a_signal_to_run_exits_128_plus_it_and_names_it(tmp_path, sig):
     study = _write(tmp_path, small_moe_study())
     url = f"sqlite:///{tmp_path / 's.db'}"
     args = ["run", str(study), "--storage", url, "--n-trials", "200", "--no-llm", "--no-progress"]
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    pipe = subprocess.PIPE
-    proc = subprocess.Popen(
-        [*CLI_PROCESS, *args],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": path},
-        stdout=pipe,
-        stderr=pipe,
-        text=True,
-    )
+    proc = _cli_process(args, tmp_path)
     try:
         t0 = time.monotonic()
         while len(_trials_of(url, "small-moe")) < 2 and proc.poll() is None and time.monotonic() - t0 < 60:
@@ -489,19 +490,11 @@ def test_warnings_during_a_run_read_as_the_commands_own_lines(tmp_path):
 
     study = _write(tmp_path, small_moe_study())
     url = f"sqlite:///{tmp_path / 'w.db'}"
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     with OpenAIServer([Reply(status=500)]) as srv:
         args = ["run", str(study), "--storage", url, "--n-trials", "6", "--no-progress"]
-        args += ["--llm", "openai/test-model", "--llm-api-base", srv.url]
-        proc = subprocess.run(
-            [*CLI_PROCESS, *args],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": path},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    failed = [line for line in proc.stderr.splitlines() if "planner call failed" in line]
+        proc = _cli_process([*args, "--llm", "openai/test-model", "--llm-api-base", srv.url], tmp_path)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    failed = [line for line in err.splitlines() if "planner call failed" in line]
     assert failed and all(line.startswith("warning: planner call failed, falling back") for line in failed)
-    assert "[W " not in proc.stderr
+    assert "[W " not in err
