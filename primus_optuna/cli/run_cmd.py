@@ -172,7 +172,12 @@ def _print_summary(study: Any, storage_url: str, as_json: bool) -> None:
 @click.option(
     "--llm", "llm_model", default=None, metavar="MODEL", help="LiteLLM model string for the planner."
 )
-@click.option("--llm-api-base", default=None, metavar="URL", help="Base URL of an OpenAI-compatible server.")
+@click.option(
+    "--llm-api-base",
+    default=None,
+    metavar="URL",
+    help="Base URL of an OpenAI-compatible server (one on this machine needs no key in the environment).",
+)
 @click.option("--no-llm", is_flag=True, help="Do not use the LLM planner (model-guided fallback only).")
 @click.option(
     "--llm-mode",
