@@ -132,6 +132,14 @@ class OpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
                     pass
 
+            def _keep(self, body: bytes) -> int:
+                """Record a chat request in ``requests``; their count."""
+                with owner._lock:
+                    owner.requests.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": body.decode()}
+                    )
+                    return len(owner.requests)
+
             def _refused(self) -> bool:
                 if owner.api_key is None or self.headers.get("Authorization") == f"Bearer {owner.api_key}":
                     return False
@@ -156,19 +164,12 @@ class OpenAIServer:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)) or 0)
                 if self._refused():
-                    with owner._lock:
-                        owner.requests.append(
-                            {"path": self.path, "headers": dict(self.headers), "body": body.decode()}
-                        )
+                    self._keep(body)
                     return
                 if self._probe(json.loads(body or b"{}")):
                     return
-                with owner._lock:
-                    owner.requests.append(
-                        {"path": self.path, "headers": dict(self.headers), "body": body.decode()}
-                    )
-                    idx = min(len(owner.requests) - 1, len(owner.replies) - 1)
-                    reply = owner.replies[idx]
+                n = self._keep(body)
+                reply = owner.replies[min(n - 1, len(owner.replies) - 1)]
                 if callable(reply):
                     answer = reply(json.loads(body or b"{}"))
                     reply = answer if isinstance(answer, Reply) else Reply(answer)
