@@ -54,12 +54,10 @@ def _planner_llm(spec: StudySpec, model: str | None, api_base: str | None, overr
     """The planner's LLM settings (``None`` without a model), after checking its key and endpoint."""
     if not model:
         return None, []
-    from .search.llm_client import require_api_key
     from .search.llm_preflight import preflight
 
     changes = {"model": model, **overrides}
     llm = spec.llm.model_copy(update={k: v for k, v in changes.items() if v is not None})
-    require_api_key(llm, api_base or spec.llm.api_base)
     return llm, preflight(llm, api_base or spec.llm.api_base)
 
 

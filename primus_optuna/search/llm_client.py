@@ -42,6 +42,12 @@ NO_KEY = "no-key"
 """the key sent to a server on this machine when the environment holds none (llama.cpp, vLLM and Ollama ask
 for none unless started with one; OpenAI's client sends no request without some key)"""
 
+KEY_WANTED = (
+    "the server wants the key it was started with: export it (OPENAI_API_KEY, or name its variable with "
+    "llm.api_key_env)"
+)
+"""what to do when a server refuses the request for want of a key (its model list or a call)"""
+
 
 def _missing_keys(settings: LLMSpec, api_base: str | None) -> list[str]:
     """The environment variables LiteLLM needs for ``settings.model`` and does not find (``[]`` when it does
@@ -80,6 +86,14 @@ def require_api_key(settings: LLMSpec, api_base: str | None = None) -> str | Non
             "(or name the variable holding the key with llm.api_key_env, or run with --no-llm)"
         )
     return None
+
+
+def api_key(settings: LLMSpec, api_base: str | None = None) -> str | None:
+    """The key to send with a request, after :func:`require_api_key`'s check: ``llm.api_key_env``'s value,
+    :data:`NO_KEY` for a server on this machine when the environment holds none, else ``None`` (LiteLLM reads
+    the provider's own variable)."""
+    key = require_api_key(settings, api_base)
+    return os.environ[settings.api_key_env] if settings.api_key_env else key
 
 
 def is_auth_error(exc: BaseException) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import SpecError
 from ..redaction import redact
 from ..spec.study import LLMSpec
+from .llm_client import KEY_WANTED, api_key
 
 TIMEOUT_S = 5.0
 TOKEN_MARGIN = 1.17
@@ -92,10 +93,7 @@ def served_models(api_base: str, provider: str, api_key: str | None = None) -> l
                 f"; the API base of an OpenAI-compatible server usually ends in /v1: --llm-api-base {base}/v1"
             )
         elif exc.code in (401, 403):
-            hint = (
-                "; the server wants a key: export the key it was started with (OPENAI_API_KEY, or name its "
-                "variable with llm.api_key_env)"
-            )
+            hint = f"; {KEY_WANTED}"
         raise SpecError(
             f"--llm-api-base {redact(base)}: GET {redact(url)} answered HTTP {exc.code}{hint}"
         ) from None
@@ -121,13 +119,13 @@ def served_models(api_base: str, provider: str, api_key: str | None = None) -> l
 
 
 def preflight(settings: LLMSpec, api_base: str | None = None) -> list[str]:
-    """Check the planner's model and server before the study is created; the lines to show (what was found,
-    and warnings). Raises :class:`SpecError` naming the fix."""
+    """Check the planner's key, model and server before the study is created; the lines to show (what was
+    found, and warnings). Raises :class:`SpecError` naming the fix."""
+    key = api_key(settings, api_base)
     model = settings.model or ""
     provider = resolve_provider(model, api_base)
     if not api_base:
         return [f"planner {model} (provider {provider})"]
-    key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
     if key is None and provider == "openai":
         key = os.environ.get("OPENAI_API_KEY")
     served = served_models(api_base, provider, key)

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import tempfile
 import threading
 import time
@@ -80,16 +79,17 @@ from . import llm_budget
 from .llm_budget import llm_accounting
 from .llm_client import (
     CONTEXT_WHY,
+    KEY_WANTED,
     NO_KEY,
     PlannerAdapter,
     PlannerLM,
     PlannerTimeout,
+    api_key,
     classify_error,
     configure_cache,
     forget_since,
     is_local,
     refused,
-    require_api_key,
     stored_keys,
     supports_tools,
     truncated,
@@ -337,10 +337,7 @@ class Planner:
                 raise SpecError("llm.model is empty; pass a LiteLLM model string such as openai/gpt-4o")
             self._lm = None
             self.model = self.settings.model
-            self._api_key = require_api_key(self.settings, api_base or self.settings.api_base)
-            env = self.settings.api_key_env
-            if env:
-                self._api_key = os.environ[env]
+            self._api_key = api_key(self.settings, api_base or self.settings.api_base)
         self.api_base = api_base or self.settings.api_base
         if self._lm is None:  # import LiteLLM (seconds) now, not inside the first call's llm.timeout_s
             import litellm  # noqa: F401
@@ -819,10 +816,7 @@ class Planner:
                 f"least {context_needed(prompt_est, self.settings.max_tokens):,} tokens, or use rank mode)"
             )
         if kind == "auth" and self._api_key == NO_KEY:
-            why += (
-                ": the server wants the key it was started with (export it and name its variable with "
-                "llm.api_key_env)"
-            )
+            why += f": {KEY_WANTED}"
         # a parse error's text is the model's answer: never printed or stored, only its type
         text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
         detail = redact(sanitise(text, 300), values=[self._api_key])
