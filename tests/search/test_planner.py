@@ -396,32 +396,6 @@ def test_agent_mode_only_where_the_server_passes_tools(planner, caplog, passes_t
         assert "--jinja" in books["last_error"] and "--jinja" in caplog.text
 
 
-def test_compaction_keeps_the_corrected_ranking_until_the_legal_values_are_left_out(openai_key):
-    """A budget that holds the prompt once the legal values are left out (the answer schema lists them): the
-    corrected ranking keeps its :data:`MIN_BEST_KEPT` best instead of being cut to nothing first."""
-    from primus_optuna import StudySpec
-    from primus_optuna.search.planner import MIN_BEST_KEPT, Planner, ProposeConfigs
-    from tests.conftest import small_moe_study
-
-    spec = StudySpec.from_dict(
-        {**small_moe_study(), "llm": {"model": "openai/test-model", "mode": "oneshot"}}
-    )
-    space = Space(spec)
-    sampler = PrimusSampler(spec)
-    ranking = sampler.fallback.ranking([], k=10)
-    planner = Planner(spec, space, spec.llm, fallback=sampler.fallback)
-    adapter = planner.adapter(4, 0)
-    kept = planner.inputs([], 4, [], ranking, k_best=MIN_BEST_KEPT)
-    with_values = planner.prompt_tokens(adapter, ProposeConfigs, kept)
-    without = planner.prompt_tokens(adapter, ProposeConfigs, kept | {"legal_values": "(left out)"})
-    assert without < with_values
-    planner.prompt_budget = without + 20
-    inputs, size, steps = planner.compact(adapter, [], 4, [], ranking)
-    assert size <= planner.prompt_budget and "legal_values dropped" in steps
-    assert len(json.loads(inputs["corrected_ranking"])) == MIN_BEST_KEPT
-    assert "top trials cut to 0" not in steps and "sweep_effects dropped" not in steps
-
-
 def test_a_server_on_this_machine_needs_no_key_until_it_asks_for_one(planner, monkeypatch):
     """llama.cpp, vLLM and Ollama ask for no key unless started with one: a local ``api_base`` runs with none in
     the environment; a server that refuses it stops the planner with a line saying which key to give."""

@@ -294,7 +294,7 @@ def test_error_kinds():
     from dspy.utils.exceptions import AdapterParseError
 
     from primus_optuna.search.llm_client import PlannerTimeout, classify_error
-    from primus_optuna.search.planner import ProposeConfigs
+    from primus_optuna.search.planner_prompt import ProposeConfigs
 
     def kind(exc):
         return classify_error(exc)[0]
