@@ -279,9 +279,9 @@ class Planner:
         """candidates first, then a bounded reasoning (a chain of thought first used up small models' tokens)"""
         kind = "json_schema" if s.response_format == "auto" else s.response_format
         self.response_kind = kind
-        self.prompt_budget = s.prompt_budget(local=self.api_base is not None, agent=self.mode == "agent")
-        """tokens the prompt may take (``llm.max_prompt_tokens`` or its default)"""
-        self.prompt = PromptBuilder(spec, space, usable_gib, self.prompt_budget)
+        budget = s.prompt_budget(local=self.api_base is not None, agent=self.mode == "agent")
+        self.prompt = PromptBuilder(spec, space, usable_gib, budget)
+        """each mode's inputs, within the tokens a prompt may take (``llm.max_prompt_tokens`` or its default)"""
         self.stream = self._lm is None and (s.stream if s.stream is not None else self.api_base is not None)
         """stream the answers: a request abandoned at the deadline closes its connection, so the server stops"""
 
@@ -543,7 +543,7 @@ class Planner:
             [t.format_as_litellm_function_call() for t in agent.tools.values()]
         )
         prompt_est = tokens(fixed) + AGENT_INSTRUCTION_TOKENS
-        tools.result_chars = int(max(0, self.prompt_budget - prompt_est) * CHARS_PER_TOKEN)
+        tools.result_chars = int(max(0, self.prompt.budget - prompt_est) * CHARS_PER_TOKEN)
         return agent, inputs, prompt_est
 
     def _failed(
@@ -552,10 +552,10 @@ class Planner:
         """Record why a call failed (never the model's own words) and stop or switch the planner as its kind
         says; the kind (:func:`classify_error`). ``prompt_est``: the request's estimated prompt tokens."""
         kind, why = classify_error(exc)
-        if why.startswith(CONTEXT_WHY) and prompt_est > self.prompt_budget:  # lowering the budget cannot help
+        if why.startswith(CONTEXT_WHY) and prompt_est > self.prompt.budget:  # lowering the budget cannot help
             why = (
                 f"{CONTEXT_WHY}: this study's {self.mode} prompt is ~{prompt_est:,} tokens at its smallest, more "
-                f"than llm.max_prompt_tokens = {self.prompt_budget:,} (start the server with a context of at "
+                f"than llm.max_prompt_tokens = {self.prompt.budget:,} (start the server with a context of at "
                 f"least {context_needed(prompt_est, self.settings.max_tokens):,} tokens, or use rank mode)"
             )
         if kind == "auth" and self._api_key == NO_KEY:

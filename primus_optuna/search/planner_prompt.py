@@ -119,10 +119,12 @@ class PlanWithTools(dspy.Signature):
 
 
 def as_json(x: Any) -> str:
+    """One prompt field's JSON, on one line."""
     return json.dumps(x, separators=(", ", ": "), default=str)
 
 
 def tokens(text: str) -> int:
+    """Estimated tokens of ``text`` (:data:`CHARS_PER_TOKEN`)."""
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
