@@ -50,7 +50,9 @@ def test_missing_v1_is_named_as_the_likely_fix():
 
 def test_a_server_that_wants_a_key_is_named_as_such():
     with OpenAIServer([], api_key="the-servers-key") as srv:  # vLLM with --api-key guards its model list
-        with pytest.raises(SpecError, match=r"answered HTTP 401; the server wants the key it was started with: export it"):
+        with pytest.raises(
+            SpecError, match=r"answered HTTP 401; the server wants the key it was started with: export it"
+        ):
             preflight(LLMSpec(model="openai/test-model"), srv.url)
         keyed = LLMSpec(model="openai/test-model", api_key_env="SERVER_KEY")
         with pytest.MonkeyPatch.context() as mp:
