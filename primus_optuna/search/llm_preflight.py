@@ -26,9 +26,9 @@ from .llm_client import KEY_WANTED, api_key
 
 TIMEOUT_S = 5.0
 TOKEN_MARGIN = 1.17
-"""how far a prompt's real token count may exceed the planner's estimate (``planner_prompt.CHARS_PER_TOKEN``): a small
-vocabulary counts more tokens: SmolLM2's prompts ran up to 16% over it (rank mode, llama-server's
-``prompt_tokens``, 2026-12-07); the context a server needs is sized with it"""
+"""how far a prompt's real token count may exceed the planner's estimate
+(``planner_prompt.CHARS_PER_TOKEN``): a small vocabulary counts more tokens: SmolLM2's prompts ran up to 16%
+over it (rank mode, llama-server's ``prompt_tokens``, 2026-12-07); the context a server needs is sized with it"""
 
 
 def context_needed(prompt_tokens: int, max_tokens: int) -> int:
