@@ -256,6 +256,23 @@ def test_the_residual_model_is_least_certain_where_nothing_was_measured(spec):
     assert mean[other] < -0.05
 
 
+def test_the_first_measurements_count_as_noisier_until_the_hyperparameters_are_learned(spec):
+    """Below ``MIN_FOR_HYPERPARAMETERS`` observations a measurement's noise is ``EARLY_NOISE``: the posterior keeps
+    that much doubt about a measured configuration and carries less of one surprise to its neighbours; from then
+    on the measurement noise is ``NOISE``."""
+    from primus_optuna.search.learner import EARLY_NOISE, MIN_FOR_HYPERPARAMETERS, NOISE, ResidualModel
+
+    space = Space(spec)
+    feasible = _feasible(spec, space)
+    model = ResidualModel(space, feasible)
+    centre, point, _ = _one_axis_apart(feasible)
+    _, sd = model.fit([centre, point], [0.0, -0.3]).predict()
+    assert EARLY_NOISE * 0.8 < sd[feasible.index(point)] < EARLY_NOISE
+    many = [c for c in feasible if c not in (centre, point)][: MIN_FOR_HYPERPARAMETERS - 2]
+    _, sd = model.fit([centre, point, *many], [0.0, -0.3] + [0.0] * len(many)).predict()
+    assert sd[feasible.index(point)] < 1.5 * NOISE
+
+
 def test_relevance_weighs_what_a_measured_axis_effect_teaches_about_untried_configurations(spec):
     """``relevance`` scales each axis's per-value effect: the same measured one-axis penalty carries further to
     untried configurations with that value when the axis is believed to matter more."""
