@@ -96,15 +96,12 @@ from .llm_client import (
 from .llm_preflight import context_needed
 from .logs import get_logger
 from .planner_prompt import (
-    AGENT_INSTRUCTION_TOKENS,
-    CHARS_PER_TOKEN,
     RANK_CHOICES,
     PlanWithTools,
     PromptBuilder,
     ProposeConfigs,
     RankCandidates,
     as_json,
-    tokens,
 )
 from .planner_schema import (
     REASONING_CHARS,
@@ -539,11 +536,9 @@ class Planner:
             max_iters=self.settings.max_tool_calls + 1,
             item_schema=candidate_schema(self.space),
         )
-        fixed = json.dumps(inputs) + json.dumps(
-            [t.format_as_litellm_function_call() for t in agent.tools.values()]
-        )
-        prompt_est = tokens(fixed) + AGENT_INSTRUCTION_TOKENS
-        tools.result_chars = int(max(0, self.prompt.budget - prompt_est) * CHARS_PER_TOKEN)
+        specs = [t.format_as_litellm_function_call() for t in agent.tools.values()]
+        prompt_est = self.prompt.agent_prompt_tokens(inputs, specs)
+        tools.result_chars = self.prompt.chars_left(prompt_est)
         return agent, inputs, prompt_est
 
     def _failed(

@@ -254,6 +254,14 @@ class PromptBuilder:
         cut(0)
         return inputs, size, dropped
 
+    def agent_prompt_tokens(self, inputs: dict[str, Any], tool_specs: Sequence[dict[str, Any]]) -> int:
+        """Estimated tokens of the agent's fixed prompt: its inputs, the tools' specs and ReActV2's own text."""
+        return tokens(json.dumps(inputs) + json.dumps(list(tool_specs))) + AGENT_INSTRUCTION_TOKENS
+
+    def chars_left(self, prompt_est: int) -> int:
+        """Characters the budget leaves after a prompt of ``prompt_est`` tokens (the agent's tool results)."""
+        return int(max(0, self.budget - prompt_est) * CHARS_PER_TOKEN)
+
     def agent_inputs(
         self, study: optuna.Study, trials: list[optuna.trial.FrozenTrial], n: int
     ) -> dict[str, Any]:
