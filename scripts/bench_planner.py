@@ -48,6 +48,7 @@ from primus_optuna.physics.throughput import estimate_throughput  # noqa: E402
 from primus_optuna.record.storage import open_study  # noqa: E402
 from primus_optuna.run.base import RunFailure  # noqa: E402
 from primus_optuna.run.objective import make_objective  # noqa: E402
+from primus_optuna.search.attrs import EXPECTED_SHARE  # noqa: E402
 from primus_optuna.search.llm_budget import llm_accounting  # noqa: E402
 from primus_optuna.search.pruner import MemoryPrefilterPruner  # noqa: E402
 from primus_optuna.search.sampler import PrimusSampler  # noqa: E402
@@ -302,11 +303,9 @@ def _books_line(b: dict[str, Any]) -> str:
 
 
 def _launch_share(t: Any) -> float:
-    """The share of the best a planner trial was expected at when it was launched (its rationale's figure)."""
-    import re
-
-    m = re.search(r"(\d+)% of the best", str(t.user_attrs.get("rationale") or ""))
-    return int(m.group(1)) / 100 if m else 0.0
+    """The share of the best a planner trial was expected at when the gate let it through (the attr the
+    planner records; 0 when absent, so a launch without it counts as below)."""
+    return float(t.user_attrs.get(EXPECTED_SHARE) or 0.0)
 
 
 def _real_model(args: argparse.Namespace) -> tuple[str | None, str] | None:

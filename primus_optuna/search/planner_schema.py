@@ -160,8 +160,11 @@ def prompt_text(value: Any) -> str:
 def no_reason(text: str, prompt: str) -> str | None:
     """Why a rationale is not a reason, or ``None``: at least :data:`ECHO_SHARE` of its runs of :data:`ECHO_RUN`
     words appear in the prompt (a small model copying its input), or fewer than :data:`DISTINCT_SHARE` of them
-    are distinct (a model looping on a phrase), or it holds fewer than two words of letters (digits, brackets)."""
-    if text.strip() and len(re.findall(r"[^\W\d_]{3,}", text)) < 2:
+    are distinct (a model looping on a phrase), or it holds fewer than two words of letters (digits, brackets), or
+    nothing at all."""
+    if not text.strip():
+        return "(no reason given)"
+    if len(re.findall(r"[^\W\d_]{3,}", text)) < 2:
         return "(no reason given: the answer held no words)"
     words = re.findall(r"\w+", text.lower())
     if len(words) < ECHO_RUN:

@@ -7,6 +7,7 @@ import pytest
 
 from primus_optuna import Space
 from primus_optuna.physics.memory import estimate_memory
+from primus_optuna.search.attrs import EXPECTED, EXPECTED_SHARE
 from primus_optuna.search.llm_budget import llm_accounting
 from primus_optuna.search.llm_preflight import context_needed
 from primus_optuna.search.sampler import PrimusSampler
@@ -345,7 +346,9 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
 
     spec = planner.spec(mode="rank")
     n_sweep = planner.ideas(spec).n_sweep
-    picks = [{"pick": 2, "rationale": "second: deepep pays off here"}, {"pick": 99, "rationale": "made up"}]
+    # the model's words may hold a figure of their own: the launch's share is read from its attr, not its words
+    said = "second: deepep pays off here, 7% of the best trials"
+    picks = [{"pick": 2, "rationale": said}, {"pick": 99, "rationale": "made up"}]
     lm = DummyLM([{"choices": json.dumps(picks), "reasoning": "r"}])
     study = planner.run(spec, n_sweep + 1, llm=lm)
     (doc,) = [json.loads(p.read_text()) for p in tmp_path.iterdir() if p.is_file()]
@@ -355,8 +358,12 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
     last = study.trials[-1]
     assert last.user_attrs["phase"] == "planner"
     assert last.user_attrs["config_key"] == shortlist[1].split(" ")[1].rstrip(":")
-    assert last.user_attrs["rationale"].startswith("second: deepep pays off here [expected ")
-    assert "% of the best" in last.user_attrs["rationale"]  # the figure it was launched on
+    assert last.user_attrs["rationale"].startswith(said + " [expected ")
+    # the figure it was launched on, as the gate computed it
+    share = last.user_attrs[EXPECTED_SHARE]
+    assert f"{share:.0%} of the best" in last.user_attrs["rationale"] and 0.8 <= share <= 1.0
+    assert last.user_attrs[EXPECTED] > 0
+    assert f"expected {last.user_attrs[EXPECTED]:,.0f} tokens/s/GPU" in last.user_attrs["rationale"]
     (rej,) = doc["rejected"]
     assert rej["reason"] == "not on the shortlist: 99"
     # every shortlisted configuration is worth a launch: none below 80% of the best

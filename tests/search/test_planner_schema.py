@@ -23,6 +23,7 @@ def test_a_rationale_that_repeats_the_prompt_or_itself_is_not_kept_as_a_reason()
     assert "held no words" in no_reason("10,675,100.2 GiB, " + "10.675, " * 20, prompt)
     assert "held no words" in no_reason("1.97857142857-1-1-1.5-1.75.0.5-2.4-0.6.2.7.5-5.3", prompt)
     assert "held no words" in no_reason("][", prompt)
+    assert no_reason(" \n", prompt) == "(no reason given)"  # an empty rationale still says so
     assert no_reason("ep 8 keeps the all-to-all inside the node, so deepep wins", prompt) is None
     assert no_reason("the best", prompt) is None  # too short to judge
     # the answer schema as sent (a response_format class) counts as prompt: its descriptions are echoed too

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...space import TrainingConfig
+from ..attrs import EXPECTED, EXPECTED_SHARE
+from ..fallback import Worth
 from .base import Context, Proposal
 
 PLANNER_CONTEXT = 12
@@ -38,13 +40,21 @@ class PlannerProposer:
             ctx.others, exclude=exclude, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
         )
 
+        verdicts: dict[TrainingConfig, Worth] = {}
+
         def validate(params: dict[str, Any]) -> tuple[TrainingConfig | None, str]:
             """legal, fits, new (the sampler's check), then worth a launch (the fallback's acquisition)"""
             config, reason = sampler.validate(params, exclude, ctx.mem_cal)
             if config is None:
                 return None, reason
-            worth = judge(config)
+            worth = verdicts[config] = judge(config)
             return (config, worth.why) if worth.worth else (None, worth.why)
+
+        def proposal(config: TrainingConfig, rationale: str) -> Proposal:
+            """the launch, with the gate's figures as attrs (what it was expected at when it was let through)"""
+            w = verdicts.get(config) or judge(config)
+            extra = {EXPECTED: round(w.expected, 1), EXPECTED_SHARE: round(w.share, 4)}
+            return Proposal(config, "planner", planner.model, rationale, extra)
 
         out = planner.propose(
             ctx.study,
@@ -66,8 +76,7 @@ class PlannerProposer:
         for config, rationale in out.accepted[1:]:
             ctx.study.enqueue_trial(
                 config.to_params(),
-                user_attrs=sampler.proposal_attrs(Proposal(config, "planner", planner.model, rationale)),
+                user_attrs=sampler.proposal_attrs(proposal(config, rationale)),
                 skip_if_exists=True,
             )
-        config, rationale = out.accepted[0]
-        return Proposal(config, "planner", planner.model, rationale)
+        return proposal(*out.accepted[0])
