@@ -76,6 +76,8 @@ def test_planner_rounds_in_report_and_no_key_anywhere(tmp_path: Path, monkeypatc
     assert "| rejected | illegal: " in md and "odd tensor parallelism" in md
     assert "good one (echoing [redacted])" in md
     assert "Fallback trials by reason: llm.max_calls=1 reached: 1." in md
+    share = first_planner.user_attrs["expected_share_of_best"]
+    assert f"Planner launches: 1, expected at {share:.0%} of the best when the gate let them through" in md
     # the key: in no report file, no note, no artifact
     for p in out.rglob("*"):
         if p.is_file():

@@ -24,7 +24,7 @@ from ...physics.memory_calibration import MemoryCalibration
 from ...physics.throughput import estimate_throughput
 from ...physics.uncertainty import calibration_band, gain_verdict
 from ...redaction import redact
-from ...search.attrs import PRUNE_REASON, source_of
+from ...search.attrs import EXPECTED_SHARE, PRUNE_REASON, source_of
 from ...search.fallback import corrected_tps
 from ...search.warm_start import WarmStart
 from ...space import TrainingConfig
@@ -372,6 +372,15 @@ def _planner(doc: Doc, rec: StudyRecord) -> None:
             for t in rows
         ],
     )
+    shares = [
+        v for t in rows if t.phase == "planner" and (v := as_number(t.attr(EXPECTED_SHARE))) is not None
+    ]
+    if shares:
+        lo, hi = f"{min(shares):.0%}", f"{max(shares):.0%}"
+        doc.p(
+            f"Planner launches: {len(shares)}, expected at {lo if lo == hi else f'{lo}-{hi}'} of the best when "
+            "the gate let them through (each trial's `expected_share_of_best`)."
+        )
     fallbacks = Counter(fallback_reason(rec, t) for t in rows if t.phase == "fallback")
     if fallbacks:
         doc.p("Fallback trials by reason: " + ", ".join(f"{k}: {v}" for k, v in fallbacks.items()) + ".")
