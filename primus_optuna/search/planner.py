@@ -127,6 +127,9 @@ figure) or (None, rejection reason)"""
 
 MAX_FAILED_IN_A_ROW = 3
 """calls with no answer (timeouts, 5xx) in a row after which this process's planner stops"""
+TEMPERATURE = 0.7
+"""``llm.temperature`` when unset, but in rank mode: 0 there, so a choice among the shortlist is the model's most
+likely one, the same each run (at 0.7 a weak model's choice is a draw: docs/benchmarks.md, the planner section)"""
 PROBE_TOOL = "primus_tool_probe"
 """the tool an agent's server is asked to call once before the first agent call"""
 
@@ -283,6 +286,12 @@ class Planner:
         """stream the answers: a request abandoned at the deadline closes its connection, so the server stops"""
 
     # --- the language model --------------------------------------------------------------------------------
+    @property
+    def temperature(self) -> float:
+        """``llm.temperature``, or when unset 0 in rank mode and :data:`TEMPERATURE` in the others."""
+        t = self.settings.temperature
+        return t if t is not None else (0.0 if self.mode == "rank" else TEMPERATURE)
+
     def make_lm(self, deadline: float | None = None) -> dspy.BaseLM:
         """A fresh ``dspy.LM`` routed through LiteLLM (or the injected LM)."""
         if self._lm is not None:
@@ -296,7 +305,7 @@ class Planner:
         lm = PlannerLM(
             s.model,
             engine="litellm",
-            temperature=s.temperature,
+            temperature=self.temperature,
             max_tokens=s.max_tokens,
             # a local server (api_base) is not asked again after a timeout: it may still be generating
             num_retries=0 if self.api_base else s.num_retries,

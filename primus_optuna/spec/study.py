@@ -546,7 +546,12 @@ class LLMSpec(_Strict):
     model: str | None = None
     api_base: str | None = None
     api_key_env: str | None = Field(default=None, description="name of the env var holding the key")
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    temperature: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=2.0,
+        description="sampling temperature; null: 0 in rank mode (a choice, made the same way each run), 0.7 else",
+    )
     max_tokens: int = Field(
         default=1000, gt=0, description="answer tokens per LM request (a ranked list of a few candidates)"
     )

@@ -371,6 +371,19 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
     assert min(shares) >= 80
 
 
+def test_rank_mode_chooses_at_temperature_zero_unless_told(planner):
+    from primus_optuna.search.planner import TEMPERATURE, Planner
+
+    def temperature(**llm: object) -> float:
+        spec = planner.spec(**llm)
+        lm = Planner(spec, Space(spec), spec.llm, api_base="http://127.0.0.1:8080/v1").make_lm()
+        return lm.kwargs["temperature"]
+
+    assert temperature(mode="rank") == 0.0  # its choice among the shortlist, the same each run
+    assert temperature(mode="oneshot") == TEMPERATURE == 0.7
+    assert temperature(mode="rank", temperature=0.9) == 0.9  # the file's value, when given
+
+
 def test_rank_is_the_default_for_a_server_on_this_machine(planner):
     from primus_optuna.search.llm_client import is_local
     from primus_optuna.search.planner import Planner
