@@ -56,11 +56,11 @@ SOURCE = "source"
 GPU_HOURS = "gpu_hours"
 GPU_HOURS_SAVED_EARLY_STOP = "gpu_hours_saved_early_stop"
 LAUNCHED = "launched"
+"""true from the moment the objective starts a launching runner's job (a killed worker's trial keeps it)"""
 EXPECTED = "expected_tokens_per_s_per_gpu"
 """a planner proposal's expected tokens/s/GPU when the gate let it through (the corrected model + the learner)"""
 EXPECTED_SHARE = "expected_share_of_best"
 """the same as a share of the best (measured, or expected of an untried one when higher) at that moment"""
-"""true from the moment the objective starts a launching runner's job (a killed worker's trial keeps it)"""
 
 RUN_ATTRS = (
     LAUNCHED,

@@ -52,7 +52,7 @@ class PlannerProposer:
 
         def proposal(config: TrainingConfig, rationale: str) -> Proposal:
             """the launch, with the gate's figures as attrs (what it was expected at when it was let through)"""
-            w = verdicts.get(config) or judge(config)
+            w = verdicts[config]  # every accepted candidate passed ``validate``
             extra = {EXPECTED: round(w.expected, 1), EXPECTED_SHARE: round(w.share, 4)}
             return Proposal(config, "planner", planner.model, rationale, extra)
 
