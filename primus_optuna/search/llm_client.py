@@ -177,6 +177,27 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+def error_names(exc: BaseException) -> str:
+    """The types in ``exc``'s chain of causes and its HTTP status, none of its text: what is kept of a failure whose
+    words are the model's (an answer that did not parse) or the provider's (a refusal may quote the key)."""
+    causes: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not c for c in causes):  # explicit causes: the context is asyncio's
+        causes.append(e)
+        e = e.__cause__
+    names = ", ".join(dict.fromkeys(type(c).__name__ for c in causes))
+    status = next(
+        (
+            s
+            for c in _chain(exc)
+            for s in (getattr(c, "status_code", None), getattr(c, "status", None))
+            if isinstance(s, int)
+        ),
+        None,
+    )
+    return f"{names} (HTTP {status})" if status else names
+
+
 def classify_error(exc: BaseException) -> tuple[str, str]:
     """``(kind, why)`` of a failed call: ``auth``, ``fatal`` (cannot change: HTTP 404, context window
     exceeded, unknown provider), ``no_tools`` (the provider refuses tool calls), ``timeout``,

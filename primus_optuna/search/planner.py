@@ -73,7 +73,7 @@ from ..errors import SpecError
 from ..redaction import redact
 from ..space import Space, TrainingConfig
 from ..spec import StudySpec
-from ..spec.study import LLMSpec
+from ..spec.study import DEFAULT_TEMPERATURE, LLMSpec
 from . import llm_budget
 from .llm_budget import llm_accounting
 from .llm_client import (
@@ -86,6 +86,7 @@ from .llm_client import (
     api_key,
     classify_error,
     configure_cache,
+    error_names,
     forget_since,
     is_local,
     refused,
@@ -127,9 +128,6 @@ figure) or (None, rejection reason)"""
 
 MAX_FAILED_IN_A_ROW = 3
 """calls with no answer (timeouts, 5xx) in a row after which this process's planner stops"""
-TEMPERATURE = 0.7
-"""``llm.temperature`` when unset, but in rank mode: 0 there, so a choice among the shortlist is the model's most
-likely one, the same each run (at 0.7 a weak model's choice is a draw: docs/benchmarks.md, the planner section)"""
 PROBE_TOOL = "primus_tool_probe"
 """the tool an agent's server is asked to call once before the first agent call"""
 
@@ -288,9 +286,9 @@ class Planner:
     # --- the language model --------------------------------------------------------------------------------
     @property
     def temperature(self) -> float:
-        """``llm.temperature``, or when unset 0 in rank mode and :data:`TEMPERATURE` in the others."""
+        """``llm.temperature``, or when unset 0 in rank mode and :data:`~primus_optuna.spec.study.DEFAULT_TEMPERATURE` in the others."""
         t = self.settings.temperature
-        return t if t is not None else (0.0 if self.mode == "rank" else TEMPERATURE)
+        return t if t is not None else (0.0 if self.mode == "rank" else DEFAULT_TEMPERATURE)
 
     def make_lm(self, deadline: float | None = None) -> dspy.BaseLM:
         """A fresh ``dspy.LM`` routed through LiteLLM (or the injected LM)."""
@@ -564,8 +562,9 @@ class Planner:
             )
         if kind == "auth" and self._api_key == NO_KEY:
             why += f": {KEY_WANTED}"
-        # a parse error's text is the model's answer: never printed or stored, only its type
-        text = type(exc).__name__ if kind == "unparseable" else f"{type(exc).__name__}: {exc}"
+        # a parse error's text is the model's answer, a refusal's the provider's (it may quote part of the key):
+        # neither is printed or stored, only the type
+        text = error_names(exc) if kind in ("unparseable", "auth") else f"{type(exc).__name__}: {exc}"
         detail = redact(sanitise(text, 300), values=[self._api_key])
         if why == "no answer" and "connection error" in detail.lower() and refused(self.api_base):
             why = "connection refused: is the server running at that address and port?"

@@ -540,6 +540,11 @@ HOSTED_AGENT_PROMPT_TOKENS = 16000
 """a hosted model's agent call: room for every tool result of llm.max_tool_calls"""
 
 
+DEFAULT_TEMPERATURE = 0.7
+"""``llm.temperature`` when unset, but in rank mode: 0 there, so a choice among the shortlist is the model's most
+likely one, the same each run (at 0.7 a weak model's choice is a draw: docs/benchmarks.md, the planner section)"""
+
+
 class LLMSpec(_Strict):
     """``llm``: the planner's model as a LiteLLM string. Keys come from the environment, never the file."""
 
@@ -550,7 +555,7 @@ class LLMSpec(_Strict):
         default=None,
         ge=0.0,
         le=2.0,
-        description="sampling temperature; null: 0 in rank mode (a choice, made the same way each run), 0.7 else",
+        description=f"sampling temperature; null: 0 in rank mode (a choice, made the same way each run), {DEFAULT_TEMPERATURE} else",
     )
     max_tokens: int = Field(
         default=1000, gt=0, description="answer tokens per LM request (a ranked list of a few candidates)"

@@ -156,18 +156,28 @@ def test_missing_key_is_one_error_naming_the_variable(planner, monkeypatch):
 def test_auth_error_stops_the_planner_and_unanswered_calls_are_not_counted(planner):
     spec = planner.spec(max_calls=2)
     n_sweep = planner.ideas(spec).n_sweep
-    with OpenAIServer([Reply(status=401)]) as srv:
+    # a provider's refusal quotes the end of the key it was given (OpenAI's does): only its type is kept
+    quoted = "Incorrect API key provided: sk-proj-****************QuOtEd"
+    body = json.dumps(
+        {"error": {"message": quoted, "type": "invalid_request_error", "code": "invalid_api_key"}}
+    )
+    with OpenAIServer([Reply(status=401, raw=body)]) as srv:
         handle = planner.stored(spec, n_sweep + 3, llm_api_base=srv.url)
         requests = len(srv.requests)
     study = handle.study
     assert requests == 1  # refused credentials: no second call
     tail = study.trials[n_sweep:]
     assert [t.user_attrs["phase"] for t in tail] == ["fallback"] * 3
-    assert "authenticationerror" in tail[0].user_attrs["rationale"].lower()
+    assert "refused the credentials (LMAuthError" in tail[0].user_attrs["rationale"]
+    assert "HTTP 401" in tail[0].user_attrs["rationale"]
     assert "planner stopped: the provider refused the credentials" in tail[-1].user_attrs["rationale"]
     books = llm_accounting(study)
     assert books["calls"] == 1 and books["failed"] == 1
     assert books["stop_reason"].startswith("planner stopped: the provider refused the credentials")
+    db = Path(handle.storage_url.removeprefix("sqlite:///")).read_bytes()
+    assert b"QuOtEd" not in db and b"Incorrect API key" not in db
+    for p in (p for p in handle.artifact_dir.rglob("*") if p.is_file()):
+        assert b"QuOtEd" not in p.read_bytes(), p
 
 
 def test_call_budget_is_enforced_from_storage_across_restarts(planner):
@@ -372,7 +382,8 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
 
 
 def test_rank_mode_chooses_at_temperature_zero_unless_told(planner):
-    from primus_optuna.search.planner import TEMPERATURE, Planner
+    from primus_optuna.search.planner import Planner
+    from primus_optuna.spec.study import DEFAULT_TEMPERATURE
 
     def temperature(**llm: object) -> float:
         spec = planner.spec(**llm)
@@ -380,7 +391,7 @@ def test_rank_mode_chooses_at_temperature_zero_unless_told(planner):
         return lm.kwargs["temperature"]
 
     assert temperature(mode="rank") == 0.0  # its choice among the shortlist, the same each run
-    assert temperature(mode="oneshot") == TEMPERATURE == 0.7
+    assert temperature(mode="oneshot") == DEFAULT_TEMPERATURE == 0.7
     assert temperature(mode="rank", temperature=0.9) == 0.9  # the file's value, when given
 
 
