@@ -317,6 +317,10 @@ class Judge:
             )
         return self._verdict(i)
 
+    def first(self) -> Worth | None:
+        """The verdict on the fallback's own pick (the first untried by expected improvement), if any."""
+        return self._verdict(self.order[0]) if self.order else None
+
     def shortlist(self, k: int) -> list[tuple[Ranked, Worth]]:
         """The ``k`` best untried configurations by expected improvement that are worth a launch."""
         out = []

@@ -156,6 +156,8 @@ class PlannerOutcome:
     """answers that stopped at ``llm.max_tokens``"""
     stop_reason: str | None = None
     """why this planner makes no further call (set on the call that stopped it)"""
+    deferred: bool = False
+    """rank mode left the decision to the fallback (its own pick is below the gate), making no call"""
 
 
 class _Agent(dspy.ReActV2):
@@ -420,14 +422,18 @@ class Planner:
         trial_number: int | None = None,
         ranking: Sequence[Any] = (),
         shortlist: Sequence[tuple[Any, Any]] = (),
+        defer: str = "",
     ) -> PlannerOutcome:
         """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures.
-        ``shortlist``: the fallback's best untried ``(Ranked, Worth)`` pairs the rank mode chooses among."""
+        ``shortlist``: the fallback's best untried ``(Ranked, Worth)`` pairs the rank mode chooses among;
+        ``defer``: why the fallback's own pick is one the gate keeps from the planner, so that rank mode
+        makes no call and the fallback runs it (its exploration, which the shortlist cannot hold)."""
         if not self.tools_probed and self.mode == "agent":
             self._probe(study)
         out = PlannerOutcome(mode=self.mode)
-        if self.mode == "rank" and not shortlist:
-            out.error = "nothing untried is worth a launch to choose from"
+        if self.mode == "rank" and (defer or not shortlist):
+            out.error = defer or "nothing untried is worth a launch to choose from"
+            out.deferred = bool(defer)
             return out
         if not self._reserved(study, out):
             return out

@@ -381,6 +381,57 @@ def test_rank_mode_chooses_among_the_fallbacks_shortlist_only(planner, tmp_path)
     assert min(shares) >= 80
 
 
+def test_rank_mode_leaves_the_fallbacks_exploration_to_the_fallback(planner):
+    """When the fallback's own pick is expected below 80% of the best (a pick its uncertainty earns), rank mode
+    makes no call and the fallback runs it: a model that always takes the shortlist's first follows the path of
+    the study without an LLM, and no planner launch is below the gate."""
+    from dspy.utils import DummyLM
+
+    from primus_optuna.physics.throughput import estimate_throughput
+    from primus_optuna.search.pruner import MemoryPrefilterPruner
+    from primus_optuna.search.suggest import suggest_config
+
+    spec = planner.spec(mode="rank")
+    space = Space(spec)
+
+    def measured(
+        trial: optuna.Trial,
+    ) -> float:  # the centre runs at twice its estimate, the rest as estimated
+        config = suggest_config(trial, spec, space)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return estimate_throughput(spec, config).tokens_per_s_per_gpu * (2.0 if trial.number == 0 else 1.0)
+
+    def path(**sampler: object) -> optuna.Study:
+        study = optuna.create_study(
+            direction="maximize",
+            sampler=PrimusSampler(spec, **sampler),
+            pruner=MemoryPrefilterPruner(spec=spec),
+        )
+        study.optimize(measured, n_trials=10)
+        return study
+
+    lm = DummyLM(
+        [{"choices": json.dumps([{"pick": 1, "rationale": "the first one"}]), "reasoning": "r"}] * 10
+    )
+    ranked, alone = path(llm=lm), path()
+    assert [t.user_attrs["config_key"] for t in ranked.trials] == [
+        t.user_attrs["config_key"] for t in alone.trials
+    ]
+    launched = [t for t in ranked.trials if t.user_attrs["phase"] == "planner"]
+    passed = [t for t in ranked.trials if t.user_attrs["rationale"].startswith("planner passed")]
+    assert launched and passed and len(lm.history) == len(launched)  # no call for a trial it passed
+    assert all(t.user_attrs[EXPECTED_SHARE] >= 0.8 for t in launched)
+    for t in passed:
+        assert t.user_attrs["phase"] == "fallback"
+        share = int(
+            re.search(
+                r"exploration the planner may not launch: .*?(\d+)% of the best", t.user_attrs["rationale"]
+            )[1]
+        )
+        assert share < 80
+
+
 def test_rank_mode_chooses_at_temperature_zero_unless_told(planner):
     from primus_optuna.search.planner import Planner
     from primus_optuna.spec.study import DEFAULT_TEMPERATURE

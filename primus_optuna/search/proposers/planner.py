@@ -20,6 +20,16 @@ SHORTLIST = 6
 """the rank mode's shortlist: the fallback's best untried configurations by expected improvement"""
 
 
+def _exploration(first: Worth | None) -> str:
+    """Why the fallback's own pick is kept from the planner (expected below :data:`~primus_optuna.search.fallback.MIN_SHARE` of the
+    best: a pick its uncertainty earns), or ``""``; rank mode then leaves the trial to the fallback, so a model
+    choosing among the shortlist never diverges from the fallback's path for want of that pick."""
+    if first is None or first.worth:
+        return ""
+    figure = first.why.removeprefix("value: ").removesuffix(": not worth a launch")
+    return f"the fallback's own pick is an exploration the planner may not launch: {figure}"
+
+
 class PlannerProposer:
     name = "planner"
 
@@ -67,7 +77,11 @@ class PlannerProposer:
                 ctx.others, k=PLANNER_CONTEXT, exclude=exclude, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
             ),
             shortlist=judge.shortlist(SHORTLIST),
+            defer=_exploration(judge.first()),
         )
+        if out.deferred:
+            self.note = f"planner passed ({out.error}); "
+            return None
         if not out.accepted:
             self.note = (
                 f"planner unavailable ({out.error or 'no valid candidate'}; {len(out.rejected)} rejected); "
