@@ -168,23 +168,20 @@ def forget_since(start: int) -> None:
 
 
 # --- errors ------------------------------------------------------------------------------------------------
-def _chain(exc: BaseException) -> list[BaseException]:
+def _chain(exc: BaseException, *, context: bool = True) -> list[BaseException]:
+    """``exc`` and what it wraps: its causes, and (``context``) the exceptions it was raised while handling."""
     seen: list[BaseException] = []
     e: BaseException | None = exc
     while e is not None and all(e is not s for s in seen):
         seen.append(e)
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or (e.__context__ if context else None)
     return seen
 
 
 def error_names(exc: BaseException) -> str:
     """The types in ``exc``'s chain of causes and its HTTP status, none of its text: what is kept of a failure whose
     words are the model's (an answer that did not parse) or the provider's (a refusal may quote the key)."""
-    causes: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and all(e is not c for c in causes):  # explicit causes: the context is asyncio's
-        causes.append(e)
-        e = e.__cause__
+    causes = _chain(exc, context=False)  # the context of a failed call is asyncio's
     names = ", ".join(dict.fromkeys(type(c).__name__ for c in causes))
     status = next(
         (

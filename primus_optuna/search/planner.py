@@ -422,18 +422,20 @@ class Planner:
         trial_number: int | None = None,
         ranking: Sequence[Any] = (),
         shortlist: Sequence[tuple[Any, Any]] = (),
-        defer: str = "",
+        defer: bool = False,
     ) -> PlannerOutcome:
         """Ask the LM for ``n`` candidates and validate them; never raises for LM or parse failures.
         ``shortlist``: the fallback's best untried ``(Ranked, Worth)`` pairs the rank mode chooses among;
-        ``defer``: why the fallback's own pick is one the gate keeps from the planner, so that rank mode
-        makes no call and the fallback runs it (its exploration, which the shortlist cannot hold)."""
+        ``defer``: the fallback's own pick is one the gate keeps from the planner, so rank mode makes no call
+        and leaves the trial to the fallback (its exploration, which the shortlist cannot hold)."""
         if not self.tools_probed and self.mode == "agent":
             self._probe(study)
         out = PlannerOutcome(mode=self.mode)
-        if self.mode == "rank" and (defer or not shortlist):
-            out.error = defer or "nothing untried is worth a launch to choose from"
-            out.deferred = bool(defer)
+        if self.mode == "rank" and defer:
+            out.deferred = True
+            return out
+        if self.mode == "rank" and not shortlist:
+            out.error = "nothing untried is worth a launch to choose from"
             return out
         if not self._reserved(study, out):
             return out

@@ -66,6 +66,7 @@ class PlannerProposer:
             extra = {EXPECTED: round(w.expected, 1), EXPECTED_SHARE: round(w.share, 4)}
             return Proposal(config, "planner", planner.model, rationale, extra)
 
+        exploration = _exploration(judge.first())
         out = planner.propose(
             ctx.study,
             ctx.others,
@@ -77,10 +78,10 @@ class PlannerProposer:
                 ctx.others, k=PLANNER_CONTEXT, exclude=exclude, memory_scale=ctx.mem_cal.scale, prior=ctx.warm
             ),
             shortlist=judge.shortlist(SHORTLIST),
-            defer=_exploration(judge.first()),
+            defer=bool(exploration),
         )
         if out.deferred:
-            self.note = f"planner passed ({out.error}); "
+            self.note = f"planner passed ({exploration}); "
             return None
         if not out.accepted:
             self.note = (
